@@ -1,0 +1,31 @@
+// Package result holds the JSON the load generator prints with -json, so the harness reads the same type the
+// generator writes.
+package result
+
+// Load is one load-generator run. Latencies are in microseconds, rates per second of the measured interval
+// (warm-up excluded). A call counts when it started inside the measured interval and finished before its end.
+type Load struct {
+	Addr        string  `json:"addr"`
+	Domain      string  `json:"domain"`
+	Scenario    string  `json:"scenario"`
+	Concurrency int     `json:"concurrency"`
+	Conns       int     `json:"conns"`
+	Keys        int     `json:"keys"`
+	WarmupS     float64 `json:"warmup_s"`
+	MeasuredS   float64 `json:"measured_s"` // actual length of the measured interval
+
+	Calls      uint64 `json:"calls"` // answered without error
+	Errors     uint64 `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	OK         uint64 `json:"ok"`
+	OverLimit  uint64 `json:"over_limit"`
+	Unknown    uint64 `json:"unknown"` // overall code UNKNOWN or any other value
+
+	DecisionsPerS   float64 `json:"decisions_per_s"`
+	DescriptorsPerS float64 `json:"descriptors_per_s"`
+	P50Us           float64 `json:"p50_us"`
+	P99Us           float64 `json:"p99_us"`
+	P999Us          float64 `json:"p999_us"`
+	MaxUs           float64 `json:"max_us"`
+	MeanUs          float64 `json:"mean_us"`
+}

@@ -1,0 +1,288 @@
+// Command loadgen drives ShouldRateLimit calls at any envoy.service.ratelimit.v3 server and reports throughput
+// and latency.
+//
+// It is built to stay out of the way of the server it measures (both share a small machine): requests are
+// marshalled once up front and sent as raw bytes, responses are scanned for the two fields it needs instead of
+// being decoded, and each worker keeps its own histogram.
+//
+//	go run ./bench/loadgen -addr 127.0.0.1:8081 -scenario three -c 50 -duration 20s -json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/hist"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
+)
+
+const method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	addr     string
+	c        int
+	conns    int
+	duration time.Duration
+	warmup   time.Duration
+	domain   string
+	scenario string
+	keys     int
+	timeout  time.Duration
+	json     bool
+	marks    bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "", "server address: host:port or unix:///path (required)")
+	fs.IntVar(&o.c, "c", 50, "concurrent calls in flight")
+	fs.IntVar(&o.conns, "conns", 1, "gRPC connections (HTTP/2) the calls are spread over, 1 to 16")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured interval")
+	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "load before the measured interval, not reported")
+	fs.StringVar(&o.domain, "domain", "bench", "rate-limit domain of every request")
+	fs.StringVar(&o.scenario, "scenario", "allowed", "request shape: "+strings.Join(scenarioNames, " | "))
+	fs.IntVar(&o.keys, "keys", 0, "distinct descriptor values (0: 1000, or 100000 for distinct)")
+	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of text")
+	fs.BoolVar(&o.marks, "marks", false, `write "mark start" and "mark end" to stderr at the measured interval's bounds`)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.keys == 0 {
+		o.keys = 1000
+		if o.scenario == "distinct" {
+			o.keys = 100000
+		}
+	}
+	var errs []error
+	if o.addr == "" {
+		errs = append(errs, errors.New("-addr is required"))
+	}
+	if o.c < 1 {
+		errs = append(errs, fmt.Errorf("-c %d: want at least 1", o.c))
+	}
+	if o.conns < 1 || o.conns > 16 {
+		errs = append(errs, fmt.Errorf("-conns %d: want 1 to 16", o.conns))
+	}
+	if o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 {
+		errs = append(errs, errors.New("-duration and -timeout must be positive, -warmup not negative"))
+	}
+	if o.keys < 1 {
+		errs = append(errs, fmt.Errorf("-keys %d: want at least 1", o.keys))
+	}
+	if _, ok := scenarios[o.scenario]; !ok {
+		errs = append(errs, fmt.Errorf("-scenario %q: want one of %s", o.scenario, strings.Join(scenarioNames, ", ")))
+	}
+	return o, errors.Join(errs...)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	reqs, err := buildRequests(o.scenario, o.domain, o.keys)
+	if err != nil {
+		return err
+	}
+
+	target := o.addr
+	if !strings.HasPrefix(target, "unix:") {
+		target = "passthrough:///" + target
+	}
+	conns := make([]*grpc.ClientConn, o.conns)
+	for i := range conns {
+		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("dial %s: %w", o.addr, err)
+		}
+		defer cc.Close()
+		if err := waitReady(ctx, cc, 10*time.Second); err != nil {
+			return fmt.Errorf("connect %s: %w", o.addr, err)
+		}
+		conns[i] = cc
+	}
+
+	res := generate(ctx, o, conns, reqs, stderr)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		return enc.Encode(res)
+	}
+	printText(stdout, res)
+	return nil
+}
+
+// waitReady connects cc so that dialling is not part of the warm-up, let alone of the measurement.
+func waitReady(ctx context.Context, cc *grpc.ClientConn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cc.Connect()
+	for {
+		s := cc.GetState()
+		if s == connectivity.Ready {
+			return nil
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return fmt.Errorf("still %v after %v", s, timeout)
+		}
+	}
+}
+
+// worker is one goroutine's share of the tallies; merged once at the end so the hot path shares nothing but
+// the request sequence number.
+type worker struct {
+	h                 hist.Histogram
+	calls, errs       uint64
+	ok, over, unknown uint64
+	firstErr          error
+	firstErrAt        time.Time
+}
+
+func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *requests, stderr io.Writer) result.Load {
+	t0 := time.Now()
+	start := t0.Add(o.warmup)
+	end := start.Add(o.duration)
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+
+	var seq atomic.Uint64
+	workers := make([]worker, o.c)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			ws := &workers[w]
+			cc := conns[w%len(conns)]
+			codec := rawCodec{}
+			callOpt := grpc.ForceCodecV2(codec)
+			var resp response
+			for ctx.Err() == nil {
+				i := seq.Add(1) - 1
+				req := &reqs.msgs[i%uint64(len(reqs.msgs))]
+				callCtx, callCancel := context.WithTimeout(ctx, o.timeout)
+				began := time.Now()
+				err := cc.Invoke(callCtx, method, req, &resp, callOpt)
+				done := time.Now()
+				callCancel()
+				if began.Before(start) || done.After(end) || (err != nil && ctx.Err() != nil) {
+					// Warm-up, or cut by the deadline: neither belongs to the measured interval.
+					continue
+				}
+				if err == nil && resp.statuses != reqs.descriptors {
+					err = fmt.Errorf("got %d descriptor statuses for %d descriptors", resp.statuses, reqs.descriptors)
+				}
+				if err != nil {
+					ws.errs++
+					if ws.firstErr == nil {
+						ws.firstErr, ws.firstErrAt = err, done
+					}
+					continue
+				}
+				ws.calls++
+				ws.h.Record(uint64(done.Sub(began)))
+				switch resp.code {
+				case codeOK:
+					ws.ok++
+				case codeOverLimit:
+					ws.over++
+				default:
+					ws.unknown++
+				}
+			}
+		})
+	}
+	if o.marks {
+		markAt(ctx, start, stderr, "mark start")
+		markAt(ctx, end, stderr, "mark end")
+	}
+	wg.Wait()
+
+	res := result.Load{
+		Addr: o.addr, Domain: o.domain, Scenario: o.scenario, Concurrency: o.c, Conns: len(conns), Keys: o.keys,
+		WarmupS: o.warmup.Seconds(), MeasuredS: end.Sub(start).Seconds(),
+	}
+	var h hist.Histogram
+	var firstAt time.Time
+	for i := range workers {
+		ws := &workers[i]
+		h.Merge(&ws.h)
+		res.Calls += ws.calls
+		res.Errors += ws.errs
+		res.OK += ws.ok
+		res.OverLimit += ws.over
+		res.Unknown += ws.unknown
+		if ws.firstErr != nil && (firstAt.IsZero() || ws.firstErrAt.Before(firstAt)) {
+			res.FirstError, firstAt = ws.firstErr.Error(), ws.firstErrAt
+		}
+	}
+	res.DecisionsPerS = float64(res.Calls) / res.MeasuredS
+	res.DescriptorsPerS = res.DecisionsPerS * float64(reqs.descriptors)
+	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
+	res.P50Us = us(h.Quantile(0.50))
+	res.P99Us = us(h.Quantile(0.99))
+	res.P999Us = us(h.Quantile(0.999))
+	res.MaxUs = us(h.Max())
+	if h.Count() > 0 {
+		res.MeanUs = h.Mean() / 1e3
+	}
+	return res
+}
+
+// markAt writes line to w at t, so that a harness sampling the server's counters can align its samples with the
+// measured interval. It returns early if ctx ends first, except that an end mark is always written.
+func markAt(ctx context.Context, t time.Time, w io.Writer, line string) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(w, line)
+}
+
+func printText(w io.Writer, r result.Load) {
+	fmt.Fprintf(w, "target      %s  domain=%s  scenario=%s  c=%d  conns=%d  keys=%d\n",
+		r.Addr, r.Domain, r.Scenario, r.Concurrency, r.Conns, r.Keys)
+	fmt.Fprintf(w, "measured    %.2fs after %.2fs warm-up\n", r.MeasuredS, r.WarmupS)
+	fmt.Fprintf(w, "calls       %d  (OK %d, OVER_LIMIT %d, other %d)\n", r.Calls, r.OK, r.OverLimit, r.Unknown)
+	fmt.Fprintf(w, "errors      %d", r.Errors)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "  first: %s", r.FirstError)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "decisions/s %.0f\n", r.DecisionsPerS)
+	fmt.Fprintf(w, "descript./s %.0f\n", r.DescriptorsPerS)
+	fmt.Fprintf(w, "latency µs  p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  mean %.1f\n",
+		r.P50Us, r.P99Us, r.P999Us, r.MaxUs, r.MeanUs)
+}
