@@ -1,0 +1,20 @@
+// Command ratelimit-sidecar serves Envoy's rate limit service over gRPC,
+// with fixed- or sliding-window counters in Redis or in memory.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "ratelimit-sidecar:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,10 @@
+// Package envoyrls serves Envoy's envoy.service.ratelimit.v3.RateLimitService:
+// it loads rules in envoyproxy/ratelimit's YAML format, matches each request
+// descriptor against them, and asks a counter store from package window to
+// check and count the matched limits in one atomic step.
+//
+// Files: rules.go decodes and validates rule files, match.go walks the
+// compiled tree, server.go answers ShouldRateLimit, response.go builds
+// Envoy's response, errors.go maps errors to gRPC codes, reload.go swaps
+// rules at run time.
+package envoyrls

@@ -1,0 +1,224 @@
+package envoyrls
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// nearLimitShare is the share of a limit left at or below which an allowed
+// decision is counted as near_limit.
+const nearLimitShare = 0.2
+
+// envoyUnits maps window units to the response's unit enum, whose numbers
+// differ from Envoy's RateLimitUnit (WEEK is 7 there).
+var envoyUnits = map[window.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	window.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	window.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	window.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	window.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	window.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	window.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	window.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// proto returns the limit as Envoy's current_limit. Configured limits build
+// it once at load time and share it: responses only read it.
+func (l *Limit) proto() *rlsv3.RateLimitResponse_RateLimit {
+	if l.pb != nil {
+		return l.pb
+	}
+	pb := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name,
+		RequestsPerUnit: l.RequestsPerUnit,
+		Unit:            envoyUnits[l.Unit],
+	}
+	if l.Multiplier > 1 {
+		pb.UnitMultiplier = wrapperspb.UInt32(l.Multiplier)
+	}
+	return pb
+}
+
+// response builds the answer after a successful store call (or none needed).
+func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
+	}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	var retry time.Duration
+	var worst *Limit
+	for k, l := range c.limits {
+		slot := c.slot[k]
+		if slot < 0 {
+			continue // unlimited: OK without a current limit
+		}
+		r, res := &c.reqs[slot], c.res[slot]
+		remaining := r.Remaining(res, now)
+		reset := r.Reset(res, now)
+		over := res.Over && !l.Shadow
+		s.observe(req, c.owner[k], l, res, remaining)
+		st := resp.Statuses[c.owner[k]]
+		if tighter(st, over, remaining, reset) {
+			st.CurrentLimit = l.proto()
+			st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(reset)
+		}
+		if over {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if reset >= retry {
+				retry, worst = reset, l
+			}
+		}
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		addTooManyRequests(resp, req.Domain, retry, worst)
+	}
+	return resp
+}
+
+// tighter reports whether a limit should replace the one a status reports:
+// an over-limit one beats one with room, then the least remaining, then the
+// longest wait.
+func tighter(st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, remaining uint64, reset time.Duration) bool {
+	if st.CurrentLimit == nil {
+		return true
+	}
+	if stOver := st.Code == rlsv3.RateLimitResponse_OVER_LIMIT; over != stOver {
+		return over
+	}
+	if rem := uint64(st.LimitRemaining); remaining != rem {
+		return remaining < rem
+	}
+	return reset > st.DurationUntilReset.AsDuration()
+}
+
+func (s *Server) observe(req *rlsv3.RateLimitRequest, owner int, l *Limit, res window.Result, remaining uint64) {
+	if s.obs == nil {
+		return
+	}
+	outcome := OutcomeOK
+	switch {
+	case res.Over && l.Shadow:
+		outcome = OutcomeShadowOverLimit
+	case res.Over:
+		outcome = OutcomeOverLimit
+	case float64(remaining) <= nearLimitShare*float64(l.RequestsPerUnit):
+		outcome = OutcomeNearLimit
+	}
+	s.obs.Decision(req.Domain, l, lastValue(req, owner, l), outcome)
+}
+
+// lastValue is the descriptor's last value, given to metrics only for rules
+// that ask for detailed metrics.
+func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
+	if !l.DetailedMetric {
+		return ""
+	}
+	e := req.Descriptors[owner].Entries
+	return e[len(e)-1].Value
+}
+
+// failureResponse applies the failure modes of the limits a failed store call
+// was for: any "deny" makes the request OVER_LIMIT, else any "error" returns
+// Unavailable so Envoy's failure_mode_deny decides, else it is OK.
+func (s *Server) failureResponse(req *rlsv3.RateLimitRequest, c *call, now time.Time, err error) (*rlsv3.RateLimitResponse, error) {
+	var deny, unavailable bool
+	for k, l := range c.limits {
+		if c.slot[k] < 0 {
+			continue
+		}
+		switch l.FailureMode {
+		case FailDeny:
+			deny = true
+		case FailError:
+			unavailable = true
+		}
+		if s.obs != nil {
+			s.obs.Decision(req.Domain, l, lastValue(req, c.owner[k], l), OutcomeFailureMode)
+		}
+	}
+	s.log.Debug("store failed", zap.String("domain", req.Domain), zap.Bool("deny", deny), zap.Bool("unavailable", unavailable), zap.Error(err))
+	if !deny && unavailable {
+		return nil, grpcError(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
+	}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	if !deny {
+		return resp, nil
+	}
+	var retry time.Duration
+	var worst *Limit
+	for k, l := range c.limits {
+		if c.slot[k] < 0 || l.FailureMode != FailDeny {
+			continue
+		}
+		reset := window.At(now, l.Size).Until(now.UnixMilli())
+		st := resp.Statuses[c.owner[k]]
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.CurrentLimit = l.proto()
+		st.DurationUntilReset = durationpb.New(reset)
+		if reset >= retry {
+			retry, worst = reset, l
+		}
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	addTooManyRequests(resp, req.Domain, retry, worst)
+	return resp, nil
+}
+
+// tooManyRequests is the JSON body Envoy sends with its 429.
+type tooManyRequests struct {
+	Error             string `json:"error"`
+	Message           string `json:"message"`
+	RetryAfterSeconds int64  `json:"retry_after_seconds"`
+	Domain            string `json:"domain"`
+}
+
+// addTooManyRequests adds retry-after (whole seconds until the last of the
+// over-limit windows that must pass has reset, at least 1), content-type and
+// the JSON body to an OVER_LIMIT response.
+func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time.Duration, l *Limit) {
+	secs := int64(math.Ceil(retry.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	msg := "rate limit exceeded"
+	if l != nil {
+		msg = fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
+		if l.Name != "" {
+			msg += " (" + l.Name + ")"
+		}
+	}
+	body, _ := json.Marshal(tooManyRequests{Error: "too_many_requests", Message: msg, RetryAfterSeconds: secs, Domain: domain})
+	resp.RawBody = body
+	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+		{Key: "retry-after", Value: strconv.FormatInt(secs, 10)},
+		{Key: "content-type", Value: "application/json"},
+	}
+}
+
+func windowName(l *Limit) string {
+	if l.Multiplier > 1 {
+		return fmt.Sprintf("%d %ss", l.Multiplier, l.Unit)
+	}
+	return l.Unit.String()
+}

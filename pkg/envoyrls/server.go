@@ -1,0 +1,417 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.uber.org/zap"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// Store checks and counts the counters of one request atomically. Both
+// *window.Memory and *window.Redis implement it.
+type Store interface {
+	Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (allowed bool, err error)
+	Ping(ctx context.Context) error
+}
+
+// InputLimits caps what one request may ask, so hostile input costs bounded
+// work. A zero field takes its default.
+type InputLimits struct {
+	MaxDescriptors int    // per request; default 64
+	MaxEntries     int    // per descriptor; default 32
+	MaxEntryBytes  int    // per entry key or value; default 1024
+	MaxHits        uint64 // per descriptor; default 1<<32 - 1
+}
+
+func (l InputLimits) withDefaults() InputLimits {
+	if l.MaxDescriptors <= 0 {
+		l.MaxDescriptors = 64
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = 32
+	}
+	if l.MaxEntryBytes <= 0 {
+		l.MaxEntryBytes = 1024
+	}
+	if l.MaxHits == 0 {
+		l.MaxHits = 1<<32 - 1
+	}
+	return l
+}
+
+// Options configure a Server. Store is required; every other field has a
+// default.
+type Options struct {
+	Store Store
+	// Rules to serve at start; nil serves none (every descriptor is OK)
+	// until SetRules.
+	Rules *Rules
+	// KeyPrefix starts every counter key; default "ratelimit".
+	KeyPrefix string
+	// Now is the clock for window arithmetic, read once per request;
+	// default time.Now.
+	Now func() time.Time
+	// StoreTimeout bounds each store call; default 15 ms, below Envoy's
+	// 20 ms filter timeout, so a failure mode is applied before Envoy gives
+	// up. A shorter request deadline wins.
+	StoreTimeout time.Duration
+	Limits       InputLimits
+	Logger       *zap.Logger // default no logging
+	// Observer is told every decision, for metrics; nil observes nothing.
+	Observer Observer
+}
+
+// Observer receives decisions and store calls. Implementations must be safe
+// for concurrent use and fast: they run on the request path.
+type Observer interface {
+	// Decision is called once per matched limit of a decided request.
+	Decision(domain string, l *Limit, value string, outcome Outcome)
+	// StoreCall is called once per store call with its latency and error.
+	StoreCall(d time.Duration, err error)
+}
+
+// Outcome is what a decision meant for one limit.
+type Outcome uint8
+
+// Outcomes, as metric label values by String.
+const (
+	OutcomeOK Outcome = iota
+	OutcomeOverLimit
+	OutcomeNearLimit // allowed with at most 20% of the limit left
+	OutcomeShadowOverLimit
+	OutcomeFailureMode // the store failed and the limit's failure mode answered
+)
+
+func (o Outcome) String() string {
+	return [...]string{"ok", "over_limit", "near_limit", "shadow_over_limit", "failure_mode"}[o]
+}
+
+// Server answers ShouldRateLimit. It is safe for concurrent use; rules can be
+// swapped while it serves.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	store        Store
+	rules        atomic.Pointer[Rules]
+	prefix       string
+	now          func() time.Time
+	storeTimeout time.Duration
+	limits       InputLimits
+	log          *zap.Logger
+	obs          Observer
+	failing      atomic.Bool // the last store call failed; for transition logs
+	calls        sync.Pool
+}
+
+// NewServer returns a Server, or an error for bad options.
+func NewServer(o Options) (*Server, error) {
+	if o.Store == nil {
+		return nil, fmt.Errorf("envoyrls: Options.Store is nil")
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "ratelimit"
+	}
+	if err := window.CheckPrefix(o.KeyPrefix); err != nil {
+		return nil, err
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.StoreTimeout <= 0 {
+		o.StoreTimeout = 15 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	s := &Server{
+		store:        o.Store,
+		prefix:       o.KeyPrefix,
+		now:          o.Now,
+		storeTimeout: o.StoreTimeout,
+		limits:       o.Limits.withDefaults(),
+		log:          o.Logger,
+		obs:          o.Observer,
+	}
+	s.calls.New = func() any { return new(call) }
+	if o.Rules != nil {
+		s.rules.Store(o.Rules)
+	}
+	return s, nil
+}
+
+// SetRules swaps the rules atomically: each request sees either the old or
+// the new rules, never a mix.
+func (s *Server) SetRules(r *Rules) { s.rules.Store(r) }
+
+// Rules returns the rules being served, or nil.
+func (s *Server) Rules() *Rules { return s.rules.Load() }
+
+// Ping checks the store.
+func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
+
+// call is the scratch space of one request, pooled to spare allocations.
+// limits and owner list every matched limit and its descriptor's index; reqs
+// and res hold only the counted ones, slot[k] being limit k's index in them
+// or -1 for an unlimited limit.
+type call struct {
+	limits []*Limit
+	owner  []int
+	slot   []int
+	reqs   []window.Request
+	res    []window.Result
+	key    []byte
+}
+
+func (c *call) reset() {
+	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
+	c.reqs, c.res, c.key = c.reqs[:0], c.res[:0], c.key[:0]
+}
+
+// ShouldRateLimit decides a request: one status per descriptor, in order.
+// Malformed requests get InvalidArgument and count nothing; a failed store
+// gets each limit's failure mode.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	now := s.now()
+	if err := s.validate(req); err != nil {
+		return nil, grpcError(err)
+	}
+	dom := s.rules.Load().Domain(req.Domain)
+	c := s.calls.Get().(*call)
+	defer s.calls.Put(c)
+	c.reset()
+
+	for i, d := range req.Descriptors {
+		n := dom.match(d.Entries)
+		if d.Limit != nil {
+			c.limits = append(c.limits, overrideLimit(d.Limit, n, dom))
+			c.owner = append(c.owner, i)
+			continue
+		}
+		if n == nil {
+			continue
+		}
+		for _, l := range n.limits {
+			c.limits = append(c.limits, l)
+			c.owner = append(c.owner, i)
+		}
+	}
+	c.dropReplaced()
+	for k, l := range c.limits {
+		if l.Unlimited {
+			c.slot = append(c.slot, -1)
+			continue
+		}
+		c.slot = append(c.slot, len(c.reqs))
+		d := req.Descriptors[c.owner[k]]
+		hits, refund := hitsOf(req, d)
+		c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l.override)
+		c.reqs = append(c.reqs, window.Request{
+			Key:       string(c.key),
+			Limit:     uint64(l.RequestsPerUnit),
+			Size:      l.Size,
+			Hits:      hits,
+			Refund:    refund,
+			Shadow:    l.Shadow,
+			Algorithm: l.Algorithm,
+		})
+	}
+	if len(c.reqs) == 0 {
+		return s.response(req, c, now), nil
+	}
+	for range c.reqs {
+		c.res = append(c.res, window.Result{})
+	}
+	if err := s.take(ctx, now, c); err != nil {
+		return s.failureResponse(req, c, now, err)
+	}
+	return s.response(req, c, now), nil
+}
+
+// hitsOf returns the descriptor's hits: its own hits_addend when present
+// (0 checks without counting), else the request's, where 0 means 1.
+func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, bool) {
+	if d.HitsAddend != nil {
+		return d.HitsAddend.Value, d.IsNegativeHits
+	}
+	if req.HitsAddend == 0 {
+		return 1, d.IsNegativeHits
+	}
+	return uint64(req.HitsAddend), d.IsNegativeHits
+}
+
+// appendKey is window.AppendKey over Envoy's entry type, so no []Entry copy
+// is made per request.
+func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry, override bool) []byte {
+	dst = window.AppendKeyHead(dst, s.prefix, domain)
+	for _, e := range entries {
+		dst = window.AppendKeyEntry(dst, e.Key, e.Value)
+	}
+	if override {
+		dst = window.AppendKeyQualifier(dst, "override")
+	}
+	return window.AppendKeyEnd(dst)
+}
+
+// overrideLimit is Envoy's per-descriptor limit override, which replaces the
+// configured limits. It is keyed apart from them and, as in
+// envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode and
+// algorithm of the rule the descriptor matches, else the domain's.
+func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, n *node, dom *Domain) *Limit {
+	unit, _ := overrideUnit(o.Unit) // validated
+	mult := uint32(1)
+	if o.UnitMultiplier != nil {
+		mult = o.UnitMultiplier.Value
+	}
+	size, _ := window.Size(unit, uint64(mult)) // validated
+	l := &Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override", FailureMode: FailError, override: true}
+	switch {
+	case n != nil:
+		l.FailureMode, l.Algorithm = n.limits[0].FailureMode, n.limits[0].Algorithm
+	case dom != nil:
+		l.FailureMode, l.Algorithm = dom.failureMode, dom.algorithm
+	}
+	return l
+}
+
+func overrideUnit(u typev3.RateLimitUnit) (window.Unit, bool) {
+	switch u {
+	case typev3.RateLimitUnit_SECOND:
+		return window.Second, true
+	case typev3.RateLimitUnit_MINUTE:
+		return window.Minute, true
+	case typev3.RateLimitUnit_HOUR:
+		return window.Hour, true
+	case typev3.RateLimitUnit_DAY:
+		return window.Day, true
+	case typev3.RateLimitUnit_MONTH:
+		return window.Month, true
+	case typev3.RateLimitUnit_YEAR:
+		return window.Year, true
+	}
+	return 0, false
+}
+
+// dropReplaced removes limits that another matched limit names in its
+// replaces.
+func (c *call) dropReplaced() {
+	replacing := false
+	for _, l := range c.limits {
+		replacing = replacing || len(l.Replaces) > 0
+	}
+	if !replacing {
+		return
+	}
+	j := 0
+	for i, l := range c.limits {
+		if !c.replaced(l) {
+			c.limits[j], c.owner[j] = c.limits[i], c.owner[i]
+			j++
+		}
+	}
+	c.limits, c.owner = c.limits[:j], c.owner[:j]
+}
+
+func (c *call) replaced(l *Limit) bool {
+	if l.Name == "" {
+		return false
+	}
+	for _, other := range c.limits {
+		if other != l && slices.Contains(other.Replaces, l.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// take calls the store, bounded by the store timeout and the request's
+// deadline, and logs transitions between a working and a failing store.
+func (s *Server) take(ctx context.Context, now time.Time, c *call) error {
+	timeout := s.storeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave a tenth of the caller's budget to answer with the failure
+		// mode before it gives up on us.
+		if left := time.Until(dl) * 9 / 10; left < timeout {
+			timeout = left
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	_, err := s.store.Take(sctx, now, c.reqs, c.res)
+	if s.obs != nil {
+		s.obs.StoreCall(time.Since(start), err)
+	}
+	if err != nil {
+		if s.failing.CompareAndSwap(false, true) {
+			s.log.Warn("store failing; applying failure modes", zap.Error(err))
+		}
+		return err
+	}
+	if s.failing.CompareAndSwap(true, false) {
+		s.log.Info("store recovered")
+	}
+	return nil
+}
+
+// validate rejects malformed requests before anything is counted.
+func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
+	lim := s.limits
+	if req.Domain == "" {
+		return fmt.Errorf("%w: domain is empty", ErrInvalidRequest)
+	}
+	if len(req.Domain) > lim.MaxEntryBytes {
+		return fmt.Errorf("%w: domain is %d bytes long, more than %d", ErrInvalidRequest, len(req.Domain), lim.MaxEntryBytes)
+	}
+	if len(req.Descriptors) == 0 {
+		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
+	}
+	if len(req.Descriptors) > lim.MaxDescriptors {
+		return fmt.Errorf("%w: %d descriptors, more than %d", ErrInvalidRequest, len(req.Descriptors), lim.MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if d == nil || len(d.Entries) == 0 {
+			return fmt.Errorf("%w: descriptor %d has no entries", ErrInvalidRequest, i)
+		}
+		if len(d.Entries) > lim.MaxEntries {
+			return fmt.Errorf("%w: descriptor %d has %d entries, more than %d", ErrInvalidRequest, i, len(d.Entries), lim.MaxEntries)
+		}
+		for j, e := range d.Entries {
+			switch {
+			case e == nil || e.Key == "":
+				return fmt.Errorf("%w: descriptor %d entry %d has an empty key", ErrInvalidRequest, i, j)
+			case len(e.Key) > lim.MaxEntryBytes || len(e.Value) > lim.MaxEntryBytes:
+				return fmt.Errorf("%w: descriptor %d entry %d is longer than %d bytes", ErrInvalidRequest, i, j, lim.MaxEntryBytes)
+			case !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value):
+				return fmt.Errorf("%w: descriptor %d entry %d is not valid UTF-8", ErrInvalidRequest, i, j)
+			}
+		}
+		if h := d.HitsAddend; h != nil && h.Value > lim.MaxHits {
+			return fmt.Errorf("%w: descriptor %d hits_addend %d is more than %d", ErrInvalidRequest, i, h.Value, lim.MaxHits)
+		}
+		if o := d.Limit; o != nil {
+			unit, ok := overrideUnit(o.Unit)
+			if !ok {
+				return fmt.Errorf("%w: descriptor %d limit override has unit %v", ErrInvalidRequest, i, o.Unit)
+			}
+			if o.UnitMultiplier != nil {
+				if o.UnitMultiplier.Value == 0 {
+					return fmt.Errorf("%w: descriptor %d limit override has unit_multiplier 0", ErrInvalidRequest, i)
+				}
+				if _, err := window.Size(unit, uint64(o.UnitMultiplier.Value)); err != nil {
+					return fmt.Errorf("%w: descriptor %d limit override: %w", ErrInvalidRequest, i, err)
+				}
+			}
+		}
+	}
+	return nil
+}

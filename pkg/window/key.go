@@ -1,0 +1,110 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Entry is one key/value pair of a descriptor, in request order.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// ErrBadPrefix reports a key prefix that would break the key layout.
+var ErrBadPrefix = errors.New("window: bad key prefix")
+
+// CheckPrefix reports whether prefix can start counter keys: it must not hold
+// '{' or '}', which would move the Redis Cluster hash tag.
+func CheckPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("%w: %q holds '{' or '}'", ErrBadPrefix, prefix)
+	}
+	return nil
+}
+
+// AppendKey appends to dst the identity of a descriptor's counters:
+//
+//	<prefix>:{<domain>|<key1>=<value1>|<key2>=<value2>...[|!<qualifier>]}
+//
+// Stores complete it with ":<window size ms>:<window start ms>" (see
+// AppendWindow). The braces are a Redis Cluster hash tag, so every window of
+// one descriptor lands on one slot. Parts are copied verbatim except the bytes
+// % { } | = : and control bytes, which become %XX, so the encoding is
+// injective: two different (domain, entries, qualifier) never share a key, and
+// an operator still finds "alice" with redis-cli --scan --pattern '*alice*'.
+// A qualifier (for example "override") keys the same descriptor separately;
+// it is empty for configured limits. prefix must pass CheckPrefix.
+func AppendKey(dst []byte, prefix, domain string, entries []Entry, qualifier string) []byte {
+	dst = AppendKeyHead(dst, prefix, domain)
+	for _, e := range entries {
+		dst = AppendKeyEntry(dst, e.Key, e.Value)
+	}
+	if qualifier != "" {
+		dst = AppendKeyQualifier(dst, qualifier)
+	}
+	return AppendKeyEnd(dst)
+}
+
+// AppendKeyHead, AppendKeyEntry, AppendKeyQualifier and AppendKeyEnd build
+// the same key as AppendKey piece by piece, for callers whose entries are not
+// []Entry: head, then each entry in order, then at most one qualifier, then
+// the end.
+func AppendKeyHead(dst []byte, prefix, domain string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, ":{"...)
+	return appendEscaped(dst, domain)
+}
+
+// AppendKeyEntry appends one descriptor entry; see AppendKeyHead.
+func AppendKeyEntry(dst []byte, key, value string) []byte {
+	dst = append(dst, '|')
+	dst = appendEscaped(dst, key)
+	dst = append(dst, '=')
+	return appendEscaped(dst, value)
+}
+
+// AppendKeyQualifier appends a qualifier; see AppendKeyHead. Entries always
+// hold an unescaped '=', so a part without one cannot be mistaken for an
+// entry.
+func AppendKeyQualifier(dst []byte, qualifier string) []byte {
+	dst = append(dst, "|!"...)
+	return appendEscaped(dst, qualifier)
+}
+
+// AppendKeyEnd closes the hash tag; see AppendKeyHead.
+func AppendKeyEnd(dst []byte) []byte { return append(dst, '}') }
+
+// AppendWindow appends ":<size ms>:<start ms>" to a key from AppendKey. The
+// size is part of the key so that two limits of different lengths on one
+// descriptor, or a rule whose window changed on reload, never share a counter.
+func AppendWindow(key []byte, w Window) []byte {
+	key = append(key, ':')
+	key = strconv.AppendInt(key, w.Size, 10)
+	key = append(key, ':')
+	return strconv.AppendInt(key, w.Start, 10)
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+func needsEscape(c byte) bool {
+	switch c {
+	case '%', '{', '}', '|', '=', ':':
+		return true
+	}
+	return c < 0x20 || c == 0x7f
+}
+
+func appendEscaped(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if needsEscape(c) {
+			dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
+			continue
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}

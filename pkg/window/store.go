@@ -1,0 +1,159 @@
+package window
+
+import (
+	"errors"
+	"math"
+	"time"
+)
+
+// Algorithm says how a counter measures a request against its limit. The
+// zero Algorithm is FixedWindow.
+type Algorithm uint8
+
+const (
+	// FixedWindow counts hits in the current epoch-aligned window only. A
+	// client can send up to twice its limit across a window boundary.
+	FixedWindow Algorithm = iota
+	// SlidingWindow weighs the previous window's count by the share of it
+	// that a rolling window still covers: previous*(1-elapsed) + current.
+	// It reads two counters and writes only the current one.
+	SlidingWindow
+)
+
+// String returns "fixed_window" or "sliding_window".
+func (a Algorithm) String() string {
+	if a == SlidingWindow {
+		return "sliding_window"
+	}
+	return "fixed_window"
+}
+
+// ErrStore wraps every failure of a store to answer (network, timeout,
+// script errors). The request's counters are then in an unknown state for
+// Redis and untouched for Memory.
+var ErrStore = errors.New("window: store")
+
+// Request asks a store to check and count hits on one counter.
+type Request struct {
+	// Key identifies the descriptor's counters (see AppendKey); the store
+	// appends the window.
+	Key string
+	// Limit is the number of hits a window admits. 0 admits none.
+	Limit uint64
+	// Size is the window length; whole milliseconds, at most MaxSize.
+	Size time.Duration
+	// Hits is what this request adds. 0 checks without counting: the
+	// request is then over the limit when not even one more hit would fit.
+	Hits uint64
+	// Refund gives Hits back instead of taking them (Envoy's
+	// is_negative_hits). A refund is never over the limit and never lowers a
+	// counter below zero.
+	Refund bool
+	// Shadow counters are checked and counted but never deny the request.
+	Shadow bool
+	// Algorithm picks the fixed or the sliding window.
+	Algorithm Algorithm
+}
+
+// Result is a store's answer for one Request.
+type Result struct {
+	// Count is the current window's counter after the decision: raised by
+	// Hits when the request was allowed, unchanged when it was denied.
+	Count uint64
+	// Previous is the previous window's counter, read for SlidingWindow
+	// only.
+	Previous uint64
+	// Over reports that this counter had no room for the request's hits
+	// (for Shadow requests too).
+	Over bool
+}
+
+// ttl is how long a counter key lives: its window plus one second, so a
+// counter outlives its window even if the clocks of replicas and Redis
+// disagree slightly. A sliding counter is read for one more window.
+func (r *Request) ttl() int64 {
+	ms := r.Size.Milliseconds()
+	if r.Algorithm == SlidingWindow {
+		ms *= 2
+	}
+	return ms + 1000
+}
+
+// weight returns the share of the previous window that a rolling window
+// ending at nowMs still covers, for SlidingWindow; 0 otherwise. Both stores
+// compute the estimate as float64(previous)*weight + float64(current) in that
+// order, so they decide alike to the last bit.
+func (r *Request) weight(w Window, nowMs int64) float64 {
+	if r.Algorithm != SlidingWindow {
+		return 0
+	}
+	return float64(w.End()-nowMs) / float64(w.Size)
+}
+
+// need is the room a request must find: its hits, or one when it only checks.
+func (r *Request) need() uint64 {
+	if r.Hits == 0 {
+		return 1
+	}
+	return r.Hits
+}
+
+// over reports whether count (plus pending hits of the same request on the
+// same counter) and the weighted previous count leave no room for r.
+func (r *Request) over(count, previous uint64, weight float64) bool {
+	if r.Refund {
+		return false
+	}
+	if r.Algorithm == SlidingWindow {
+		return float64(previous)*weight+float64(count)+float64(r.need()) > float64(r.Limit)
+	}
+	return count > r.Limit || r.need() > r.Limit-count
+}
+
+// Remaining returns how many hits the counter still admits after res, never
+// negative. For SlidingWindow it is the limit minus the rounded-up estimate.
+func (r *Request) Remaining(res Result, now time.Time) uint64 {
+	used := float64(res.Count)
+	if r.Algorithm == SlidingWindow {
+		w := At(now, r.Size)
+		used = math.Ceil(float64(res.Previous)*r.weight(w, now.UnixMilli()) + used)
+	}
+	if used >= float64(r.Limit) {
+		return 0
+	}
+	return r.Limit - uint64(used)
+}
+
+// Reset returns the time until the counter admits again. For FixedWindow it
+// is the time to the end of the current window. For SlidingWindow with room
+// left it is also the time to the window's end; when it is full it is the
+// time until the estimate has fallen enough for one more hit, assuming no
+// further traffic, which is at least the time to the next boundary when the
+// current window alone is full.
+func (r *Request) Reset(res Result, now time.Time) time.Duration {
+	nowMs := now.UnixMilli()
+	w := At(now, r.Size)
+	untilEnd := w.Until(nowMs)
+	if r.Algorithm != SlidingWindow || r.Remaining(res, now) > 0 {
+		return untilEnd
+	}
+	room := float64(r.Limit) - 1 // what the estimate must fall to
+	size := float64(w.Size)
+	cur, prev := float64(res.Count), float64(res.Previous)
+	if room < 0 {
+		return untilEnd // a zero limit never admits; say when the window turns
+	}
+	if cur <= room && prev > 0 {
+		// Within this window: prev*(end-t)/size + cur <= room.
+		t := size * (room - cur) / prev // milliseconds before the end
+		wait := float64(untilEnd.Milliseconds()) - t
+		return time.Duration(math.Ceil(math.Max(wait, 0))) * time.Millisecond
+	}
+	// Past the boundary the current count becomes the previous one:
+	// cur*(1-t/size) <= room.
+	t := size
+	if cur > 0 {
+		t = math.Ceil(size * (1 - room/cur))
+	}
+	return untilEnd + time.Duration(t)*time.Millisecond
+}
