@@ -1,0 +1,473 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// readyTimeout bounds how long one process may take to answer PING.
+	readyTimeout = 10 * time.Second
+	// pollInterval is the pause between readiness probes.
+	pollInterval = 10 * time.Millisecond
+	// bindAttempts is how many ports are tried when another process takes
+	// the free port between our probe and redis-server's bind.
+	bindAttempts = 5
+	// installHint ends the message of a missing-binary failure.
+	installHint = "apt-get install redis-server redis-sentinel redis-tools"
+)
+
+// errAddrInUse marks a start that failed because the port was taken.
+var errAddrInUse = errors.New("address already in use")
+
+// Options configures StartWith. The zero value starts a plain TCP server,
+// exactly like Start.
+type Options struct {
+	// Args are extra redis-server arguments, for example
+	// []string{"--maxmemory", "10mb"}. They follow the defaults
+	// (--port, --bind 127.0.0.1, --save "", --appendonly no, --dir), so they
+	// may override any of them except --port and --bind, which the helper
+	// relies on.
+	Args []string
+	// UnixSocket makes the server also listen on a unix socket in a short
+	// temporary directory (paths must stay under ~100 bytes), removed in
+	// tb.Cleanup. See Server.Socket.
+	UnixSocket bool
+}
+
+// Server is one redis-server (or redis-sentinel) process listening on
+// 127.0.0.1 on a port that was free when it started. Its methods are safe for
+// concurrent use; Restart, like every method taking a testing.TB, must be
+// called from the test goroutine.
+type Server struct {
+	// Addr is "127.0.0.1:port". It stays the same across Restart.
+	Addr string
+
+	bin     string
+	args    []string // argv for the current port, reused by Restart
+	port    int
+	dir     string // working directory (--dir) holding the log
+	sock    string // unix socket path, "" without Options.UnixSocket
+	logPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd     // nil while stopped
+	done chan struct{} // closed when cmd has exited and been reaped
+}
+
+// Start starts a redis-server with default options, waits until it answers
+// PING and registers tb.Cleanup to kill it. It calls tb.Fatal, with the
+// server's log, if the server does not come up.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	return StartWith(tb, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	return startServer(tb, opts, false)
+}
+
+// startServer starts a redis-server; withBus also requires port+10000 (the
+// cluster bus port) to be free.
+func startServer(tb testing.TB, opts Options, withBus bool) *Server {
+	tb.Helper()
+	bin := lookPath(tb, "redis-server")
+	var sock string
+	if opts.UnixSocket {
+		// tb.TempDir can exceed the ~100-byte sun_path limit.
+		sdir, err := os.MkdirTemp("", "rt")
+		if err != nil {
+			tb.Fatalf("redistest: socket dir: %v", err)
+		}
+		tb.Cleanup(func() { _ = os.RemoveAll(sdir) })
+		sock = filepath.Join(sdir, "redis.sock")
+	}
+	dir := tb.TempDir()
+	return start(tb, bin, dir, withBus, func(port int) ([]string, error) {
+		args := []string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--daemonize", "no",
+			"--dir", dir,
+		}
+		if sock != "" {
+			args = append(args, "--unixsocket", sock, "--unixsocketperm", "700")
+		}
+		return append(args, opts.Args...), nil
+	}, sock)
+}
+
+// start picks a free port, runs bin with argv(port) in dir and waits until it
+// is ready, retrying on a new port if the bind lost a race.
+func start(tb testing.TB, bin, dir string, withBus bool, argv func(port int) ([]string, error), sock string) *Server {
+	tb.Helper()
+	s := &Server{bin: bin, dir: dir, sock: sock, logPath: filepath.Join(dir, "redis.log")}
+	// Registered after dir was made, so it runs before dir is removed.
+	tb.Cleanup(s.Stop)
+	var err error
+	for range bindAttempts {
+		var port int
+		if port, err = freePort(withBus); err != nil {
+			break
+		}
+		var args []string
+		if args, err = argv(port); err != nil {
+			break
+		}
+		s.port, s.args, s.Addr = port, args, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err = s.launch(tb.Context()); err == nil {
+			return s
+		}
+		if !errors.Is(err, errAddrInUse) {
+			break
+		}
+	}
+	tb.Fatalf("redistest: start %s: %v\n--- log ---\n%s", filepath.Base(bin), err, s.Log())
+	return nil
+}
+
+// lookPath finds a binary on PATH or fails the test with an install hint.
+func lookPath(tb testing.TB, name string) string {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		tb.Fatalf("redistest: %s not found on PATH (%v); install it: %s", name, err, installHint)
+	}
+	return p
+}
+
+// freePort returns a port on 127.0.0.1 that was free a moment ago; withBus
+// also requires port+10000 to be free.
+func freePort(withBus bool) (int, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("redistest: free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !withBus {
+			_ = l.Close()
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			_ = l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		_ = l.Close()
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("redistest: no free port with a free cluster bus port (+10000)")
+}
+
+// launch starts the process with s.args and waits until it answers PING with
+// its own pid. On failure the process is stopped; the error wraps
+// errAddrInUse if the port was taken.
+func (s *Server) launch(ctx context.Context) error {
+	f, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return err
+	}
+	logStart := fi.Size()
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Dir = s.dir
+	// An *os.File, not a pipe: a forked child (diskless replication sync)
+	// holding a pipe open would block Wait after SIGKILL.
+	cmd.Stdout, cmd.Stderr = f, f
+	err = cmd.Start()
+	_ = f.Close()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	if err := waitReady(ctx, s.Addr, cmd.Process.Pid, done); err != nil {
+		s.Stop()
+		if log := s.Log(); int64(len(log)) > logStart && strings.Contains(log[logStart:], "Address already in use") {
+			return fmt.Errorf("port %d: %w", s.port, errAddrInUse)
+		}
+		return err
+	}
+	return nil
+}
+
+// waitReady polls addr until it answers PING and INFO reports pid (so that a
+// server of another test that won the race for the port is not mistaken for
+// ours), the process exits, or readyTimeout passes.
+func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err := poll(ctx, func(ctx context.Context) error {
+		select {
+		case <-exited:
+			return errExited
+		default:
+		}
+		if _, err := do(ctx, addr, "PING"); err != nil {
+			return err
+		}
+		info, err := do(ctx, addr, "INFO", "server")
+		if err != nil {
+			return err
+		}
+		got := infoField(asString(info), "process_id")
+		if got != strconv.Itoa(pid) {
+			return fmt.Errorf("%s answered by pid %s, want %d", addr, got, pid)
+		}
+		return nil
+	})
+	if errors.Is(err, errExited) {
+		return errExited
+	}
+	return err
+}
+
+// errExited reports that the process died while we waited for it.
+var errExited = errors.New("process exited before it was ready")
+
+// poll calls check every pollInterval until it returns nil, returns
+// errExited, or ctx is done; then it returns the last error.
+func poll(ctx context.Context, check func(ctx context.Context) error) error {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		err := check(ctx)
+		if err == nil || errors.Is(err, errExited) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// URL returns "redis://127.0.0.1:port/0", for redis.ParseURL and flags.
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+// Socket returns the unix socket path, or "" if Options.UnixSocket was not set.
+func (s *Server) Socket() string { return s.sock }
+
+// Client returns a go-redis client for s with default options, closed in
+// tb.Cleanup.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Stop kills the process (SIGKILL, so nothing is flushed) and waits until it
+// has exited. It is idempotent and safe to call concurrently.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd, s.done = nil, nil
+}
+
+// Restart stops the process if it runs and starts it again with the same
+// arguments on the same port, so Addr, URL and Socket stay valid; data is
+// lost (no persistence) except what a cluster node keeps in its nodes.conf or
+// a sentinel in its config file. It waits until the server is ready and calls
+// tb.Fatal if it is not, for example when another process took the port.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.Stop()
+	var err error
+	for range bindAttempts {
+		if err = s.launch(tb.Context()); err == nil {
+			return
+		}
+		if !errors.Is(err, errAddrInUse) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tb.Fatalf("redistest: restart %s: %v\n--- log ---\n%s", s.Addr, err, s.Log())
+}
+
+// Log returns the process's output so far (all runs, across Restart), or ""
+// if it cannot be read.
+func (s *Server) Log() string {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// Pid returns the process id, or 0 while the server is stopped.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// CommandStats returns INFO commandstats as command name (lower case, with
+// "|" before a subcommand, e.g. "client|setinfo") -> number of calls since
+// the server started. It uses a raw connection, so its own INFO is the only
+// call it adds; compare two snapshots to count round trips.
+func (s *Server) CommandStats(ctx context.Context) (map[string]int64, error) {
+	v, err := do(ctx, s.Addr, "INFO", "commandstats")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: info commandstats: %w", err)
+	}
+	stats := make(map[string]int64)
+	for line := range strings.SplitSeq(asString(v), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for field := range strings.SplitSeq(rest, ",") {
+			if n, ok := strings.CutPrefix(field, "calls="); ok {
+				calls, err := strconv.ParseInt(n, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("redistest: commandstats line %q: %w", line, err)
+				}
+				stats[strings.TrimPrefix(name, "cmdstat_")] = calls
+			}
+		}
+	}
+	return stats, nil
+}
+
+// do sends one command to addr on a new connection and returns the reply:
+// string for simple and bulk strings, int64, []any for arrays, nil for a null.
+// A Redis error reply is returned as an error. The helper talks RESP itself
+// so that its probes add nothing but the probe to a server's command stats.
+func do(ctx context.Context, addr string, args ...string) (any, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	if err := c.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return nil, err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+// readReply reads one RESP2 reply.
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
+		return nil, fmt.Errorf("redistest: malformed reply %q", line)
+	}
+	kind, body := line[0], line[1:len(line)-2]
+	switch kind {
+	case '+':
+		return body, nil
+	case '-':
+		return nil, fmt.Errorf("redis: %s", body)
+	case ':':
+		return strconv.ParseInt(body, 10, 64)
+	case '$':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("redistest: unexpected reply %q", line)
+}
+
+// asString returns v if it is a string, else "".
+func asString(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// infoField returns the value of key in an INFO reply, or "".
+func infoField(info, key string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// pairs turns a flat [k1 v1 k2 v2 ...] array reply into a map.
+func pairs(v any) map[string]string {
+	a, _ := v.([]any)
+	m := make(map[string]string, len(a)/2)
+	for i := 0; i+1 < len(a); i += 2 {
+		m[asString(a[i])] = asString(a[i+1])
+	}
+	return m
+}
