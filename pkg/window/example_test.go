@@ -1,0 +1,38 @@
+package window_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+func ExampleAt() {
+	now := time.Date(2026, 11, 22, 10, 30, 45, 0, time.UTC)
+	w := window.At(now, 90*time.Second)
+	fmt.Println(time.UnixMilli(w.Start).UTC().Format(time.TimeOnly), w.Until(now.UnixMilli()))
+	// Output: 10:30:00 45s
+}
+
+func ExampleAppendKey() {
+	key := window.AppendKey(nil, "ratelimit", "edge", []window.Entry{{Key: "api_key", Value: "alice"}, {Key: "path", Value: "/v1|x"}}, "")
+	key = window.AppendWindow(key, window.Window{Start: 1763800020000, Size: 60000})
+	fmt.Println(string(key))
+	// Output: ratelimit:{edge|api_key=alice|path=/v1%7Cx}:60000:1763800020000
+}
+
+func ExampleMemory_Take() {
+	m := window.NewMemory()
+	now := time.UnixMilli(1763800020000)
+	r := []window.Request{{Key: "ratelimit:{edge|api_key=alice}", Limit: 2, Size: time.Minute, Hits: 1}}
+	for range 3 {
+		res := make([]window.Result, 1)
+		ok, _ := m.Take(context.Background(), now, r, res)
+		fmt.Println(ok, res[0].Count, r[0].Remaining(res[0], now))
+	}
+	// Output:
+	// true 1 1
+	// true 2 0
+	// false 2 0
+}

@@ -1,0 +1,170 @@
+package window
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestAppendKey(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		domain    string
+		entries   []Entry
+		qualifier string
+		want      string
+	}{
+		{"one entry", "edge", []Entry{{"api_key", "alice"}}, "", "ratelimit:{edge|api_key=alice}"},
+		{"nested", "edge", []Entry{{"api_key", "alice"}, {"path", "/v1/x"}}, "", "ratelimit:{edge|api_key=alice|path=/v1/x}"},
+		{"empty value", "edge", []Entry{{"k", ""}}, "", "ratelimit:{edge|k=}"},
+		{"separators escaped", "d|x", []Entry{{"a=b", "c:d}{%|"}}, "", "ratelimit:{d%7Cx|a%3Db=c%3Ad%7D%7B%25%7C}"},
+		{"control bytes escaped", "d", []Entry{{"k", "a\nb\x7f"}}, "", "ratelimit:{d|k=a%0Ab%7F}"},
+		{"unicode verbatim", "d", []Entry{{"user", "zoë"}}, "", "ratelimit:{d|user=zoë}"},
+		{"qualifier", "edge", []Entry{{"api_key", "alice"}}, "override", "ratelimit:{edge|api_key=alice|!override}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := string(AppendKey(nil, "ratelimit", tt.domain, tt.entries, tt.qualifier))
+			if got != tt.want {
+				t.Errorf("AppendKey = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	got := string(AppendWindow([]byte("ratelimit:{edge|api_key=alice}"), Window{Start: 1_763_800_020_000, Size: 60_000}))
+	if want := "ratelimit:{edge|api_key=alice}:60000:1763800020000"; got != want {
+		t.Errorf("AppendWindow = %q, want %q", got, want)
+	}
+}
+
+func TestCheckPrefix(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"ratelimit", "rl:prod", ""} {
+		if err := CheckPrefix(p); err != nil {
+			t.Errorf("CheckPrefix(%q) = %v, want nil", p, err)
+		}
+	}
+	for _, p := range []string{"a{b", "x}"} {
+		if err := CheckPrefix(p); err == nil {
+			t.Errorf("CheckPrefix(%q) = nil, want an error", p)
+		}
+	}
+}
+
+// hashTag returns what Redis Cluster hashes: the bytes between the first '{'
+// and the first '}' after it, when that is not empty.
+func hashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+// parseKey inverts AppendKey+AppendWindow; the round trip in FuzzKey proves
+// the encoding injective.
+func parseKey(key string) (domain string, entries []Entry, qualifier string, w Window, err error) {
+	open := strings.IndexByte(key, '{')
+	end := strings.IndexByte(key, '}')
+	if open < 0 || end < open {
+		return "", nil, "", w, fmt.Errorf("no hash tag in %q", key)
+	}
+	parts := strings.Split(key[open+1:end], "|")
+	unesc := func(s string) (string, error) {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			if s[i] != '%' {
+				b.WriteByte(s[i])
+				continue
+			}
+			if i+2 >= len(s) {
+				return "", fmt.Errorf("short escape in %q", s)
+			}
+			v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			if err != nil {
+				return "", err
+			}
+			b.WriteByte(byte(v))
+			i += 2
+		}
+		return b.String(), nil
+	}
+	if domain, err = unesc(parts[0]); err != nil {
+		return
+	}
+	for _, p := range parts[1:] {
+		if q, ok := strings.CutPrefix(p, "!"); ok && !strings.Contains(p, "=") {
+			if qualifier, err = unesc(q); err != nil {
+				return
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return "", nil, "", w, fmt.Errorf("part %q has no '='", p)
+		}
+		var e Entry
+		if e.Key, err = unesc(k); err != nil {
+			return
+		}
+		if e.Value, err = unesc(v); err != nil {
+			return
+		}
+		entries = append(entries, e)
+	}
+	nums := strings.Split(key[end+1:], ":")
+	if len(nums) != 3 || nums[0] != "" {
+		return "", nil, "", w, fmt.Errorf("bad window suffix %q", key[end+1:])
+	}
+	if w.Size, err = strconv.ParseInt(nums[1], 10, 64); err != nil {
+		return
+	}
+	w.Start, err = strconv.ParseInt(nums[2], 10, 64)
+	return
+}
+
+// FuzzKey checks that the key of any descriptor decodes back to exactly that
+// descriptor (so distinct descriptors never share a counter), that values
+// stay readable in the key, and that the hash tag covers the whole
+// descriptor and nothing of the window.
+func FuzzKey(f *testing.F) {
+	f.Add("edge", "api_key", "alice", "path", "/v1", "", int64(60_000), int64(1_763_800_020_000))
+	f.Add("a_b", "c", "d", "", "", "", int64(1), int64(0))
+	f.Add("a", "b_c", "d", "x|y=z", "}{", "override", int64(1000), int64(-1000))
+	f.Add("%41", "=", "|", ":", "%", "!x", int64(5), int64(10))
+	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2, qualifier string, size, start int64) {
+		entries := []Entry{{k1, v1}}
+		if k2 != "" {
+			entries = append(entries, Entry{k2, v2})
+		}
+		w := Window{Start: start, Size: size}
+		key := string(AppendWindow(AppendKey(nil, "ratelimit", domain, entries, qualifier), w))
+		gd, ge, gq, gw, err := parseKey(key)
+		if err != nil {
+			t.Fatalf("parseKey(%q): %v", key, err)
+		}
+		if gd != domain || gq != qualifier || gw != w || fmt.Sprint(ge) != fmt.Sprint(entries) || len(ge) != len(entries) {
+			t.Fatalf("parseKey(%q) = %q %q %q %+v, want %q %q %q %+v", key, gd, ge, gq, gw, domain, entries, qualifier, w)
+		}
+		for i := range ge {
+			if ge[i] != entries[i] {
+				t.Fatalf("entry %d = %q, want %q", i, ge[i], entries[i])
+			}
+		}
+		tag := hashTag(key)
+		if !strings.HasPrefix(key, "ratelimit:{"+tag+"}:") {
+			t.Fatalf("hash tag %q of %q is not the whole descriptor", tag, key)
+		}
+		// A value without separator bytes appears verbatim.
+		if !strings.ContainsAny(v1, "%{}|=:") && !bytes.ContainsFunc([]byte(v1), func(r rune) bool { return r < 0x20 || r == 0x7f }) &&
+			!strings.Contains(key, v1) {
+			t.Fatalf("value %q not verbatim in %q", v1, key)
+		}
+	})
+}

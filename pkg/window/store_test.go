@@ -1,0 +1,319 @@
+package window_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// store is what both stores offer; the suite below runs against each.
+type store interface {
+	Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error)
+	Ping(ctx context.Context) error
+}
+
+// stores returns a constructor per store kind. Every Redis test gets its own
+// redis-server.
+func stores() map[string]func(t *testing.T) store {
+	return map[string]func(t *testing.T) store{
+		"memory": func(t *testing.T) store { return window.NewMemory() },
+		"redis": func(t *testing.T) store {
+			srv := redistest.Start(t)
+			s := window.NewRedis(srv.Client(t))
+			if err := s.Ping(context.Background()); err != nil {
+				t.Fatalf("Ping: %v", err)
+			}
+			return s
+		},
+	}
+}
+
+// t0 is the start of a minute window, so tests know where boundaries are.
+var t0 = time.UnixMilli(1_763_800_020_000)
+
+func req(key string, limit uint64, hits uint64) window.Request {
+	return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
+}
+
+func take(t *testing.T, s store, now time.Time, reqs ...window.Request) (bool, []window.Result) {
+	t.Helper()
+	res := make([]window.Result, len(reqs))
+	ok, err := s.Take(context.Background(), now, reqs, res)
+	if err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	return ok, res
+}
+
+// TestStoreSemantics is the semantic suite both stores must pass alike.
+func TestStoreSemantics(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		at        time.Duration // after t0
+		reqs      []window.Request
+		allowed   bool
+		counts    []uint64
+		over      []bool
+		remaining []uint64 // optional
+	}
+	sliding := func(r window.Request) window.Request { r.Algorithm = window.SlidingWindow; return r }
+	shadow := func(r window.Request) window.Request { r.Shadow = true; return r }
+	refund := func(r window.Request) window.Request { r.Refund = true; return r }
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"admits exactly the limit", []step{
+			{0, []window.Request{req("a", 2, 1)}, true, []uint64{1}, []bool{false}, []uint64{1}},
+			{time.Second, []window.Request{req("a", 2, 1)}, true, []uint64{2}, []bool{false}, []uint64{0}},
+			{2 * time.Second, []window.Request{req("a", 2, 1)}, false, []uint64{2}, []bool{true}, []uint64{0}},
+			{3 * time.Second, []window.Request{req("a", 2, 1)}, false, []uint64{2}, []bool{true}, nil},
+		}},
+		{"a denied request consumes no quota of its other counters", []step{
+			{0, []window.Request{req("full", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{req("other", 5, 1), req("full", 1, 1)}, false, []uint64{0, 1}, []bool{false, true}, nil},
+			{0, []window.Request{req("other", 5, 1)}, true, []uint64{1}, []bool{false}, []uint64{4}},
+		}},
+		{"hits above one and hits that do not fit", []step{
+			{0, []window.Request{req("h", 10, 7)}, true, []uint64{7}, []bool{false}, nil},
+			{0, []window.Request{req("h", 10, 4)}, false, []uint64{7}, []bool{true}, nil},
+			{0, []window.Request{req("h", 10, 3)}, true, []uint64{10}, []bool{false}, nil},
+		}},
+		{"zero hits checks without counting", []step{
+			{0, []window.Request{req("z", 1, 0)}, true, []uint64{0}, []bool{false}, nil},
+			{0, []window.Request{req("z", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{req("z", 1, 0)}, false, []uint64{1}, []bool{true}, nil},
+		}},
+		{"limit zero denies everything", []step{
+			{0, []window.Request{req("zero", 0, 1)}, false, []uint64{0}, []bool{true}, nil},
+		}},
+		{"shadow counts but never denies", []step{
+			{0, []window.Request{shadow(req("s", 1, 1))}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{shadow(req("s", 1, 1)), req("t", 5, 1)}, true, []uint64{2, 1}, []bool{true, false}, nil},
+		}},
+		{"refund gives hits back, floored at zero", []step{
+			{0, []window.Request{req("r", 3, 3)}, true, []uint64{3}, []bool{false}, nil},
+			{0, []window.Request{refund(req("r", 3, 2))}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{refund(req("r", 3, 5))}, true, []uint64{0}, []bool{false}, nil},
+			{0, []window.Request{refund(req("never", 3, 5))}, true, []uint64{0}, []bool{false}, nil},
+		}},
+		{"the same counter twice in one request", []step{
+			{0, []window.Request{req("dup", 3, 2), req("dup", 3, 2)}, false, []uint64{0, 0}, []bool{false, true}, nil},
+			{0, []window.Request{req("dup", 4, 2), req("dup", 4, 2)}, true, []uint64{2, 4}, []bool{false, false}, nil},
+		}},
+		{"a new window starts from zero", []step{
+			{59 * time.Second, []window.Request{req("w", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{59*time.Second + 999*time.Millisecond, []window.Request{req("w", 1, 1)}, false, []uint64{1}, []bool{true}, nil},
+			{time.Minute, []window.Request{req("w", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+		}},
+		{"different window sizes count apart", []step{
+			{0, []window.Request{req("sz", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{{Key: "test:{sz}", Limit: 1, Size: time.Hour, Hits: 1}}, true, []uint64{1}, []bool{false}, nil},
+		}},
+		{"sliding window weighs the previous window", []step{
+			{30 * time.Second, []window.Request{sliding(req("sl", 10, 10))}, true, []uint64{10}, []bool{false}, nil},
+			// 15 s into the next window, 3/4 of the previous still counts: 7.5 + 0.
+			{75 * time.Second, []window.Request{sliding(req("sl", 10, 3))}, false, []uint64{0}, []bool{true}, nil},
+			{75 * time.Second, []window.Request{sliding(req("sl", 10, 2))}, true, []uint64{2}, []bool{false}, []uint64{0}},
+			// 45 s in, 1/4 counts: 2.5 + 2 = 4.5, room for 5.
+			{105 * time.Second, []window.Request{sliding(req("sl", 10, 5))}, true, []uint64{7}, []bool{false}, []uint64{0}},
+		}},
+	}
+	for kind, newStore := range stores() {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					for i, st := range tt.steps {
+						now := t0.Add(st.at)
+						reqs := make([]window.Request, len(st.reqs))
+						for j, r := range st.reqs {
+							r.Key = "test:{" + tt.name + "/" + r.Key[len("test:{"):]
+							reqs[j] = r
+						}
+						ok, res := take(t, s, now, reqs...)
+						if ok != st.allowed {
+							t.Errorf("step %d: allowed = %v, want %v", i, ok, st.allowed)
+						}
+						for j := range res {
+							if res[j].Count != st.counts[j] || res[j].Over != st.over[j] {
+								t.Errorf("step %d req %d: count %d over %v, want %d %v", i, j, res[j].Count, res[j].Over, st.counts[j], st.over[j])
+							}
+							if st.remaining != nil {
+								if got := reqs[j].Remaining(res[j], now); got != st.remaining[j] {
+									t.Errorf("step %d req %d: Remaining = %d, want %d", i, j, got, st.remaining[j])
+								}
+							}
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestReset(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(15 * time.Second)
+	fixed := req("x", 10, 1)
+	if got := fixed.Reset(window.Result{Count: 10}, now); got != 45*time.Second {
+		t.Errorf("fixed Reset = %v, want 45s", got)
+	}
+	sl := fixed
+	sl.Algorithm = window.SlidingWindow
+	for _, tt := range []struct {
+		name string
+		res  window.Result
+		want time.Duration
+	}{
+		{"room left: to the boundary", window.Result{Count: 2, Previous: 4}, 45 * time.Second},
+		// 10*(3/4) + 2 = 9.5 -> full; need prev*(left/60) <= 7: left <= 42 s, so wait 3 s.
+		{"full by the previous window", window.Result{Count: 2, Previous: 10}, 3 * time.Second},
+		// current alone full: past the boundary, 10*(1-t/60) <= 9: t >= 6 s.
+		{"full by the current window", window.Result{Count: 10, Previous: 0}, 51 * time.Second},
+	} {
+		if got := sl.Reset(tt.res, now); got != tt.want {
+			t.Errorf("%s: sliding Reset = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestRedisKeysAreReadableWithTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := window.NewRedis(client)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil { // loads the script: no NOSCRIPT round trip below
+		t.Fatal(err)
+	}
+	key := string(window.AppendKey(nil, "ratelimit", "edge", []window.Entry{{Key: "api_key", Value: "alice"}}, ""))
+	r := window.Request{Key: key, Limit: 10, Size: time.Minute, Hits: 3}
+	if _, err := s.Take(ctx, t0, []window.Request{r}, make([]window.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+	full := "ratelimit:{edge|api_key=alice}:60000:" + strconv.FormatInt(t0.UnixMilli(), 10)
+	keys, err := client.Keys(ctx, "*alice*").Result()
+	if err != nil || len(keys) != 1 || keys[0] != full {
+		t.Fatalf("KEYS *alice* = %q, %v, want [%q]", keys, err, full)
+	}
+	if v, err := client.Get(ctx, full).Result(); err != nil || v != "3" {
+		t.Errorf("GET = %q, %v, want 3", v, err)
+	}
+	ttl1, _ := client.PTTL(ctx, full).Result()
+	if ttl1 <= 60*time.Second || ttl1 > 61*time.Second {
+		t.Errorf("PTTL = %v, want in (60s, 61s]", ttl1)
+	}
+	// A later hit must not extend the TTL.
+	if err := client.PExpire(ctx, full, 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Take(ctx, t0, []window.Request{r}, make([]window.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if ttl2, _ := client.PTTL(ctx, full).Result(); ttl2 > 30*time.Second {
+		t.Errorf("PTTL after a second hit = %v, want <= 30s (never extended)", ttl2)
+	}
+	if got := s.RoundTrips(); got != 2 {
+		t.Errorf("RoundTrips = %d after 2 Takes, want 2", got)
+	}
+}
+
+func TestRedisRecoversFromFlushedScripts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := window.NewRedis(client)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := s.Take(ctx, t0, []window.Request{req("noscript", 1, 1)}, make([]window.Result, 1))
+	if err != nil || !ok {
+		t.Fatalf("Take after SCRIPT FLUSH = %v, %v, want true, nil", ok, err)
+	}
+}
+
+func TestRedisDownFailsFast(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := window.NewRedis(client)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Take(ctx, t0, []window.Request{req("down", 1, 1)}, make([]window.Result, 1))
+	if err == nil {
+		t.Fatal("Take with Redis down succeeded")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Take with Redis down took %v, want about the 50ms deadline", d)
+	}
+}
+
+func TestMemorySweepsExpiredCounters(t *testing.T) {
+	t.Parallel()
+	m := window.NewMemory()
+	for i := range 100 {
+		take(t, m, t0, window.Request{Key: "k" + strconv.Itoa(i), Limit: 5, Size: time.Second, Hits: 1})
+	}
+	if n := m.Len(); n != 100 {
+		t.Fatalf("Len = %d, want 100", n)
+	}
+	// Two seconds later every 1 s window plus its 1 s grace is over.
+	take(t, m, t0.Add(2*time.Second), window.Request{Key: "fresh", Limit: 5, Size: time.Second, Hits: 1})
+	if n := m.Len(); n != 1 {
+		t.Errorf("Len after expiry = %d, want 1", n)
+	}
+}
+
+// TestExactUnderConcurrency: many goroutines on two stores sharing one Redis
+// (two replicas) admit exactly the limit.
+func TestExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stores := []*window.Redis{window.NewRedis(srv.Client(t)), window.NewRedis(srv.Client(t))}
+	const limit, workers, each = 100, 16, 20
+	var mu sync.Mutex
+	admitted := 0
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[w%2]
+			for range each {
+				res := make([]window.Result, 2)
+				ok, err := s.Take(context.Background(), t0, []window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, res)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != limit {
+		t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
+	}
+	// The other counter moved only for admitted requests.
+	_, res := take(t, stores[0], t0, req("conc-other", 1000, 0))
+	if res[0].Count != limit {
+		t.Errorf("other counter = %d, want %d", res[0].Count, limit)
+	}
+}
