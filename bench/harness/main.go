@@ -1,0 +1,320 @@
+// Command harness runs the ratelimit-sidecar benchmarks on loopback and writes their results.
+//
+// It builds the sidecar, the no-op server and the load generator, starts its own redis-server, and runs each
+// scenario -runs times, alternating scenarios within a repetition so that drifts in machine speed hit them all
+// alike. Every scenario run gets a fresh server process and an empty Redis. Around the measured interval
+// (marked by the load generator) it samples process CPU and RSS from /proc, Redis INFO and the sidecar's /metrics.
+//
+//	go run ./bench/harness -out bench/out            # results.json, table.md, benchmarks.png
+//	go run ./bench/harness -out bench/out -publish   # also docs/benchmarks.md and docs/benchmarks.png
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	out          string
+	duration     time.Duration
+	warmup       time.Duration
+	runs         int
+	c            int
+	conns        int
+	keys         int
+	distinctKeys int
+	timeout      time.Duration
+	scenarios    []string
+
+	target         string
+	targetScenario string
+	targetDomain   string
+	targetPID      int
+
+	sidecar     string
+	standIn     bool
+	rules       string
+	redisServer string
+
+	publish bool
+	docs    string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var scenarios string
+	fs := flag.NewFlagSet("harness", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.out, "out", "bench/out", "directory for results.json, table.md, benchmarks.png and logs/")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured interval of each run")
+	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "unmeasured load before each measured interval")
+	fs.IntVar(&o.runs, "runs", 3, "repetitions of the whole scenario list; figures are medians over them")
+	fs.IntVar(&o.c, "c", 50, "load generator concurrency (calls in flight)")
+	fs.IntVar(&o.conns, "conns", 1, "load generator gRPC connections")
+	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e")
+	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
+	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e", "scenarios to run, in order (noop, a-e; -target adds target)")
+	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
+	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
+	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
+	fs.IntVar(&o.targetPID, "target-pid", 0, "pid of the -target server, for its CPU and RSS (0: not measured)")
+	fs.StringVar(&o.sidecar, "sidecar", "", "prebuilt sidecar binary (default: go build ./cmd/ratelimit-sidecar)")
+	fs.BoolVar(&o.standIn, "stand-in", false, "run the sidecar scenarios against the no-op server (tests the harness itself)")
+	fs.StringVar(&o.rules, "rules", "", "rules file for the sidecar (default: the bench rules the harness writes)")
+	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
+	fs.BoolVar(&o.publish, "publish", false, "also write <docs>/benchmarks.md and <docs>/benchmarks.png")
+	fs.StringVar(&o.docs, "docs", "docs", "directory -publish writes to")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	for s := range strings.SplitSeq(scenarios, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if _, ok := scenarioByName(s); !ok || s == "target" {
+			errs = append(errs, fmt.Errorf("-scenarios: unknown %q", s))
+			continue
+		}
+		o.scenarios = append(o.scenarios, s)
+	}
+	if o.target != "" {
+		o.scenarios = append(o.scenarios, "target")
+	}
+	if len(o.scenarios) == 0 {
+		errs = append(errs, errors.New("no scenario to run"))
+	}
+	if o.runs < 1 || o.c < 1 || o.conns < 1 || o.keys < 1 || o.distinctKeys < 1 {
+		errs = append(errs, errors.New("-runs, -c, -conns, -keys and -distinct-keys must be at least 1"))
+	}
+	if o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 {
+		errs = append(errs, errors.New("-duration and -timeout must be positive, -warmup not negative"))
+	}
+	return o, errors.Join(errs...)
+}
+
+// scenario is one row of the results table.
+type scenario struct {
+	Name   string `json:"name"`
+	Label  string `json:"label"`
+	Server string `json:"server"` // noop, sidecar or target
+	Store  string `json:"store"`  // redis, memory or "" when the server keeps no counters
+	Load   string `json:"load"`   // loadgen -scenario
+}
+
+var allScenarios = []scenario{
+	{"noop", "noop server (ceiling)", "noop", "", "allowed"},
+	{"a", "(a) allowed, 1 descriptor, Redis", "sidecar", "redis", "allowed"},
+	{"b", "(b) hot key over limit, Redis", "sidecar", "redis", "hot"},
+	{"c", "(c) 3 descriptors, Redis", "sidecar", "redis", "three"},
+	{"d", "(d) distinct keys, Redis", "sidecar", "redis", "distinct"},
+	{"e", "(e) allowed, in-memory store", "sidecar", "memory", "allowed"},
+	{"target", "external server (-target)", "target", "", ""},
+}
+
+func scenarioByName(name string) (scenario, bool) {
+	i := slices.IndexFunc(allScenarios, func(s scenario) bool { return s.Name == name })
+	if i < 0 {
+		return scenario{}, false
+	}
+	return allScenarios[i], true
+}
+
+// bench is one harness invocation: its options, binaries and the Redis every scenario shares.
+type bench struct {
+	o        options
+	root     string // module root, where go build runs
+	tmp      string
+	logs     string
+	ticks    float64 // USER_HZ
+	noop     string
+	loadgen  string
+	sidecar  string
+	rules    string
+	redis    *redisServer
+	progress io.Writer
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	b := &bench{o: o, progress: stderr}
+	if b.root, err = moduleRoot(ctx); err != nil {
+		return err
+	}
+	if b.tmp, err = os.MkdirTemp("", "rlbench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.tmp)
+	b.logs = filepath.Join(o.out, "logs")
+	if err := os.MkdirAll(b.logs, 0o755); err != nil {
+		return err
+	}
+	b.ticks = clockTicks(ctx)
+
+	if err := b.build(ctx); err != nil {
+		return err
+	}
+	if b.needsRedis() {
+		if b.redis, err = startRedis(ctx, o.redisServer, b.logs); err != nil {
+			return err
+		}
+		defer b.redis.stop()
+	}
+
+	rep := &report{
+		Started:   time.Now().UTC().Format(time.RFC3339),
+		Machine:   machineInfo(ctx, o.redisServer),
+		Command:   b.sanitize(strings.TrimSpace("go run ./bench/harness " + strings.Join(args, " "))),
+		Options:   optionsJSON(o),
+		StandIn:   o.standIn,
+		ClockTick: b.ticks,
+	}
+	for _, name := range o.scenarios {
+		sc, _ := scenarioByName(name)
+		rep.Scenarios = append(rep.Scenarios, sc)
+	}
+	failed := 0
+	for r := 1; r <= o.runs; r++ {
+		for _, sc := range rep.Scenarios {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			rr := b.runOne(ctx, sc, r)
+			if rr.Error != "" {
+				failed++
+			}
+			rep.Runs = append(rep.Runs, rr)
+			fmt.Fprintln(b.progress, rr.line(o.runs))
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	rep.summarize()
+	if err := rep.write(o); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\nwrote %s, %s, %s\n", rep.table(), filepath.Join(o.out, "results.json"),
+		filepath.Join(o.out, "table.md"), filepath.Join(o.out, "benchmarks.png"))
+	if o.publish {
+		if err := rep.publish(o); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "published %s and %s\n", filepath.Join(o.docs, "benchmarks.md"),
+			filepath.Join(o.docs, "benchmarks.png"))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d runs failed (see results.json and %s)", failed, len(rep.Runs), b.logs)
+	}
+	return nil
+}
+
+func (b *bench) needsRedis() bool {
+	if b.o.standIn {
+		return false
+	}
+	for _, name := range b.o.scenarios {
+		if sc, _ := scenarioByName(name); sc.Store == "redis" {
+			return true
+		}
+	}
+	return false
+}
+
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the ratelimit-sidecar module: run from the repository root")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// build compiles the binaries into the temporary directory, so a run measures exactly the tree checked out.
+func (b *bench) build(ctx context.Context) error {
+	targets := []struct {
+		dst *string
+		pkg string
+	}{{&b.noop, "./bench/noop"}, {&b.loadgen, "./bench/loadgen"}}
+	needSidecar := !b.o.standIn && slices.ContainsFunc(b.o.scenarios, func(n string) bool {
+		sc, _ := scenarioByName(n)
+		return sc.Server == "sidecar"
+	})
+	if needSidecar {
+		if b.o.sidecar != "" {
+			b.sidecar = b.o.sidecar
+		} else {
+			targets = append(targets, struct {
+				dst *string
+				pkg string
+			}{&b.sidecar, "./cmd/ratelimit-sidecar"})
+		}
+		if b.o.rules != "" {
+			b.rules = b.o.rules
+		} else {
+			b.rules = filepath.Join(b.tmp, "bench.yaml")
+			if err := os.WriteFile(b.rules, []byte(benchRules), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range targets {
+		*t.dst = filepath.Join(b.tmp, filepath.Base(t.pkg))
+		fmt.Fprintf(b.progress, "go build -o %s %s\n", *t.dst, t.pkg)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", *t.dst, t.pkg)
+		cmd.Dir = b.root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", t.pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// benchRules is the rules file for domain bench (envoyproxy/ratelimit's format, which the sidecar reads).
+// Every limit but the hot key's is far above what one machine can send, so scenarios a, c, d and e measure
+// the cost of counting, not of refusing.
+const benchRules = `# Written by bench/harness. Limits far above any load except api_key=hot.
+domain: bench
+descriptors:
+  - key: api_key
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: api_key
+    value: hot
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report is results.json: how the runs were made and every run, plus the medians the table shows.
+type report struct {
+	Started   string           `json:"started"`
+	Machine   machine          `json:"machine"`
+	Command   string           `json:"command"`
+	Options   map[string]any   `json:"options"`
+	StandIn   bool             `json:"stand_in,omitempty"` // sidecar scenarios ran against the no-op server
+	ClockTick float64          `json:"clock_ticks_per_s"`
+	Scenarios []scenario       `json:"scenarios"`
+	Runs      []runResult      `json:"runs"`
+	Summary   []scenarioResult `json:"summary"`
+}
+
+type machine struct {
+	CPU    string `json:"cpu"`
+	NProc  int    `json:"nproc"`
+	Kernel string `json:"kernel"`
+	Go     string `json:"go"`
+	Redis  string `json:"redis"`
+}
+
+// scenarioResult holds the medians over a scenario's successful runs.
+type scenarioResult struct {
+	scenario
+	Runs       int       `json:"runs"`
+	Failed     int       `json:"failed"`
+	Errors     uint64    `json:"errors"` // summed over runs
+	OK         uint64    `json:"ok"`
+	OverLimit  uint64    `json:"over_limit"`
+	Decisions  *float64  `json:"decisions_per_s"`
+	DecMin     *float64  `json:"decisions_per_s_min"`
+	DecMax     *float64  `json:"decisions_per_s_max"`
+	P50Us      *float64  `json:"p50_us"`
+	P99Us      *float64  `json:"p99_us"`
+	P999Us     *float64  `json:"p999_us"`
+	ServerCPU  *float64  `json:"server_cpu_us_per_decision"`
+	LoadgenCPU *float64  `json:"loadgen_cpu_us_per_decision"`
+	RedisCPU   *float64  `json:"redis_cpu_us_per_decision"`
+	RedisCmds  *float64  `json:"redis_commands_per_decision"`
+	RoundTrips *float64  `json:"round_trips_per_decision"`
+	RSSBefore  *float64  `json:"server_rss_mib_before"`
+	RSSEnd     *float64  `json:"server_rss_mib_end"`
+	RedisMemB  *float64  `json:"redis_used_memory_mib_before"`
+	RedisMemE  *float64  `json:"redis_used_memory_mib_end"`
+	PerRun     []float64 `json:"decisions_per_s_per_run"`
+}
+
+func opt(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+func val(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+func (r *report) summarize() {
+	r.Summary = nil
+	for _, sc := range r.Scenarios {
+		s := scenarioResult{scenario: sc}
+		var dec, p50, p99, p999, srv, lg, rcpu, rcmd, rt, rssB, rssE, memB, memE []float64
+		mib := func(b uint64) float64 {
+			if b == 0 {
+				return math.NaN()
+			}
+			return float64(b) / (1 << 20)
+		}
+		for _, run := range r.Runs {
+			if run.Scenario != sc.Name {
+				continue
+			}
+			s.Runs++
+			if run.Error != "" || run.Load == nil {
+				s.Failed++
+				continue
+			}
+			l := run.Load
+			s.Errors += l.Errors
+			s.OK += l.OK
+			s.OverLimit += l.OverLimit
+			dec = append(dec, l.DecisionsPerS)
+			p50 = append(p50, l.P50Us)
+			p99 = append(p99, l.P99Us)
+			p999 = append(p999, l.P999Us)
+			srv = append(srv, val(run.ServerCPUUsPerDecision))
+			lg = append(lg, val(run.LoadgenCPUUsPerDecision))
+			rcpu = append(rcpu, val(run.RedisCPUUsPerDecision))
+			rcmd = append(rcmd, val(run.RedisCmdsPerDecision))
+			rt = append(rt, val(run.RoundTripsPerDecision))
+			rssB = append(rssB, mib(run.ServerRSSBefore))
+			rssE = append(rssE, mib(run.ServerRSSEnd))
+			memB = append(memB, mib(run.RedisMemoryBefore))
+			memE = append(memE, mib(run.RedisMemoryEnd))
+		}
+		s.PerRun = dec
+		s.Decisions, s.P50Us, s.P99Us, s.P999Us = opt(median(dec)), opt(median(p50)), opt(median(p99)), opt(median(p999))
+		if len(dec) > 0 {
+			lo, hi := dec[0], dec[0]
+			for _, d := range dec {
+				lo, hi = min(lo, d), max(hi, d)
+			}
+			s.DecMin, s.DecMax = opt(lo), opt(hi)
+		}
+		s.ServerCPU, s.LoadgenCPU = opt(median(srv)), opt(median(lg))
+		s.RedisCPU, s.RedisCmds, s.RoundTrips = opt(median(rcpu)), opt(median(rcmd)), opt(median(rt))
+		s.RSSBefore, s.RSSEnd = opt(median(rssB)), opt(median(rssE))
+		s.RedisMemB, s.RedisMemE = opt(median(memB)), opt(median(memE))
+		r.Summary = append(r.Summary, s)
+	}
+}
+
+func (r *report) noop() *scenarioResult {
+	for i := range r.Summary {
+		if r.Summary[i].Name == "noop" {
+			return &r.Summary[i]
+		}
+	}
+	return nil
+}
+
+// table renders the medians as a Markdown table, with throughput and p99 as ratios to the no-op server.
+func (r *report) table() string {
+	var sb strings.Builder
+	n := r.noop()
+	ratio := func(x, base *float64) string {
+		if x == nil || base == nil || *base == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", *x / *base)
+	}
+	f := func(p *float64, prec int) string { return fmtOpt(p, prec) }
+	fmt.Fprintln(&sb, "| scenario | decisions/s | vs noop | p50 µs | p99 µs | p99 vs noop | p99.9 µs | server CPU µs/decision | Redis CPU µs/decision | Redis commands/decision | round trips/decision | server RSS MiB (end) | errors |")
+	fmt.Fprintln(&sb, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, s := range r.Summary {
+		var nd, np *float64
+		if n != nil {
+			nd, np = n.Decisions, n.P99Us
+		}
+		label := s.Label
+		if s.Failed > 0 {
+			label += fmt.Sprintf(" (%d of %d runs failed)", s.Failed, s.Runs)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+			label, f(s.Decisions, 0), ratio(s.Decisions, nd), f(s.P50Us, 0), f(s.P99Us, 0), ratio(s.P99Us, np),
+			f(s.P999Us, 0), f(s.ServerCPU, 1), f(s.RedisCPU, 1), f(s.RedisCmds, 2), f(s.RoundTrips, 2),
+			f(s.RSSEnd, 1), s.Errors)
+	}
+	fmt.Fprintln(&sb)
+	fmt.Fprintf(&sb, "Medians of %d run(s) per scenario; %s measured after %s warm-up, %s calls in flight over %s gRPC connection(s).\n",
+		r.Options["runs"], r.Options["duration"], r.Options["warmup"], fmt.Sprint(r.Options["c"]), fmt.Sprint(r.Options["conns"]))
+	for _, s := range r.Summary {
+		if s.Name == "d" && (s.RedisMemE != nil || s.RSSEnd != nil) {
+			fmt.Fprintf(&sb, "Scenario (d) growth: Redis used_memory %s → %s MiB, sidecar RSS %s → %s MiB.\n",
+				f(s.RedisMemB, 1), f(s.RedisMemE, 1), f(s.RSSBefore, 1), f(s.RSSEnd, 1))
+		}
+		if s.Name == "b" && s.Decisions != nil {
+			fmt.Fprintf(&sb, "Scenario (b) answers: %d OK, %d OVER_LIMIT.\n", s.OK, s.OverLimit)
+		}
+	}
+	for _, s := range r.Summary {
+		if s.LoadgenCPU != nil {
+			fmt.Fprintf(&sb, "Load generator CPU per decision (shares the cores): %s.\n", r.loadgenCPUs())
+			break
+		}
+	}
+	if r.StandIn {
+		fmt.Fprintln(&sb, "\n**Stand-in run: the sidecar scenarios were served by the no-op server; these are not sidecar figures.**")
+	}
+	return sb.String()
+}
+
+func (r *report) loadgenCPUs() string {
+	var parts []string
+	for _, s := range r.Summary {
+		parts = append(parts, fmt.Sprintf("%s %s µs", s.Name, fmtOpt(s.LoadgenCPU, 1)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r *report) write(o options) error {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "table.md"), []byte(r.table()), 0o644); err != nil {
+		return err
+	}
+	return r.chart(filepath.Join(o.out, "benchmarks.png"))
+}
+
+// publish writes docs/benchmarks.md and copies the chart next to it.
+func (r *report) publish(o options) error {
+	if err := os.MkdirAll(o.docs, 0o755); err != nil {
+		return err
+	}
+	png, err := os.ReadFile(filepath.Join(o.out, "benchmarks.png"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.docs, "benchmarks.png"), png, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(o.docs, "benchmarks.md"), []byte(r.markdown()), 0o644)
+}
+
+func (r *report) markdown() string {
+	var sb strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&sb, `# Benchmarks
+
+What one ratelimit-sidecar decision costs, next to a gRPC server that does nothing (the ceiling on this machine),
+all on loopback. Generated by `+"`%s`"+` on %s; do not edit by hand, rerun with `+"`-publish`"+`.
+
+## Machine
+
+- CPU: %s, %d cores (nproc); load generator, server and Redis share them
+- Kernel: %s
+- Go: %s
+- Redis: %s
+
+## How it was run
+
+`+"```"+`
+%s
+`+"```"+`
+
+The harness builds the sidecar, `+"`bench/noop`"+` and `+"`bench/loadgen`"+`, starts its own redis-server
+(`+"`--save \"\" --appendonly no`"+`), and runs the scenarios in turn, repeating the whole list so that any
+drift in machine speed hits every scenario alike. Each run gets a fresh server process and an empty Redis (FLUSHDB).
+
+Commands of the last repetition (`+"`$BIN`"+` is the harness's build directory, ports are picked free):
+
+`+"```"+`
+`, r.Command, r.Started, m.CPU, m.NProc, m.Kernel, m.Go, m.Redis, r.Command)
+	for _, sc := range r.Scenarios {
+		var last *runResult
+		for i := range r.Runs {
+			if r.Runs[i].Scenario == sc.Name {
+				last = &r.Runs[i]
+			}
+		}
+		if last == nil {
+			continue
+		}
+		fmt.Fprintf(&sb, "# %s\n", sc.Label)
+		if last.ServerCmd != "" {
+			fmt.Fprintf(&sb, "%s &\n", last.ServerCmd)
+		}
+		fmt.Fprintf(&sb, "%s\n", last.LoadgenCmd)
+	}
+	fmt.Fprint(&sb, "```\n\n## Results\n\n")
+	fmt.Fprint(&sb, r.table())
+	fmt.Fprint(&sb, `
+![decisions per second and latency per scenario](benchmarks.png)
+
+## What each figure is measured from
+
+- **decisions/s**: ShouldRateLimit calls answered without error that started and ended inside the measured
+  interval, divided by its length (bench/loadgen). One call is one decision, whatever its number of descriptors.
+- **p50, p99, p99.9**: per-call latency seen by the load generator (client side, so gRPC and loopback included),
+  from a log-linear histogram accurate to 1/128 of the value, never under-reporting.
+- **vs noop**: the scenario's median over the no-op server's median.
+- **server CPU µs/decision**: change in utime+stime of the server process (/proc/PID/stat, in clock ticks of
+  `+"`getconf CLK_TCK`"+`) between the load generator's start and end marks, over the decisions counted.
+- **Redis CPU µs/decision**: change in INFO `+"`used_cpu_sys + used_cpu_user`"+` over the same interval.
+- **Redis commands/decision**: change in the `+"`calls`"+` of every INFO commandstats entry but `+"`info`"+` (the harness's own).
+  Commands run by a Lua script are counted by Redis as well as the EVALSHA that ran them.
+- **round trips/decision**: change in the sidecar's `+"`"+roundTripsMetric+"`"+` on /metrics; n/a when it does not export it.
+- **server RSS**: VmRSS from /proc/PID/status at the end mark.
+
+Every figure is the median of the runs; results.json in the harness's output directory has each run.
+`)
+	return sb.String()
+}
+
+// machineInfo describes where the run happened, for the published page.
+func machineInfo(ctx context.Context, redisServer string) machine {
+	m := machine{NProc: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	cmdOut := func(name string, args ...string) string {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, name, args...).Output()
+		if err != nil {
+			return "unknown"
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if v := cmdOut("go", "version"); v != "unknown" {
+		m.Go = v
+	}
+	m.Redis = cmdOut(redisServer, "--version")
+	if n := cmdOut("nproc"); n != "unknown" {
+		fmt.Sscan(n, &m.NProc)
+	}
+	return m
+}
+
+func optionsJSON(o options) map[string]any {
+	return map[string]any{
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "runs": o.runs, "c": o.c, "conns": o.conns,
+		"keys": o.keys, "distinct_keys": o.distinctKeys, "timeout": o.timeout.String(), "scenarios": o.scenarios,
+		"target": o.target, "target_scenario": o.targetScenario, "stand_in": o.standIn,
+	}
+}

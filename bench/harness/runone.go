@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
+)
+
+// roundTripsMetric is the sidecar's counter of store round trips (one per pipeline or script call).
+const roundTripsMetric = "ratelimit_store_round_trips_total"
+
+// runResult is one scenario run. Per-decision figures divide a counter's change over the measured interval by
+// the calls the load generator counted in that interval. Pointers are nil when the figure was not measurable.
+type runResult struct {
+	Scenario string       `json:"scenario"`
+	Run      int          `json:"run"`
+	Error    string       `json:"error,omitempty"`
+	Load     *result.Load `json:"load,omitempty"`
+
+	ServerCPUUsPerDecision  *float64 `json:"server_cpu_us_per_decision"`
+	LoadgenCPUUsPerDecision *float64 `json:"loadgen_cpu_us_per_decision"`
+	RedisCPUUsPerDecision   *float64 `json:"redis_cpu_us_per_decision"`
+	RedisCmdsPerDecision    *float64 `json:"redis_commands_per_decision"`
+	RoundTripsPerDecision   *float64 `json:"round_trips_per_decision"`
+
+	RedisCommands     map[string]uint64 `json:"redis_commands,omitempty"` // calls per command in the interval
+	ServerRSSBefore   uint64            `json:"server_rss_bytes_before,omitempty"`
+	ServerRSSEnd      uint64            `json:"server_rss_bytes_end,omitempty"`
+	RedisMemoryBefore uint64            `json:"redis_used_memory_before,omitempty"`
+	RedisMemoryEnd    uint64            `json:"redis_used_memory_end,omitempty"`
+
+	ServerCmd  string `json:"server_cmd,omitempty"`
+	LoadgenCmd string `json:"loadgen_cmd"`
+}
+
+func (r runResult) line(runs int) string {
+	if r.Error != "" {
+		return fmt.Sprintf("run %d/%d %-6s FAILED: %s", r.Run, runs, r.Scenario, r.Error)
+	}
+	l := r.Load
+	return fmt.Sprintf("run %d/%d %-6s %8.0f decisions/s  p50 %6.0fµs  p99 %6.0fµs  p99.9 %6.0fµs  server %s µs/dec  redis %s µs/dec  errors %d",
+		r.Run, runs, r.Scenario, l.DecisionsPerS, l.P50Us, l.P99Us, l.P999Us,
+		fmtOpt(r.ServerCPUUsPerDecision, 1), fmtOpt(r.RedisCPUUsPerDecision, 1), l.Errors)
+}
+
+// sample is the state of the counters at one instant.
+type sample struct {
+	serverTicks, loadgenTicks uint64
+	haveServer, haveLoadgen   bool
+	serverRSS                 uint64
+	redis                     *redisInfo
+	roundTrips                float64
+	haveRoundTrips            bool
+}
+
+// target is the server a run loads and where to sample it.
+type target struct {
+	addr       string
+	domain     string
+	pid        int    // 0: not measured
+	metricsURL string // "" when it has none the harness knows of
+	cmd        string
+	stop       func()
+}
+
+func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult) {
+	rr = runResult{Scenario: sc.Name, Run: run}
+	fail := func(err error) runResult {
+		rr.Error = err.Error()
+		return rr
+	}
+	log, err := os.Create(filepath.Join(b.logs, fmt.Sprintf("%s-run%d.log", sc.Name, run)))
+	if err != nil {
+		return fail(err)
+	}
+	defer log.Close()
+
+	useRedis := b.redis != nil && sc.Store == "redis"
+	if b.redis != nil {
+		// Every run starts from an empty Redis, including those that do not use it, so they all look alike.
+		if err := b.redis.flush(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	t, err := b.startServer(ctx, sc, log)
+	if err != nil {
+		return fail(err)
+	}
+	defer t.stop()
+	rr.ServerCmd = t.cmd
+
+	keys := b.o.keys
+	loadScenario := sc.Load
+	if sc.Name == "d" {
+		keys = b.o.distinctKeys
+	}
+	if sc.Server == "target" {
+		loadScenario = b.o.targetScenario
+	}
+	args := []string{"-addr", t.addr, "-domain", t.domain, "-scenario", loadScenario, "-keys", strconv.Itoa(keys),
+		"-c", strconv.Itoa(b.o.c), "-conns", strconv.Itoa(b.o.conns), "-duration", b.o.duration.String(),
+		"-warmup", b.o.warmup.String(), "-timeout", b.o.timeout.String(), "-json", "-marks"}
+	rr.LoadgenCmd = b.display(b.loadgen, args...)
+
+	snap := func(lg *proc) sample {
+		var s sample
+		if t.pid != 0 {
+			if v, err := cpuTicks(t.pid); err == nil {
+				s.serverTicks, s.haveServer = v, true
+			}
+			s.serverRSS, _ = rss(t.pid)
+		}
+		if lg != nil {
+			if v, err := cpuTicks(lg.pid()); err == nil {
+				s.loadgenTicks, s.haveLoadgen = v, true
+			}
+		}
+		if useRedis {
+			if info, err := b.redis.info(ctx); err == nil {
+				s.redis = &info
+			} else {
+				fmt.Fprintln(log, "harness:", err)
+			}
+		}
+		if t.metricsURL != "" {
+			if body, err := httpGet(ctx, t.metricsURL); err == nil {
+				s.roundTrips, s.haveRoundTrips = sumMetric(body, roundTripsMetric)
+			}
+		}
+		return s
+	}
+	pre := snap(nil)
+
+	var stdout bytes.Buffer
+	stderrR, stderrW := io.Pipe()
+	lg, err := startProc("loadgen", stderrW, &stdout, b.loadgen, args...)
+	if err != nil {
+		return fail(err)
+	}
+	defer lg.stop(2 * time.Second)
+	marks := make(chan string, 2)
+	var tail strings.Builder // loadgen's other stderr lines, for the error message; read after readerDone
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		sc := bufio.NewScanner(stderrR)
+		for sc.Scan() {
+			switch line := sc.Text(); line {
+			case "mark start", "mark end":
+				marks <- line
+			default:
+				fmt.Fprintln(log, "loadgen:", line)
+				if tail.Len() < 2000 {
+					tail.WriteString(line + "\n")
+				}
+			}
+		}
+		close(marks)
+	}()
+	go func() { <-lg.done; stderrW.Close() }()
+
+	var start, end sample
+	for want := range 2 {
+		select {
+		case m, ok := <-marks:
+			if !ok {
+				<-readerDone
+				return fail(fmt.Errorf("loadgen exited early (%v): %s", lg.err, strings.TrimSpace(tail.String())))
+			}
+			if (want == 0) != (m == "mark start") {
+				return fail(fmt.Errorf("loadgen: %q out of order", m))
+			}
+			if want == 0 {
+				start = snap(lg)
+			} else {
+				end = snap(lg)
+			}
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+	}
+	select {
+	case <-lg.done:
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+	<-readerDone
+	if lg.err != nil {
+		return fail(fmt.Errorf("loadgen: %v: %s", lg.err, strings.TrimSpace(tail.String())))
+	}
+	var l result.Load
+	if err := json.Unmarshal(stdout.Bytes(), &l); err != nil {
+		return fail(fmt.Errorf("loadgen output: %w", err))
+	}
+	rr.Load = &l
+
+	decisions := float64(l.Calls)
+	perDecision := func(delta float64) *float64 {
+		if decisions == 0 {
+			return nil
+		}
+		v := delta / decisions
+		return &v
+	}
+	if start.haveServer && end.haveServer {
+		rr.ServerCPUUsPerDecision = perDecision(float64(end.serverTicks-start.serverTicks) / b.ticks * 1e6)
+	}
+	if start.haveLoadgen && end.haveLoadgen {
+		rr.LoadgenCPUUsPerDecision = perDecision(float64(end.loadgenTicks-start.loadgenTicks) / b.ticks * 1e6)
+	}
+	rr.ServerRSSBefore, rr.ServerRSSEnd = pre.serverRSS, end.serverRSS
+	if start.redis != nil && end.redis != nil {
+		rr.RedisCPUUsPerDecision = perDecision((end.redis.cpuSeconds - start.redis.cpuSeconds) * 1e6)
+		var sum uint64
+		rr.RedisCommands, sum = commandDelta(start.redis.calls, end.redis.calls, "info")
+		rr.RedisCmdsPerDecision = perDecision(float64(sum))
+	}
+	if pre.redis != nil && end.redis != nil {
+		rr.RedisMemoryBefore, rr.RedisMemoryEnd = pre.redis.usedMemory, end.redis.usedMemory
+	}
+	if start.haveRoundTrips && end.haveRoundTrips {
+		rr.RoundTripsPerDecision = perDecision(end.roundTrips - start.roundTrips)
+	}
+	return rr
+}
+
+// startServer starts the server sc loads and waits until it serves.
+func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (target, error) {
+	server := sc.Server
+	if server == "sidecar" && b.o.standIn {
+		server = "noop"
+	}
+	switch server {
+	case "target":
+		return target{addr: b.o.target, domain: b.o.targetDomain, pid: b.o.targetPID, stop: func() {}}, nil
+
+	case "noop":
+		args := []string{"-addr", "127.0.0.1:0"}
+		pr, pw := io.Pipe()
+		p, err := startProc("noop", log, pw, b.noop, args...)
+		if err != nil {
+			return target{}, err
+		}
+		go func() { <-p.done; pw.Close() }()
+		addr, err := waitListening(ctx, p, pr, log, 10*time.Second)
+		if err != nil {
+			p.stop(2 * time.Second)
+			return target{}, err
+		}
+		return target{addr: addr, domain: "bench", pid: p.pid(), cmd: b.display(b.noop, args...),
+			stop: func() { p.stop(5 * time.Second) }}, nil
+
+	case "sidecar":
+		grpcPort, err := freePort()
+		if err != nil {
+			return target{}, err
+		}
+		httpPort, err := freePort()
+		if err != nil {
+			return target{}, err
+		}
+		redisURL := ""
+		if sc.Store == "redis" {
+			redisURL = b.redis.url()
+		}
+		grpcAddr := "127.0.0.1:" + strconv.Itoa(grpcPort)
+		httpAddr := "127.0.0.1:" + strconv.Itoa(httpPort)
+		args := []string{"-config", b.rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
+			"-redis-url", redisURL, "-key-prefix", "bench:"}
+		p, err := startProc("ratelimit-sidecar", log, nil, b.sidecar, args...)
+		if err != nil {
+			return target{}, err
+		}
+		if err := waitReady(ctx, p, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
+			p.stop(2 * time.Second)
+			return target{}, err
+		}
+		return target{addr: grpcAddr, domain: "bench", pid: p.pid(), metricsURL: "http://" + httpAddr + "/metrics",
+			cmd: b.display(b.sidecar, args...), stop: func() { p.stop(10 * time.Second) }}, nil
+	}
+	return target{}, fmt.Errorf("scenario %s: unknown server %q", sc.Name, server)
+}
+
+// display renders a command line for the report, with the temporary directory as $BIN so that no path of this
+// machine ends up in a committed document.
+func (b *bench) display(bin string, args ...string) string {
+	parts := []string{bin}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \"'") {
+			a = strconv.Quote(a)
+		}
+		parts = append(parts, a)
+	}
+	return b.sanitize(strings.Join(parts, " "))
+}
+
+// sanitize replaces the build directory with $BIN and makes paths under the module root relative.
+func (b *bench) sanitize(s string) string {
+	if b.tmp != "" {
+		s = strings.ReplaceAll(s, b.tmp, "$BIN")
+	}
+	if b.root != "" {
+		s = strings.ReplaceAll(s, b.root+string(os.PathSeparator), "")
+	}
+	return s
+}
+
+func fmtOpt(v *float64, prec int) string {
+	if v == nil || math.IsNaN(*v) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
