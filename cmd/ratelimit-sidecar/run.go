@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,9 +13,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -24,89 +21,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
-
-// config is the process configuration: flags, each with an RLS_ variable.
-type config struct {
-	configPath      string
-	grpcAddr        string
-	httpAddr        string
-	redisURL        string
-	redisTimeout    time.Duration
-	keyPrefix       string
-	logLevel        string
-	logFormat       string
-	shutdownTimeout time.Duration
-	healthInterval  time.Duration
-	limits          envoyrls.InputLimits
-}
-
-// envName is the environment variable of a flag: RLS_ and the flag in upper
-// snake case ("redis-url" -> "RLS_REDIS_URL").
-func envName(flagName string) string {
-	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-func parseFlags(name string, args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
-	c := &config{}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required)")
-	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address for ratelimit.v3 and grpc.health.v1: host:port or unix:///path")
-	fs.StringVar(&c.httpAddr, "http-addr", ":8082", "HTTP listen address for /healthz, /readyz, /rules and /metrics; empty disables")
-	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", 15*time.Millisecond, "bound on each store call; keep it below Envoy's filter timeout (20ms by default)")
-	fs.StringVar(&c.keyPrefix, "key-prefix", "ratelimit", "first part of every counter key")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish after SIGTERM")
-	fs.DurationVar(&c.healthInterval, "health-interval", time.Second, "how often the store is pinged for readiness")
-	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", 64, "most descriptors in one request")
-	fs.IntVar(&c.limits.MaxEntries, "max-entries", 32, "most entries in one descriptor")
-	fs.IntVar(&c.limits.MaxEntryBytes, "max-entry-bytes", 1024, "longest descriptor key, value or domain, in bytes")
-	fs.Uint64Var(&c.limits.MaxHits, "max-hits", 1<<32-1, "largest hits_addend of one descriptor")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
-			return // the flag wins over the environment
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
-			}
-		}
-	})
-	if c.configPath == "" {
-		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
-	}
-	return c, errors.Join(errs...)
-}
-
-func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("-log-level: %w", err)
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	var e zapcore.Encoder
-	switch format {
-	case "json":
-		e = zapcore.NewJSONEncoder(enc)
-	case "console":
-		e = zapcore.NewConsoleEncoder(enc)
-	default:
-		return nil, fmt.Errorf("-log-format %q: want json or console", format)
-	}
-	return zap.New(zapcore.NewCore(e, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
-}
 
 // listen opens host:port or unix:///path; a stale socket file is replaced.
 func listen(addr string) (net.Listener, error) {
@@ -269,38 +183,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cancel()
 	}
 	log.Info("stopped")
-	return nil
-}
-
-// newRedisClient makes the client for the counting path: no retries (a
-// retried script can count twice) and deadlines from the request's context.
-func newRedisClient(url string, timeout time.Duration) (*redis.Client, error) {
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("-redis-url: %w", err)
-	}
-	opts.MaxRetries = -1
-	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout = max(timeout*10, time.Second)
-	return redis.NewClient(opts), nil
-}
-
-// validate is the "validate" subcommand: it loads rules, prints every problem
-// with file and line, and fails when there is one.
-func validate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("ratelimit-sidecar validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", getenv(envName("config")), "rules file or directory to check")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *path == "" {
-		return errors.New("validate: -config is required")
-	}
-	rules, err := envoyrls.LoadRules(*path)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "ok: %d domain(s) %s from %d file(s)\n", len(rules.Domains()), strings.Join(rules.Domains(), ", "), len(rules.Files()))
 	return nil
 }
