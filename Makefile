@@ -1,0 +1,43 @@
+# The README's two commands are `make run` and `make test`.
+GO ?= go
+
+.PHONY: run test deps build lint unit e2e fuzz bench
+
+# Run the sidecar on the embedded in-memory store with the example rules.
+run:
+	$(GO) run ./cmd/ratelimit-sidecar -config examples/rules -log-format console
+
+# Everything CI runs: installs redis and Envoy when missing, builds, lints,
+# and runs every test (unit, real redis-server, real Envoy) under -race.
+test: deps build lint unit e2e
+
+deps:
+	scripts/deps.sh
+
+build:
+	$(GO) build -o bin/ratelimit-sidecar ./cmd/ratelimit-sidecar
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) tool staticcheck ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 10m ./...
+
+e2e:
+	$(GO) test -race -count=1 -timeout 10m -tags e2e ./test/e2e/
+
+# Each fuzz target for FUZZTIME (default 20s); new crashers land in testdata/fuzz.
+FUZZTIME ?= 20s
+fuzz:
+	@for pkg in ./pkg/window ./pkg/envoyrls; do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+# The load harness (see docs/benchmarks.md); flags via BENCHFLAGS.
+bench:
+	bench/run.sh $(BENCHFLAGS)
