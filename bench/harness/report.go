@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -58,6 +60,8 @@ type scenarioResult struct {
 	RedisMemB  *float64  `json:"redis_used_memory_mib_before"`
 	RedisMemE  *float64  `json:"redis_used_memory_mib_end"`
 	PerRun     []float64 `json:"decisions_per_s_per_run"`
+	// ByCommand is the median over runs of each Redis command's calls per decision.
+	ByCommand map[string]float64 `json:"redis_commands_per_decision_by_command,omitempty"`
 }
 
 func opt(x float64) *float64 {
@@ -78,6 +82,7 @@ func (r *report) summarize() {
 	r.Summary = nil
 	for _, sc := range r.Scenarios {
 		s := scenarioResult{scenario: sc}
+		byCmd := map[string][]float64{}
 		var dec, p50, p99, p999, srv, lg, rcpu, rcmd, rt, rssB, rssE, memB, memE []float64
 		mib := func(b uint64) float64 {
 			if b == 0 {
@@ -111,6 +116,19 @@ func (r *report) summarize() {
 			rssE = append(rssE, mib(run.ServerRSSEnd))
 			memB = append(memB, mib(run.RedisMemoryBefore))
 			memE = append(memE, mib(run.RedisMemoryEnd))
+			if l.Calls > 0 {
+				for name, n := range run.RedisCommands {
+					byCmd[name] = append(byCmd[name], float64(n)/float64(l.Calls))
+				}
+			}
+		}
+		for name, xs := range byCmd {
+			// A command missing from some runs made no calls in them.
+			xs = append(xs, make([]float64, len(dec)-len(xs))...)
+			if s.ByCommand == nil {
+				s.ByCommand = map[string]float64{}
+			}
+			s.ByCommand[name] = median(xs)
 		}
 		s.PerRun = dec
 		s.Decisions, s.P50Us, s.P99Us, s.P999Us = opt(median(dec)), opt(median(p50)), opt(median(p99)), opt(median(p999))
@@ -172,6 +190,14 @@ func (r *report) table() string {
 		if s.Name == "d" && (s.RedisMemE != nil || s.RSSEnd != nil) {
 			fmt.Fprintf(&sb, "Scenario (d) growth: Redis used_memory %s → %s MiB, sidecar RSS %s → %s MiB.\n",
 				f(s.RedisMemB, 1), f(s.RedisMemE, 1), f(s.RSSBefore, 1), f(s.RSSEnd, 1))
+		}
+		if len(s.ByCommand) > 0 {
+			names := slices.Sorted(maps.Keys(s.ByCommand))
+			var parts []string
+			for _, name := range names {
+				parts = append(parts, fmt.Sprintf("%s %.3g", name, s.ByCommand[name]))
+			}
+			fmt.Fprintf(&sb, "Redis calls per decision, %s: %s.\n", s.Label, strings.Join(parts, ", "))
 		}
 		if s.Name == "b" && s.Decisions != nil {
 			fmt.Fprintf(&sb, "Scenario (b) answers: %d OK, %d OVER_LIMIT.\n", s.OK, s.OverLimit)
@@ -293,6 +319,11 @@ Commands of the last repetition (`+"`$BIN`"+` is the harness's build directory, 
   Commands run by a Lua script are counted by Redis as well as the EVALSHA that ran them.
 - **round trips/decision**: change in the sidecar's `+"`"+roundTripsMetric+"`"+` on /metrics; n/a when it does not export it.
 - **server RSS**: VmRSS from /proc/PID/status at the end mark.
+- **Load generator CPU** is measured the same way as the server's. On a small machine the generator, the server
+  and Redis share the cores, so decisions/s is bounded by their CPU per decision added up; the server's CPU per
+  decision is the figure that carries over to other machines.
+- A sidecar whose store call fails or times out applies the rule's failure mode and still answers, so such
+  failures do not show as errors here: check the sidecar's logs in the harness's logs/ directory.
 
 Every figure is the median of the runs; results.json in the harness's output directory has each run.
 `)
