@@ -65,6 +65,7 @@ func (r *report) chart(path string) error {
 	}
 	tp.Legend.Top = true
 	tp.NominalX(names...)
+	tp.Y.Max *= 1.2 // room for the legend above the tallest bar
 
 	lp := plot.New()
 	lp.Title.Text = "Latency, median of runs (lower is better)"
@@ -96,6 +97,7 @@ func (r *report) chart(path string) error {
 	lp.Legend.Top = true
 	lp.Legend.Left = true
 	lp.NominalX(names...)
+	lp.Y.Max *= 1.25
 
 	img := vgimg.New(vg.Points(1100), vg.Points(420))
 	dc := draw.New(img)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -195,7 +196,7 @@ func (r *report) table() string {
 			names := slices.Sorted(maps.Keys(s.ByCommand))
 			var parts []string
 			for _, name := range names {
-				parts = append(parts, fmt.Sprintf("%s %.3g", name, s.ByCommand[name]))
+				parts = append(parts, name+" "+perDecision(s.ByCommand[name]))
 			}
 			fmt.Fprintf(&sb, "Redis calls per decision, %s: %s.\n", s.Label, strings.Join(parts, ", "))
 		}
@@ -369,4 +370,13 @@ func optionsJSON(o options) map[string]any {
 		"keys": o.keys, "distinct_keys": o.distinctKeys, "timeout": o.timeout.String(), "scenarios": o.scenarios,
 		"target": o.target, "target_scenario": o.targetScenario, "stand_in": o.standIn,
 	}
+}
+
+// perDecision formats a small per-decision rate: three significant digits, and "<0.001" for the odd background
+// command (a health check's PING) rather than an exponent.
+func perDecision(x float64) string {
+	if x > 0 && x < 0.001 {
+		return "<0.001"
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64)
 }
