@@ -1,0 +1,504 @@
+package envoyrls
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+const (
+	okCode   = rlsv3.RateLimitResponse_OK
+	overCode = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// testRules are the rules of the semantic suite.
+const testRules = `
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 3, name: per_key}
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, unit_multiplier: 90, requests_per_unit: 2}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: tier
+    value: gold
+    rate_limit: {unit: minute, requests_per_unit: 10, name: gold, replaces: [{name: base}]}
+  - key: base
+    rate_limit: {unit: minute, requests_per_unit: 1, name: base}
+  - key: multi
+    rate_limits:
+      - {unit: hour, requests_per_unit: 5}
+      - {unit: minute, requests_per_unit: 2}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_window}
+`
+
+// t0 is 15 s into a minute window.
+var t0 = time.UnixMilli(1_763_800_020_000).Add(15 * time.Second)
+
+type fixture struct {
+	srv   *Server
+	store Store
+	now   atomic.Int64 // Unix ms
+}
+
+func (f *fixture) advance(d time.Duration) { f.now.Add(d.Milliseconds()) }
+
+func newFixture(t *testing.T, store Store, rules string, opts ...func(*Options)) *fixture {
+	t.Helper()
+	f := &fixture{store: store}
+	f.now.Store(t0.UnixMilli())
+	o := Options{Store: store, Rules: mustRules(t, rules), Now: func() time.Time { return time.UnixMilli(f.now.Load()) }}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	srv, err := NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = srv
+	return f
+}
+
+// storeKinds are the stores the semantic suite runs against; each Redis
+// fixture gets its own redis-server.
+var storeKinds = map[string]func(t *testing.T) Store{
+	"memory": func(t *testing.T) Store { return window.NewMemory() },
+	"redis": func(t *testing.T) Store {
+		return window.NewRedis(redistest.Start(t).Client(t))
+	},
+}
+
+func desc(kv ...string) *rlv3.RateLimitDescriptor {
+	return &rlv3.RateLimitDescriptor{Entries: entries(kv...)}
+}
+
+func (f *fixture) call(t *testing.T, domain string, ds ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if len(resp.Statuses) != len(ds) {
+		t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
+	}
+	return resp
+}
+
+func codes1(resp *rlsv3.RateLimitResponse) []rlsv3.RateLimitResponse_Code {
+	out := []rlsv3.RateLimitResponse_Code{resp.OverallCode}
+	for _, s := range resp.Statuses {
+		out = append(out, s.Code)
+	}
+	return out
+}
+
+func sameCodes(got []rlsv3.RateLimitResponse_Code, want ...rlsv3.RateLimitResponse_Code) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSemantics is the server's semantic suite, run over both stores.
+func TestSemantics(t *testing.T) {
+	t.Parallel()
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			t.Run("limit, statuses and the 429 body", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				for i := range 3 {
+					resp := f.call(t, "api", desc("api_key", "alice"))
+					st := resp.Statuses[0]
+					if resp.OverallCode != okCode || st.LimitRemaining != uint32(2-i) {
+						t.Fatalf("call %d: %v remaining %d, want OK %d", i, resp.OverallCode, st.LimitRemaining, 2-i)
+					}
+					cl := st.CurrentLimit
+					if cl.RequestsPerUnit != 3 || cl.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE || cl.Name != "per_key" || cl.UnitMultiplier != nil {
+						t.Errorf("current_limit = %v", cl)
+					}
+					if got := st.DurationUntilReset.AsDuration(); got != 45*time.Second {
+						t.Errorf("duration_until_reset = %v, want 45s", got)
+					}
+				}
+				f.advance(10*time.Second + 300*time.Millisecond)
+				resp := f.call(t, "api", desc("remote_address", "10.0.0.1"), desc("api_key", "alice"))
+				if !sameCodes(codes1(resp), overCode, okCode, overCode) {
+					t.Fatalf("codes = %v, want OVER, OK, OVER", codes1(resp))
+				}
+				if got := resp.Statuses[1].DurationUntilReset.AsDuration(); got != 34700*time.Millisecond {
+					t.Errorf("duration_until_reset = %v, want 34.7s", got)
+				}
+				h := map[string]string{}
+				for _, hv := range resp.ResponseHeadersToAdd {
+					h[hv.Key] = hv.Value
+				}
+				if h["retry-after"] != "35" || h["content-type"] != "application/json" {
+					t.Errorf("headers = %v, want retry-after 35 and JSON", h)
+				}
+				var body map[string]any
+				if err := json.Unmarshal(resp.RawBody, &body); err != nil {
+					t.Fatalf("body %q: %v", resp.RawBody, err)
+				}
+				if body["error"] != "too_many_requests" || body["retry_after_seconds"] != 35.0 || body["domain"] != "api" || body["message"] == "" {
+					t.Errorf("body = %v", body)
+				}
+				// The denied request did not count the address either.
+				if st := f.call(t, "api", desc("remote_address", "10.0.0.1")).Statuses[0]; st.LimitRemaining != 99 {
+					t.Errorf("remote_address remaining = %d after a denied request, want 99 (nothing consumed)", st.LimitRemaining)
+				}
+				f.advance(35 * time.Second) // next window
+				if resp := f.call(t, "api", desc("api_key", "alice")); resp.OverallCode != okCode {
+					t.Errorf("after the window: %v, want OK", resp.OverallCode)
+				}
+			})
+			t.Run("unknown domain and unmatched descriptors are OK without a limit", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				for _, domain := range []string{"nope", "api"} {
+					resp := f.call(t, domain, desc("who", "x"), desc("api_key", "a", "extra", "b"))
+					if !sameCodes(codes1(resp), okCode, okCode, okCode) || resp.Statuses[0].CurrentLimit != nil || resp.Statuses[1].CurrentLimit != nil {
+						t.Errorf("%s: %v", domain, resp)
+					}
+				}
+			})
+			t.Run("nested descriptor with a custom window", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				st := f.call(t, "api", desc("api_key", "bob", "path", "/x")).Statuses[0]
+				// 90 s windows: t0 is 1763800035000 ms, window [1763800020000, +90000).
+				if st.CurrentLimit.UnitMultiplier.GetValue() != 90 || st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_SECOND || st.LimitRemaining != 1 {
+					t.Errorf("status = %v", st)
+				}
+				if got, want := st.DurationUntilReset.AsDuration(), time.Duration(90_000-(t0.UnixMilli()%90_000))*time.Millisecond; got != want {
+					t.Errorf("duration_until_reset = %v, want %v", got, want)
+				}
+			})
+			t.Run("shadow mode counts but never denies", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				f.call(t, "api", desc("shadow", "s"))
+				resp := f.call(t, "api", desc("shadow", "s"))
+				if resp.OverallCode != okCode || resp.Statuses[0].Code != okCode || resp.Statuses[0].LimitRemaining != 0 {
+					t.Errorf("shadow over limit: %v", resp)
+				}
+			})
+			t.Run("unlimited never limits and zero always does", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				for range 5 {
+					if resp := f.call(t, "api", desc("free", "x")); resp.OverallCode != okCode || resp.Statuses[0].CurrentLimit != nil {
+						t.Fatalf("unlimited: %v", resp)
+					}
+				}
+				if resp := f.call(t, "api", desc("zero", "x")); resp.OverallCode != overCode {
+					t.Errorf("zero limit: %v, want OVER_LIMIT", resp.OverallCode)
+				}
+			})
+			t.Run("replaces drops the named limit for the request", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				for i := range 3 {
+					resp := f.call(t, "api", desc("tier", "gold"), desc("base", "b"))
+					if resp.OverallCode != okCode || resp.Statuses[1].CurrentLimit != nil {
+						t.Fatalf("call %d with gold: %v", i, codes1(resp))
+					}
+				}
+				f.call(t, "api", desc("base", "b"))
+				if resp := f.call(t, "api", desc("base", "b")); resp.OverallCode != overCode {
+					t.Errorf("base alone twice: %v, want OVER_LIMIT", resp.OverallCode)
+				}
+			})
+			t.Run("several limits on one descriptor report the tightest", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				st := f.call(t, "api", desc("multi", "m")).Statuses[0]
+				if st.CurrentLimit.RequestsPerUnit != 2 || st.LimitRemaining != 1 {
+					t.Errorf("first: %v", st)
+				}
+				f.call(t, "api", desc("multi", "m"))
+				resp := f.call(t, "api", desc("multi", "m"))
+				if resp.OverallCode != overCode || resp.Statuses[0].CurrentLimit.RequestsPerUnit != 2 {
+					t.Errorf("third in a minute: %v", resp)
+				}
+				f.advance(time.Minute)
+				f.call(t, "api", desc("multi", "m"))
+				f.call(t, "api", desc("multi", "m")) // 4 of 5 in the hour
+				f.advance(time.Minute)
+				st = f.call(t, "api", desc("multi", "m")).Statuses[0]
+				if st.Code != okCode || st.CurrentLimit.RequestsPerUnit != 5 || st.LimitRemaining != 0 {
+					t.Errorf("5th in the hour: %v, want OK reporting the hourly limit with 0 left", st)
+				}
+				resp = f.call(t, "api", desc("multi", "m"))
+				if resp.OverallCode != overCode || resp.Statuses[0].CurrentLimit.RequestsPerUnit != 5 {
+					t.Errorf("6th in the hour: %v, want the hourly limit over", resp)
+				}
+			})
+			t.Run("hits_addend", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				resp, err := f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "h")}})
+				if err != nil || resp.Statuses[0].LimitRemaining != 1 {
+					t.Fatalf("request hits 2: %v %v", resp, err)
+				}
+				d := desc("api_key", "h")
+				d.HitsAddend = wrapperspb.UInt64(0) // check only
+				resp, _ = f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 5, Descriptors: []*rlv3.RateLimitDescriptor{d}})
+				if resp.OverallCode != okCode || resp.Statuses[0].LimitRemaining != 1 {
+					t.Errorf("check only: %v", resp)
+				}
+				d.HitsAddend = wrapperspb.UInt64(2)
+				if resp, _ = f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d}}); resp.OverallCode != overCode {
+					t.Errorf("2 more hits with 1 left: %v, want OVER_LIMIT", resp.OverallCode)
+				}
+				d.IsNegativeHits = true
+				if resp, _ = f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d}}); resp.OverallCode != okCode || resp.Statuses[0].LimitRemaining != 3 {
+					t.Errorf("refund of 2: %v, want OK with 3 left", resp)
+				}
+			})
+			t.Run("override replaces the limit and is keyed apart", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				d := desc("api_key", "o")
+				d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(30)}
+				resp := f.call(t, "api", d)
+				cl := resp.Statuses[0].CurrentLimit
+				if resp.OverallCode != okCode || cl.RequestsPerUnit != 1 || cl.UnitMultiplier.GetValue() != 30 {
+					t.Fatalf("override: %v", resp)
+				}
+				if resp := f.call(t, "api", d); resp.OverallCode != overCode {
+					t.Errorf("second override call: %v, want OVER_LIMIT", resp.OverallCode)
+				}
+				if st := f.call(t, "api", desc("api_key", "o")).Statuses[0]; st.LimitRemaining != 2 {
+					t.Errorf("configured limit after override hits: remaining %d, want 2 (keyed apart)", st.LimitRemaining)
+				}
+			})
+			t.Run("sliding window", func(t *testing.T) {
+				f := newFixture(t, store, testRules)
+				for range 10 {
+					f.call(t, "api", desc("sliding", "s"))
+				}
+				f.advance(time.Minute) // 15 s into the next window: 3/4 of 10 still weigh
+				resp := f.call(t, "api", desc("sliding", "s"))
+				if resp.OverallCode != okCode || resp.Statuses[0].LimitRemaining != 1 {
+					t.Fatalf("first in the next window: %v (estimate 7.5+1)", resp)
+				}
+				resp = f.call(t, "api", desc("sliding", "s"))
+				if resp.OverallCode != okCode {
+					t.Fatalf("second: %v", resp)
+				}
+				resp = f.call(t, "api", desc("sliding", "s"))
+				if resp.OverallCode != overCode || resp.Statuses[0].DurationUntilReset.AsDuration() <= 0 {
+					t.Errorf("third (9.5 + 1 > 10): %v, want OVER_LIMIT with a wait", resp)
+				}
+			})
+		})
+	}
+}
+
+func TestInvalidRequestsCountNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory(), testRules, func(o *Options) { o.Limits = InputLimits{MaxDescriptors: 3, MaxEntryBytes: 16, MaxHits: 100} })
+	long := string(make([]byte, 17))
+	zeroMult := desc("api_key", "v")
+	zeroMult.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(0)}
+	badUnit := desc("api_key", "v")
+	badUnit.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	hugeMult := desc("api_key", "v")
+	hugeMult.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(1 << 31)}
+	manyHits := desc("api_key", "v")
+	manyHits.HitsAddend = wrapperspb.UInt64(1 << 63)
+	tests := []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		msg  string
+	}{
+		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "v")}}, "domain is empty"},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "api"}, "no descriptors"},
+		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "v"), {}}}, "descriptor 1 has no entries"},
+		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "v", "", "x")}}, "descriptor 0 entry 1 has an empty key"},
+		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", "1"), desc("a", "2"), desc("a", "3"), desc("a", "4")}}, "4 descriptors, more than 3"},
+		{"long value", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", long)}}, "longer than 16 bytes"},
+		{"invalid UTF-8", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "\xff")}}, "not valid UTF-8"},
+		{"too many hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "v"), manyHits}}, "hits_addend 9223372036854775808 is more than 100"},
+		{"override multiplier zero", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "v"), zeroMult}}, "unit_multiplier 0"},
+		{"override without unit", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{badUnit}}, "limit override has unit UNKNOWN"},
+		{"override window too long", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{hugeMult}}, "longer than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := f.srv.ShouldRateLimit(context.Background(), tt.req)
+			if status.Code(err) != codes.InvalidArgument || !contains1(status.Convert(err).Message(), tt.msg) {
+				t.Errorf("err = %v, want InvalidArgument with %q", err, tt.msg)
+			}
+		})
+	}
+	if st := f.call(t, "api", desc("api_key", "v")).Statuses[0]; st.LimitRemaining != 2 {
+		t.Errorf("remaining after invalid requests = %d, want 2 (nothing counted)", st.LimitRemaining)
+	}
+}
+
+func contains1(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+// failingStore always fails, as a dead Redis does.
+type failingStore struct{}
+
+func (failingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+	return false, errors.Join(window.ErrStore, errors.New("connection refused"))
+}
+func (failingStore) Ping(ctx context.Context) error { return window.ErrStore }
+
+func TestFailureModes(t *testing.T) {
+	t.Parallel()
+	rules := `
+domain: fm
+failure_mode: allow
+descriptors:
+  - key: open
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: closed
+    failure_mode: deny
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: strict
+    failure_mode: error
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    descriptors:
+      - key: inherits
+        rate_limit: {unit: minute, requests_per_unit: 1}
+      - key: overrides
+        failure_mode: allow
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`
+	f := newFixture(t, failingStore{}, rules)
+	tests := []struct {
+		name  string
+		descs []*rlv3.RateLimitDescriptor
+		code  codes.Code // OK means a response
+		want  []rlsv3.RateLimitResponse_Code
+	}{
+		{"allow", []*rlv3.RateLimitDescriptor{desc("open", "x")}, codes.OK, []rlsv3.RateLimitResponse_Code{okCode, okCode}},
+		{"deny", []*rlv3.RateLimitDescriptor{desc("closed", "x")}, codes.OK, []rlsv3.RateLimitResponse_Code{overCode, overCode}},
+		{"error", []*rlv3.RateLimitDescriptor{desc("strict", "x")}, codes.Unavailable, nil},
+		{"error inherited", []*rlv3.RateLimitDescriptor{desc("strict", "x", "inherits", "y")}, codes.Unavailable, nil},
+		{"nearest wins", []*rlv3.RateLimitDescriptor{desc("strict", "x", "overrides", "y")}, codes.OK, []rlsv3.RateLimitResponse_Code{okCode, okCode}},
+		{"deny beats error", []*rlv3.RateLimitDescriptor{desc("strict", "x"), desc("closed", "x"), desc("open", "x")}, codes.OK, []rlsv3.RateLimitResponse_Code{overCode, okCode, overCode, okCode}},
+		{"error beats allow", []*rlv3.RateLimitDescriptor{desc("open", "x"), desc("strict", "x")}, codes.Unavailable, nil},
+		{"no limit needs no store", []*rlv3.RateLimitDescriptor{desc("unknown", "x")}, codes.OK, []rlsv3.RateLimitResponse_Code{okCode, okCode}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "fm", Descriptors: tt.descs})
+			if status.Code(err) != tt.code {
+				t.Fatalf("err = %v, want code %v", err, tt.code)
+			}
+			if err != nil {
+				return
+			}
+			if !sameCodes(codes1(resp), tt.want...) {
+				t.Errorf("codes = %v, want %v", codes1(resp), tt.want)
+			}
+			if resp.OverallCode == overCode {
+				if len(resp.ResponseHeadersToAdd) == 0 || resp.ResponseHeadersToAdd[0].Key != "retry-after" {
+					t.Errorf("deny without retry-after: %v", resp.ResponseHeadersToAdd)
+				}
+			}
+		})
+	}
+}
+
+func TestStoreCallIsBoundedByDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	f := newFixture(t, window.NewRedis(client), testRules, func(o *Options) { o.StoreTimeout = 30 * time.Millisecond })
+	srv.Stop()
+	for _, deadline := range []time.Duration{0, 10 * time.Millisecond} {
+		ctx := context.Background()
+		if deadline > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, deadline)
+			defer cancel()
+		}
+		start := time.Now()
+		_, err := f.srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "dead")}})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("deadline %v: err = %v, want Unavailable", deadline, err)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("deadline %v: answered after %v, want about the store timeout", deadline, d)
+		}
+	}
+}
+
+// slowOK lifts the store timeout: exactness tests under -race on a shared
+// machine are about counts, not latency.
+func slowOK(o *Options) { o.StoreTimeout = 5 * time.Second }
+
+// TestTwoReplicasAdmitExactlyTheLimit: many goroutines against two servers
+// sharing one Redis admit exactly the limit per window.
+func TestTwoReplicasAdmitExactlyTheLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rules := "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 50}\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 100000}\n"
+	replicas := []*fixture{
+		newFixture(t, window.NewRedis(srv.Client(t)), rules, slowOK),
+		newFixture(t, window.NewRedis(srv.Client(t)), rules, slowOK),
+	}
+	var admitted, errs atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := replicas[w%2]
+			for range 10 {
+				resp, err := f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "c", Descriptors: []*rlv3.RateLimitDescriptor{desc("ip", "1.2.3.4"), desc("k", "shared")}})
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if resp.OverallCode == okCode {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if errs.Load() != 0 || admitted.Load() != 50 {
+		t.Errorf("admitted %d of 200 with %d errors, want exactly 50 and none", admitted.Load(), errs.Load())
+	}
+	if st := replicas[0].call(t, "c", desc("ip", "1.2.3.4")).Statuses[0]; st.LimitRemaining != 100000-51 {
+		t.Errorf("ip remaining = %d, want %d: denied requests must not count", st.LimitRemaining, 100000-51)
+	}
+}
