@@ -1,0 +1,221 @@
+package envoyrls
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+)
+
+// MetricsOptions configure Metrics. Registerer is required; the other fields
+// add optional collectors.
+type MetricsOptions struct {
+	// Registerer receives every collector. Use a registry of your own, not
+	// prometheus.DefaultRegisterer, so two servers in one process (tests)
+	// do not collide.
+	Registerer prometheus.Registerer
+	// RoundTrips, when set, is exported as ratelimit_store_round_trips_total;
+	// *window.Redis has a RoundTrips method to pass here. It is called at
+	// each scrape and must be safe for concurrent use.
+	RoundTrips func() uint64
+	// PoolStats, when set, exports the go-redis connection pool as
+	// ratelimit_redis_pool_*; pass a client's PoolStats method. It is called
+	// at each scrape.
+	PoolStats func() *redis.PoolStats
+}
+
+// Metrics is a Prometheus Observer, plus the reload metrics a Reloader
+// reports through ObserveReload. It is safe for concurrent use.
+//
+// Metric names:
+//
+//	ratelimit_decisions_total{domain,rule,outcome}   counter
+//	ratelimit_store_duration_seconds                 histogram
+//	ratelimit_store_errors_total                     counter
+//	ratelimit_failure_mode_active                    gauge, 1 while the store fails
+//	ratelimit_reloads_total{result="ok|error"}       counter, the load at start included
+//	ratelimit_rules_last_reload_success              gauge, 1 or 0
+//	ratelimit_store_round_trips_total                counter, with RoundTrips
+//	ratelimit_redis_pool_*                           with PoolStats
+//
+// and the Go runtime and process collectors.
+type Metrics struct {
+	decisions     *prometheus.CounterVec
+	storeDuration prometheus.Histogram
+	storeErrors   prometheus.Counter
+	failing       prometheus.Gauge
+	reloadOK      prometheus.Counter
+	reloadError   prometheus.Counter
+	reloadSuccess prometheus.Gauge
+
+	// handles caches the decision counters of one (domain, rule, value),
+	// one per outcome, so the request path does no label hashing and, once
+	// warm, no allocation.
+	handles sync.Map // decisionKey -> *[numOutcomes]prometheus.Counter
+}
+
+const numOutcomes = int(OutcomeFailureMode) + 1
+
+// decisionKey identifies a decision's labels: value is "" unless the
+// limit asks for detailed metrics.
+type decisionKey struct {
+	domain, rule, value string
+}
+
+// StoreDurationBuckets are the buckets of ratelimit_store_duration_seconds,
+// in seconds: from 50µs (a local Redis or the memory store) to 100ms, beyond
+// which Envoy has long given up.
+var StoreDurationBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}
+
+// NewMetrics registers the collectors on o.Registerer and returns the
+// Observer. It fails when a collector is already registered there.
+func NewMetrics(o MetricsOptions) (*Metrics, error) {
+	if o.Registerer == nil {
+		return nil, errors.New("envoyrls: MetricsOptions.Registerer is nil")
+	}
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_decisions_total",
+			Help: "Decisions per matched limit, by domain, rule (with the descriptor value for detailed_metric rules) and outcome.",
+		}, []string{"domain", "rule", "outcome"}),
+		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ratelimit_store_duration_seconds",
+			Help:    "Latency of counter store calls, failed ones included.",
+			Buckets: StoreDurationBuckets,
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_store_errors_total",
+			Help: "Counter store calls that failed, so failure modes answered.",
+		}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_failure_mode_active",
+			Help: "1 while the last counter store call failed and failure modes answer, else 0.",
+		}),
+		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_rules_last_reload_success",
+			Help: "1 if the last rules load succeeded, 0 if it failed and older rules are being served.",
+		}),
+	}
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_reloads_total",
+		Help: "Rules loads by result, the load at start included.",
+	}, []string{"result"})
+	m.reloadOK = reloads.WithLabelValues("ok")
+	m.reloadError = reloads.WithLabelValues("error")
+
+	cs := []prometheus.Collector{
+		m.decisions, m.storeDuration, m.storeErrors, m.failing, reloads, m.reloadSuccess,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	if o.RoundTrips != nil {
+		f := o.RoundTrips
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ratelimit_store_round_trips_total",
+			Help: "Calls sent to the counter store (Redis round trips).",
+		}, func() float64 { return float64(f()) }))
+	}
+	if o.PoolStats != nil {
+		cs = append(cs, newPoolCollector(o.PoolStats))
+	}
+	for _, c := range cs {
+		if err := o.Registerer.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Decision counts one decision. It implements Observer.
+func (m *Metrics) Decision(domain string, l *Limit, value string, outcome Outcome) {
+	if !l.DetailedMetric {
+		value = ""
+	}
+	k := decisionKey{domain, l.Rule, value}
+	h, ok := m.handles.Load(k)
+	if !ok {
+		h = m.newHandles(k, l.DetailedMetric)
+	}
+	h.(*[numOutcomes]prometheus.Counter)[outcome].Inc()
+}
+
+func (m *Metrics) newHandles(k decisionKey, detailed bool) any {
+	rule := k.rule
+	if detailed {
+		rule += "_" + k.value
+	}
+	var h [numOutcomes]prometheus.Counter
+	for o := range h {
+		h[o] = m.decisions.WithLabelValues(k.domain, rule, Outcome(o).String())
+	}
+	// Two first decisions may race here; both resolved the same children.
+	got, _ := m.handles.LoadOrStore(k, &h)
+	return got
+}
+
+// StoreCall records a store call's latency and error, and whether failure
+// modes are answering. It implements Observer.
+func (m *Metrics) StoreCall(d time.Duration, err error) {
+	m.storeDuration.Observe(d.Seconds())
+	if err != nil {
+		m.storeErrors.Inc()
+		m.failing.Set(1)
+		return
+	}
+	m.failing.Set(0)
+}
+
+// ObserveReload counts a rules load: err is nil when the new rules are
+// being served. It fits ReloaderOptions.OnReload.
+func (m *Metrics) ObserveReload(err error) {
+	if err != nil {
+		m.reloadError.Inc()
+		m.reloadSuccess.Set(0)
+		return
+	}
+	m.reloadOK.Inc()
+	m.reloadSuccess.Set(1)
+}
+
+// poolCollector exports go-redis pool statistics, read at each scrape.
+type poolCollector struct {
+	stats                                      func() *redis.PoolStats
+	hits, misses, timeouts, stale, total, idle *prometheus.Desc
+}
+
+func newPoolCollector(stats func() *redis.PoolStats) *poolCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("ratelimit_redis_pool_"+name, help, nil, nil)
+	}
+	return &poolCollector{
+		stats:    stats,
+		hits:     d("hits_total", "Times a free connection was found in the pool."),
+		misses:   d("misses_total", "Times no free connection was in the pool, so one was dialled."),
+		timeouts: d("timeouts_total", "Times waiting for a pool connection timed out."),
+		stale:    d("stale_connections_total", "Stale connections removed from the pool."),
+		total:    d("connections", "Connections in the pool."),
+		idle:     d("idle_connections", "Idle connections in the pool."),
+	}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.timeouts, c.stale, c.total, c.idle} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	if s == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(c.timeouts, prometheus.CounterValue, float64(s.Timeouts))
+	ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(s.StaleConns))
+	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(s.TotalConns))
+	ch <- prometheus.MustNewConstMetric(c.idle, prometheus.GaugeValue, float64(s.IdleConns))
+}

@@ -1,0 +1,309 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// rlRequest is a request of one descriptor with the given key, value pairs.
+func rlRequest(domain string, kv ...string) *rlsv3.RateLimitRequest {
+	d := &rlv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{d}}
+}
+
+func newTestMetrics(t testing.TB, o MetricsOptions) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	o.Registerer = reg
+	m, err := NewMetrics(o)
+	if err != nil {
+		t.Fatalf("NewMetrics = %v", err)
+	}
+	return m, reg
+}
+
+func TestMetricsDecisions(t *testing.T) {
+	t.Parallel()
+	m, reg := newTestMetrics(t, MetricsOptions{})
+	plain := &Limit{Rule: "api_key"}
+	detailed := &Limit{Rule: "path", DetailedMetric: true}
+	m.Decision("edge", plain, "ignored", OutcomeOK)
+	m.Decision("edge", plain, "other", OutcomeOK)
+	m.Decision("edge", plain, "", OutcomeOverLimit)
+	m.Decision("edge", detailed, "/login", OutcomeNearLimit)
+	m.Decision("edge", detailed, "/login", OutcomeNearLimit)
+	m.Decision("edge", detailed, "/home", OutcomeShadowOverLimit)
+	m.Decision("internal", plain, "", OutcomeFailureMode)
+
+	// Handles resolve every outcome of a (domain, rule) at once, so zero
+	// series exist too: count them, then check the ones that moved.
+	if got, err := testutil.GatherAndCount(reg, "ratelimit_decisions_total"); err != nil || got != 4*numOutcomes {
+		t.Errorf("ratelimit_decisions_total has %d series (%v), want %d: 4 label sets x %d outcomes", got, err, 4*numOutcomes, numOutcomes)
+	}
+	text := gatherText(t, reg)
+	for _, want := range []string{
+		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="api_key"} 2`,
+		`ratelimit_decisions_total{domain="edge",outcome="over_limit",rule="api_key"} 1`,
+		`ratelimit_decisions_total{domain="edge",outcome="near_limit",rule="path_/login"} 2`,
+		`ratelimit_decisions_total{domain="edge",outcome="shadow_over_limit",rule="path_/home"} 1`,
+		`ratelimit_decisions_total{domain="internal",outcome="failure_mode",rule="api_key"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q; got\n%s", want, text)
+		}
+	}
+}
+
+// gatherText renders reg in the text exposition format.
+func gatherText(t testing.TB, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		for _, m := range mf.Metric {
+			b.WriteString(mf.GetName() + "{")
+			for i, lp := range m.Label {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				b.WriteString(lp.GetName() + `="` + lp.GetValue() + `"`)
+			}
+			b.WriteString("} ")
+			switch {
+			case m.Counter != nil:
+				b.WriteString(formatFloat(m.Counter.GetValue()))
+			case m.Gauge != nil:
+				b.WriteString(formatFloat(m.Gauge.GetValue()))
+			case m.Histogram != nil:
+				b.WriteString("count=" + formatFloat(float64(m.Histogram.GetSampleCount())))
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func TestMetricsStoreAndReload(t *testing.T) {
+	t.Parallel()
+	m, reg := newTestMetrics(t, MetricsOptions{})
+	m.StoreCall(300*time.Microsecond, nil)
+	m.StoreCall(2*time.Millisecond, window.ErrStore)
+	if got := testutil.ToFloat64(m.failing); got != 1 {
+		t.Errorf("ratelimit_failure_mode_active = %v after a failed call, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.storeErrors); got != 1 {
+		t.Errorf("ratelimit_store_errors_total = %v, want 1", got)
+	}
+	m.StoreCall(time.Millisecond, nil)
+	if got := testutil.ToFloat64(m.failing); got != 0 {
+		t.Errorf("ratelimit_failure_mode_active = %v after a good call, want 0", got)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_store_duration_seconds Latency of counter store calls, failed ones included.
+# TYPE ratelimit_store_duration_seconds histogram
+ratelimit_store_duration_seconds_bucket{le="5e-05"} 0
+ratelimit_store_duration_seconds_bucket{le="0.0001"} 0
+ratelimit_store_duration_seconds_bucket{le="0.00025"} 0
+ratelimit_store_duration_seconds_bucket{le="0.0005"} 1
+ratelimit_store_duration_seconds_bucket{le="0.001"} 2
+ratelimit_store_duration_seconds_bucket{le="0.0025"} 3
+ratelimit_store_duration_seconds_bucket{le="0.005"} 3
+ratelimit_store_duration_seconds_bucket{le="0.01"} 3
+ratelimit_store_duration_seconds_bucket{le="0.025"} 3
+ratelimit_store_duration_seconds_bucket{le="0.05"} 3
+ratelimit_store_duration_seconds_bucket{le="0.1"} 3
+ratelimit_store_duration_seconds_bucket{le="+Inf"} 3
+ratelimit_store_duration_seconds_sum 0.0033
+ratelimit_store_duration_seconds_count 3
+`), "ratelimit_store_duration_seconds"); err != nil {
+		t.Error(err)
+	}
+
+	m.ObserveReload(nil)
+	m.ObserveReload(errors.New("bad"))
+	if got := testutil.ToFloat64(m.reloadSuccess); got != 0 {
+		t.Errorf("ratelimit_rules_last_reload_success = %v after a failed reload, want 0", got)
+	}
+	m.ObserveReload(nil)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_reloads_total Rules loads by result, the load at start included.
+# TYPE ratelimit_reloads_total counter
+ratelimit_reloads_total{result="error"} 1
+ratelimit_reloads_total{result="ok"} 2
+# HELP ratelimit_rules_last_reload_success 1 if the last rules load succeeded, 0 if it failed and older rules are being served.
+# TYPE ratelimit_rules_last_reload_success gauge
+ratelimit_rules_last_reload_success 1
+`), "ratelimit_reloads_total", "ratelimit_rules_last_reload_success"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMetricsStoreCollectors(t *testing.T) {
+	t.Parallel()
+	var trips uint64 = 41
+	_, reg := newTestMetrics(t, MetricsOptions{
+		RoundTrips: func() uint64 { return trips },
+		PoolStats: func() *redis.PoolStats {
+			return &redis.PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4}
+		},
+	})
+	trips++
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_store_round_trips_total Calls sent to the counter store (Redis round trips).
+# TYPE ratelimit_store_round_trips_total counter
+ratelimit_store_round_trips_total 42
+# HELP ratelimit_redis_pool_hits_total Times a free connection was found in the pool.
+# TYPE ratelimit_redis_pool_hits_total counter
+ratelimit_redis_pool_hits_total 10
+# HELP ratelimit_redis_pool_misses_total Times no free connection was in the pool, so one was dialled.
+# TYPE ratelimit_redis_pool_misses_total counter
+ratelimit_redis_pool_misses_total 2
+# HELP ratelimit_redis_pool_timeouts_total Times waiting for a pool connection timed out.
+# TYPE ratelimit_redis_pool_timeouts_total counter
+ratelimit_redis_pool_timeouts_total 1
+# HELP ratelimit_redis_pool_stale_connections_total Stale connections removed from the pool.
+# TYPE ratelimit_redis_pool_stale_connections_total counter
+ratelimit_redis_pool_stale_connections_total 4
+# HELP ratelimit_redis_pool_connections Connections in the pool.
+# TYPE ratelimit_redis_pool_connections gauge
+ratelimit_redis_pool_connections 5
+# HELP ratelimit_redis_pool_idle_connections Idle connections in the pool.
+# TYPE ratelimit_redis_pool_idle_connections gauge
+ratelimit_redis_pool_idle_connections 3
+`), "ratelimit_store_round_trips_total", "ratelimit_redis_pool_hits_total", "ratelimit_redis_pool_misses_total",
+		"ratelimit_redis_pool_timeouts_total", "ratelimit_redis_pool_stale_connections_total",
+		"ratelimit_redis_pool_connections", "ratelimit_redis_pool_idle_connections"); err != nil {
+		t.Error(err)
+	}
+	for _, want := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if n, err := testutil.GatherAndCount(reg, want); err != nil || n == 0 {
+			t.Errorf("GatherAndCount(%s) = %d, %v, want > 0", want, n, err)
+		}
+	}
+}
+
+// TestMetricsLint holds every metric of ours to Prometheus naming
+// conventions (units, _total on counters, no camel case).
+func TestMetricsLint(t *testing.T) {
+	t.Parallel()
+	m, reg := newTestMetrics(t, MetricsOptions{RoundTrips: func() uint64 { return 0 }, PoolStats: func() *redis.PoolStats { return &redis.PoolStats{} }})
+	m.Decision("d", &Limit{Rule: "r"}, "", OutcomeOK)
+	m.StoreCall(time.Millisecond, nil)
+	m.ObserveReload(nil)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "ratelimit_") {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+func TestNewMetricsErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := NewMetrics(MetricsOptions{}); err == nil {
+		t.Error("NewMetrics without a Registerer = nil error, want one")
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := NewMetrics(MetricsOptions{Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMetrics(MetricsOptions{Registerer: reg}); err == nil {
+		t.Error("NewMetrics twice on one registry = nil error, want AlreadyRegistered")
+	}
+}
+
+// TestMetricsDecisionAllocs keeps the request path allocation-free once a
+// label set has been seen.
+func TestMetricsDecisionAllocs(t *testing.T) {
+	m, _ := newTestMetrics(t, MetricsOptions{})
+	l := &Limit{Rule: "path", DetailedMetric: true}
+	m.Decision("edge", l, "/login", OutcomeOK)
+	if got := testing.AllocsPerRun(100, func() {
+		m.Decision("edge", l, "/login", OutcomeOverLimit)
+		m.StoreCall(time.Millisecond, nil)
+	}); got != 0 {
+		t.Errorf("Decision+StoreCall allocate %v times per call, want 0", got)
+	}
+}
+
+// TestMetricsObserveServer checks the wiring with a real Server: the rule
+// label is the limit's rule and outcomes follow decisions.
+func TestMetricsObserveServer(t *testing.T) {
+	t.Parallel()
+	rules, err := ParseRules([]string{"m.yaml"}, map[string][]byte{"m.yaml": []byte(`
+domain: edge
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: path
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, reg := newTestMetrics(t, MetricsOptions{})
+	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 3 {
+		if _, err := srv.ShouldRateLimit(ctx, rlRequest("edge", "api_key", "k1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := srv.ShouldRateLimit(ctx, rlRequest("edge", "path", "/x")); err != nil {
+		t.Fatal(err)
+	}
+	text := gatherText(t, reg)
+	for _, want := range []string{
+		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="api_key"} 1`,
+		`ratelimit_decisions_total{domain="edge",outcome="near_limit",rule="api_key"} 1`,
+		`ratelimit_decisions_total{domain="edge",outcome="over_limit",rule="api_key"} 1`,
+		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="path_/x"} 1`,
+		`ratelimit_store_duration_seconds{} count=4`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q; got\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, `rule="api_key_k1"`) {
+		t.Errorf("metrics carry the raw value of a rule without detailed_metric:\n%s", text)
+	}
+}
+
+func BenchmarkMetricsDecision(b *testing.B) {
+	m, _ := newTestMetrics(b, MetricsOptions{})
+	l := &Limit{Rule: "api_key"}
+	m.Decision("edge", l, "", OutcomeOK)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Decision("edge", l, "", OutcomeOK)
+		}
+	})
+}
