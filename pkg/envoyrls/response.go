@@ -66,6 +66,9 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			continue // unlimited: OK without a current limit
 		}
 		r, res := &c.reqs[slot], c.res[slot]
+		if res.Skipped {
+			continue // not read: another counter was known full; claim no numbers
+		}
 		remaining := r.Remaining(res, now)
 		reset := r.Reset(res, now)
 		over := res.Over && !l.Shadow

@@ -1,0 +1,90 @@
+package envoyrls
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+const benchRules = `
+domain: bench
+descriptors:
+  - key: api_key
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+// roundTripper is a store that counts its Redis calls.
+type roundTripper interface{ RoundTrips() uint64 }
+
+// BenchmarkShouldRateLimit measures one decision on the hot path, allowed,
+// over 1,000 API keys: allocations per decision and, for Redis, round trips
+// per decision (rt/op).
+func BenchmarkShouldRateLimit(b *testing.B) {
+	stores := []struct {
+		name string
+		make func(b *testing.B) Store
+	}{
+		{"memory", func(b *testing.B) Store { return window.NewMemory() }},
+		{"redis", func(b *testing.B) Store {
+			s := window.NewRedis(redistest.Start(b).Client(b))
+			if err := s.Ping(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
+	}
+	for _, st := range stores {
+		for _, n := range []int{1, 3} {
+			b.Run(st.name+"/"+strconv.Itoa(n)+"desc", func(b *testing.B) {
+				store := st.make(b)
+				srv, err := NewServer(Options{Store: store, Rules: mustRules(b, benchRules), StoreTimeout: time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				reqs := make([]*rlsv3.RateLimitRequest, 1000)
+				for i := range reqs {
+					key := "k" + strconv.Itoa(i)
+					ds := []*rlv3.RateLimitDescriptor{desc("api_key", key)}
+					if n == 3 {
+						ds = append(ds, desc("remote_address", "10.0.0."+strconv.Itoa(i%250)), desc("api_key", key, "path", "/p"+strconv.Itoa(i%10)))
+					}
+					reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds}
+				}
+				var before uint64
+				rt, counts := store.(roundTripper)
+				if counts {
+					before = rt.RoundTrips()
+				}
+				var i atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					for pb.Next() {
+						resp, err := srv.ShouldRateLimit(ctx, reqs[i.Add(1)%int64(len(reqs))])
+						if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+							b.Errorf("ShouldRateLimit = %v, %v", resp.GetOverallCode(), err)
+							return
+						}
+					}
+				})
+				if counts {
+					b.ReportMetric(float64(rt.RoundTrips()-before)/float64(b.N), "rt/op")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package window
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// taker is the store an OverLimitCache wraps.
+type taker interface {
+	Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
+	Ping(ctx context.Context) error
+}
+
+// OverLimitCache remembers fixed-window counters that are full and denies
+// requests that need one of them without asking the store, until the
+// window ends. It is exact for fixed windows, because a counter only grows
+// within its window: once count >= limit, no hit fits until the next window.
+// A key under attack therefore costs no Redis traffic.
+//
+// Two cases are not cached: sliding windows (their estimate falls as time
+// passes) and shadow counters (they never deny). A refund (Envoy's
+// is_negative_hits) through this replica forgets the counter; a refund
+// through another replica is not seen, so this replica may deny until the
+// window ends although the refund made room.
+//
+// When a cached counter denies a request, the other counters of that
+// request are not read: their Results have Skipped set and Count 0.
+//
+// An OverLimitCache is safe for concurrent use and needs no goroutine:
+// expired entries are dropped when looked up and swept at most once a second.
+type OverLimitCache struct {
+	next      taker
+	mu        sync.RWMutex
+	full      map[fullKey]int64 // window end, Unix ms
+	nextSweep atomic.Int64
+	hits      atomic.Uint64
+}
+
+type fullKey struct {
+	key   string
+	size  int64
+	start int64
+	limit uint64
+}
+
+// NewOverLimitCache wraps a store.
+func NewOverLimitCache(next taker) *OverLimitCache {
+	return &OverLimitCache{next: next, full: make(map[fullKey]int64)}
+}
+
+// Ping pings the wrapped store.
+func (c *OverLimitCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
+
+// Hits returns how many requests the cache denied without the store.
+func (c *OverLimitCache) Hits() uint64 { return c.hits.Load() }
+
+// Len returns the number of cached full counters, expired ones included
+// until they are swept.
+func (c *OverLimitCache) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.full)
+}
+
+// Take denies at once if a non-shadow fixed-window counter of reqs is known
+// full for the current window; otherwise it asks the wrapped store and
+// remembers the counters that came back full.
+func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+	nowMs := now.UnixMilli()
+	c.sweep(nowMs)
+	for i := range reqs {
+		r := &reqs[i]
+		if !cacheable(r) {
+			continue
+		}
+		w := AtMillis(nowMs, r.Size.Milliseconds())
+		c.mu.RLock()
+		_, full := c.full[fullKey{r.Key, w.Size, w.Start, r.Limit}]
+		c.mu.RUnlock()
+		if full {
+			for j := range reqs {
+				res[j] = Result{Skipped: true}
+			}
+			res[i] = Result{Count: r.Limit, Over: true}
+			c.hits.Add(1)
+			return false, nil
+		}
+	}
+	allowed, err := c.next.Take(ctx, now, reqs, res)
+	if err != nil {
+		return allowed, err
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Refund {
+			c.forget(r)
+			continue
+		}
+		if cacheable(r) && res[i].Count >= r.Limit {
+			w := AtMillis(nowMs, r.Size.Milliseconds())
+			c.mu.Lock()
+			c.full[fullKey{r.Key, w.Size, w.Start, r.Limit}] = w.End()
+			c.mu.Unlock()
+		}
+	}
+	return allowed, nil
+}
+
+func cacheable(r *Request) bool {
+	return r.Algorithm == FixedWindow && !r.Shadow && !r.Refund
+}
+
+// forget drops every cached window of a refunded counter.
+func (c *OverLimitCache) forget(r *Request) {
+	size := r.Size.Milliseconds()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.full {
+		if k.key == r.Key && k.size == size {
+			delete(c.full, k)
+		}
+	}
+}
+
+func (c *OverLimitCache) sweep(nowMs int64) {
+	next := c.nextSweep.Load()
+	if nowMs < next || !c.nextSweep.CompareAndSwap(next, nowMs+1000) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, end := range c.full {
+		if end <= nowMs {
+			delete(c.full, k)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package window_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// countingStore counts the calls that reach the wrapped store.
+type countingStore struct {
+	store
+	calls atomic.Int64
+}
+
+func (c *countingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+	c.calls.Add(1)
+	return c.store.Take(ctx, now, reqs, res)
+}
+
+func TestOverLimitCache(t *testing.T) {
+	t.Parallel()
+	inner := &countingStore{store: window.NewMemory()}
+	c := window.NewOverLimitCache(inner)
+	full := req("full", 2, 1)
+	other := req("other", 10, 1)
+	take(t, c, t0, full)
+	take(t, c, t0, full) // now full: cached
+	if n := c.Len(); n != 1 {
+		t.Fatalf("Len = %d after filling, want 1", n)
+	}
+	before := inner.calls.Load()
+	ok, res := take(t, c, t0.Add(time.Second), other, full)
+	if ok || !res[1].Over || res[1].Count != 2 || !res[0].Skipped {
+		t.Errorf("cached denial = %v %+v, want denied, full over, other skipped", ok, res)
+	}
+	if inner.calls.Load() != before {
+		t.Errorf("a cached denial reached the store")
+	}
+	if c.Hits() != 1 {
+		t.Errorf("Hits = %d, want 1", c.Hits())
+	}
+	// The other counter was not consumed by the cached denial.
+	if _, res := take(t, c, t0, req("other", 10, 0)); res[0].Count != 0 {
+		t.Errorf("other count = %d, want 0", res[0].Count)
+	}
+	// The next window asks the store again.
+	if ok, _ := take(t, c, t0.Add(time.Minute), full); !ok {
+		t.Error("next window denied")
+	}
+	// A refund through this cache forgets the full counter.
+	take(t, c, t0.Add(time.Minute), full)
+	r := full
+	r.Refund = true
+	take(t, c, t0.Add(time.Minute), r)
+	if ok, _ := take(t, c, t0.Add(time.Minute), full); !ok {
+		t.Error("denied after a refund made room")
+	}
+	// Shadow and sliding counters are never cached.
+	sh := req("shadow", 1, 1)
+	sh.Shadow = true
+	sl := req("sliding", 1, 1)
+	sl.Algorithm = window.SlidingWindow
+	for range 3 {
+		take(t, c, t0, sh)
+		take(t, c, t0, sl)
+	}
+	before = inner.calls.Load()
+	take(t, c, t0, sh)
+	take(t, c, t0, sl)
+	if got := inner.calls.Load() - before; got != 2 {
+		t.Errorf("%d store calls for shadow and sliding, want 2 (never cached)", got)
+	}
+	// Expired windows are swept.
+	take(t, c, t0.Add(time.Hour), req("x", 5, 1))
+	if n := c.Len(); n != 0 {
+		t.Errorf("Len after an hour = %d, want 0", n)
+	}
+}
+
+// TestOverLimitCacheStaysExact: two replicas, each with its own cache, over
+// one Redis still admit exactly the limit.
+func TestOverLimitCacheStaysExact(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	replicas := []*window.OverLimitCache{
+		window.NewOverLimitCache(window.NewRedis(srv.Client(t))),
+		window.NewOverLimitCache(window.NewRedis(srv.Client(t))),
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				ok, err := replicas[w%2].Take(context.Background(), t0, []window.Request{req("cached-conc", 60, 1)}, make([]window.Result, 1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 60 {
+		t.Errorf("admitted %d, want exactly 60", admitted.Load())
+	}
+	if replicas[0].Hits()+replicas[1].Hits() == 0 {
+		t.Error("no denial came from the cache")
+	}
+}
