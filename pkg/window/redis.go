@@ -5,7 +5,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,37 +20,118 @@ var takeSource string
 
 var takeScript = redis.NewScript(takeSource)
 
-// scripter is the part of a go-redis client that Redis uses.
+// scripter is the part of a go-redis client that Redis uses. A
+// redis.UniversalClient (*redis.Client, a Sentinel failover client or a
+// *redis.ClusterClient) has it.
 type scripter interface {
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+	Process(ctx context.Context, cmd redis.Cmder) error
 	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 	Ping(ctx context.Context) *redis.StatusCmd
 }
 
+// sharded is the part of a *redis.ClusterClient that tells Redis its
+// counters are spread over nodes.
+type sharded interface {
+	ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+}
+
 // Redis is a Store whose counters live in Redis and are shared by every
-// replica that uses the same server and key prefix. Each Take is one round
-// trip: one EVALSHA of an embedded Lua script that checks and counts all
-// counters of the request atomically.
+// replica that uses the same server and key prefix.
 //
-// The client should have retries off (MaxRetries: -1), since a retried
-// script could count twice, and ContextTimeoutEnabled on, so that a request's
-// deadline bounds the call. A Redis is safe for concurrent use; it does not
-// own the client and does not close it.
+// On a single node or behind Sentinel each Take is one round trip: one
+// EVALSHA of an embedded Lua script that checks and counts all counters of
+// the request atomically.
+//
+// On Redis Cluster a script may only touch keys of one hash slot. Counter
+// keys carry a hash tag per descriptor (see AppendKey), so a request whose
+// counters share a slot (always the case with one descriptor) is still one
+// EVALSHA. A request over several slots runs one script per slot, all in
+// parallel. If any slot denies, the slots that allowed, and so counted, are
+// given their hits back in a second parallel step: a denied request still
+// consumes no quota once Take returns. In between, other requests can see those hits and be denied, so
+// under concurrency a multi-slot counter may admit fewer than its limit
+// (never more); a counter whose request's other counters never deny admits
+// exactly its limit. Refunds (Request.Refund) of a multi-slot request are
+// applied after every slot has allowed, in one more parallel step. In cluster mode
+// every Request.Key must hold a hash tag (AppendKey's keys do); an untagged
+// sliding-window key fails with CROSSSLOT.
+//
+// When some slots fail (a cluster node down) and others answer, Take returns
+// a *PartialError naming the failed requests; see PartialError.
+//
+// Script calls are never retried by go-redis (a retried script could count
+// twice), except after a NOSCRIPT error or a cluster redirection, when
+// nothing ran. The client should also have ContextTimeoutEnabled on, so that
+// a request's deadline bounds the call, and MaxRetries -1. A Redis is safe
+// for concurrent use; it does not own the client and does not close it.
 type Redis struct {
 	client     scripter
+	shards     sharded // nil unless the client is a cluster client
 	roundTrips atomic.Uint64
 }
 
-// NewRedis returns a store over client (a *redis.Client, or anything with
-// the same script methods).
+// NewRedis returns a store over client: a redis.UniversalClient
+// (*redis.Client, a Sentinel failover client, *redis.ClusterClient), or
+// anything with the same methods. A client with a ForEachShard method is
+// treated as a cluster: counters are grouped by hash slot.
 func NewRedis(client scripter) *Redis {
-	return &Redis{client: client}
+	s := &Redis{client: client}
+	s.shards, _ = client.(sharded)
+	return s
 }
 
+// PartialError is the error of a Take of which some requests were answered
+// and others not, on Redis Cluster when the nodes of some slots fail. It
+// wraps ErrStore and the first underlying error.
+//
+// Failed lists the indexes (into the reqs given to Take) of the requests
+// whose counters are in an unknown state; their Results are meaningless. The
+// Results of every other request are valid, and Take's allowed reports
+// whether all of those non-shadow counters had room. When allowed is true
+// the answered counters have been counted, as if the failed ones had
+// allowed; when it is false nothing answered was counted.
+//
+// A server applies each failed request's failure mode and decides. If it
+// then denies a request that Take allowed (a failed counter fails closed),
+// the answered counters hold hits of a denied request; to give them back,
+// call Take again with the same now and the answered requests that had
+// Hits > 0 and no Refund, each with Refund set.
+type PartialError struct {
+	// Failed holds request indexes in increasing order.
+	Failed []int
+	// Err is the first failure; it wraps ErrStore.
+	Err error
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("window: %d request(s) failed: %v", len(e.Failed), e.Err)
+}
+
+// Unwrap returns Err, so errors.Is(err, ErrStore) holds.
+func (e *PartialError) Unwrap() error { return e.Err }
+
 // Ping checks that Redis answers, and loads the script so the first request
-// does not pay for it.
+// does not pay for it. On a cluster it pings and loads the script on every
+// node it knows, and fails only if none answers: a cluster with one node
+// down still serves the other nodes' slots.
 func (s *Redis) Ping(ctx context.Context) error {
+	if s.shards != nil {
+		var ok atomic.Int64
+		err := s.shards.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := c.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("ping %s: %w", c.Options().Addr, err)
+			}
+			if err := c.ScriptLoad(ctx, takeSource).Err(); err != nil {
+				return fmt.Errorf("script load %s: %w", c.Options().Addr, err)
+			}
+			ok.Add(1)
+			return nil
+		})
+		if err != nil && ok.Load() == 0 {
+			return fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		return nil
+	}
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("%w: ping: %w", ErrStore, err)
 	}
@@ -58,24 +142,46 @@ func (s *Redis) Ping(ctx context.Context) error {
 }
 
 // RoundTrips returns how many calls this store has sent to Redis, for
-// measuring round trips per decision.
+// measuring round trips per decision. On a cluster, one parallel step over
+// several slots counts as one.
 func (s *Redis) RoundTrips() uint64 { return s.roundTrips.Load() }
 
 // Take checks every request against its counter at now and, only if every
-// non-shadow request has room, counts them all, in one round trip. It writes
-// one Result per request into res (len(res) >= len(reqs)). now should be the
-// time the replicas agree on (see package doc); Redis's own clock only runs
-// the TTLs.
+// non-shadow request has room, counts them all. It writes one Result per
+// request into res (len(res) >= len(reqs)). now should be the time the
+// replicas agree on (see package doc); Redis's own clock only runs the TTLs.
+// Errors wrap ErrStore; on a cluster they may be a *PartialError.
 func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
 	if len(reqs) == 0 {
 		return true, nil
 	}
 	nowMs := now.UnixMilli()
-	keys := make([]string, 0, len(reqs)+1)
-	args := make([]any, 0, 5*len(reqs))
+	res = res[:len(reqs)]
+	if s.shards != nil {
+		if groups := groupBySlot(nowMs, reqs); len(groups) > 1 {
+			return s.takeSlots(ctx, nowMs, reqs, res, groups)
+		}
+	}
+	keys, args := encode(nowMs, reqs, nil, false)
+	return s.run(ctx, keys, args, res)
+}
+
+// encode builds the script's keys and arguments for reqs[idx] (all of reqs
+// when idx is nil). refund turns each request into a plain refund of its
+// hits on its current window: the undo of a counted request.
+func encode(nowMs int64, reqs []Request, idx []int, refund bool) (keys []string, args []any) {
+	n := len(reqs)
+	if idx != nil {
+		n = len(idx)
+	}
+	keys = make([]string, 0, n+1)
+	args = make([]any, 0, 5*n)
 	var buf []byte
-	for i := range reqs {
-		r := &reqs[i]
+	for j := range n {
+		r := &reqs[j]
+		if idx != nil {
+			r = &reqs[idx[j]]
+		}
 		w := AtMillis(nowMs, r.Size.Milliseconds())
 		buf = AppendWindow(append(buf[:0], r.Key...), w)
 		keys = append(keys, string(buf))
@@ -83,10 +189,10 @@ func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []R
 		if r.Shadow {
 			flags |= 1
 		}
-		if r.Refund {
+		if r.Refund || refund {
 			flags |= 2
 		}
-		if r.Algorithm == SlidingWindow {
+		if r.Algorithm == SlidingWindow && !refund {
 			flags |= 4
 			buf = AppendWindow(append(buf[:0], r.Key...), w.Previous())
 			keys = append(keys, string(buf))
@@ -98,28 +204,266 @@ func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []R
 			strconv.Itoa(flags),
 			strconv.FormatFloat(r.weight(w, nowMs), 'g', -1, 64))
 	}
-	return s.run(ctx, keys, args, res[:len(reqs)])
+	return keys, args
 }
 
 func (s *Redis) run(ctx context.Context, keys []string, args []any, res []Result) (bool, error) {
 	s.roundTrips.Add(1)
-	v, err := s.client.EvalSha(ctx, takeScript.Hash(), keys, args...).Result()
+	cmd := scriptCmd(ctx, false, keys, args)
+	err := s.client.Process(ctx, cmd)
 	if err != nil && isNoScript(err) {
 		// NOSCRIPT means nothing ran (a restarted or flushed Redis), so
 		// sending the script itself cannot count twice.
 		s.roundTrips.Add(1)
-		v, err = s.client.Eval(ctx, takeSource, keys, args...).Result()
+		cmd = scriptCmd(ctx, true, keys, args)
+		err = s.client.Process(ctx, cmd)
 	}
 	if err != nil {
 		return false, fmt.Errorf("%w: take %q: %w", ErrStore, keys[0], err)
 	}
-	return parseTake(v, res)
+	return parseTake(cmd.Val(), res)
+}
+
+// noRetryCmd is a script call that go-redis must never resend on its own:
+// a ClusterClient retries timeouts and EOFs whatever MaxRetries says, unless
+// the command says NoRetry, and a script that ran once must not count twice.
+// Redirections (MOVED, ASK) are still followed: the script did not run.
+type noRetryCmd struct{ *redis.Cmd }
+
+func (noRetryCmd) NoRetry() bool { return true }
+
+// scriptCmd returns EVALSHA of the take script, or EVAL of its source.
+func scriptCmd(ctx context.Context, source bool, keys []string, args []any) noRetryCmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	if source {
+		a = append(a, "eval", takeSource, len(keys))
+	} else {
+		a = append(a, "evalsha", takeScript.Hash(), len(keys))
+	}
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	return noRetryCmd{redis.NewCmd(ctx, a...)}
 }
 
 func isNoScript(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && len(re.Error()) >= 8 && re.Error()[:8] == "NOSCRIPT"
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
+
+// slotGroup is the requests of one Take that share a hash slot.
+type slotGroup struct {
+	slot  uint16
+	take  []int // indexes of requests that count (or only check)
+	give  []int // indexes of refund requests
+	err   error // set when the group's node failed
+	taken bool  // the take script ran and allowed: its hits are counted
+}
+
+// groupBySlot splits reqs by the hash slot of their current window's key,
+// in order of first appearance.
+func groupBySlot(nowMs int64, reqs []Request) []*slotGroup {
+	var groups []*slotGroup
+	var buf []byte
+	for i := range reqs {
+		r := &reqs[i]
+		buf = AppendWindow(append(buf[:0], r.Key...), AtMillis(nowMs, r.Size.Milliseconds()))
+		slot := Slot(string(buf))
+		var g *slotGroup
+		for _, h := range groups {
+			if h.slot == slot {
+				g = h
+				break
+			}
+		}
+		if g == nil {
+			g = &slotGroup{slot: slot}
+			groups = append(groups, g)
+		}
+		if r.Refund {
+			g.give = append(g.give, i)
+		} else {
+			g.take = append(g.take, i)
+		}
+	}
+	return groups
+}
+
+// takeSlots is Take over several hash slots: check and count per slot in
+// parallel, give back what was counted if any slot denied, then apply the
+// refunds.
+func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res []Result, groups []*slotGroup) (bool, error) {
+	allowed := true
+	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.take }, false,
+		func(g *slotGroup, ok bool) {
+			g.taken = ok
+			allowed = allowed && ok
+		})
+	if !allowed {
+		// Undo the slots that counted. Only what this call added is given
+		// back, on the same windows, floored at zero, keeping the TTLs.
+		s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int {
+			if !g.taken {
+				return nil
+			}
+			var idx []int
+			for _, i := range g.take {
+				if reqs[i].Hits > 0 {
+					idx = append(idx, i)
+				}
+			}
+			return idx
+		}, true, nil)
+		return false, partial(groups, len(reqs))
+	}
+	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.give }, false, nil)
+	return true, partial(groups, len(reqs))
+}
+
+// runGroups runs the script for idx(g) of every group that has not failed
+// yet, all in parallel, writes the Results and reports each answer to done.
+// A group whose call fails gets its err set.
+//
+// Each group is its own command rather than one ClusterClient pipeline:
+// when a pipeline's retry for a failing node gives up, go-redis sets that
+// error on every command of the pipeline, also on those other nodes
+// answered, and a healthy slot would then look failed.
+func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res []Result, groups []*slotGroup,
+	idx func(*slotGroup) []int, refund bool, done func(g *slotGroup, allowed bool)) {
+	type call struct {
+		g    *slotGroup
+		idx  []int
+		keys []string
+		args []any
+		cmd  noRetryCmd
+	}
+	var calls []*call
+	for _, g := range groups {
+		if g.err != nil {
+			continue
+		}
+		if ix := idx(g); len(ix) > 0 {
+			keys, args := encode(nowMs, reqs, ix, refund)
+			calls = append(calls, &call{g: g, idx: ix, keys: keys, args: args})
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	exec := func(calls []*call, source bool) {
+		s.roundTrips.Add(1)
+		var wg sync.WaitGroup
+		for _, c := range calls {
+			c.cmd = scriptCmd(ctx, source, c.keys, c.args)
+			wg.Go(func() { _ = s.client.Process(ctx, c.cmd) })
+		}
+		wg.Wait()
+	}
+	exec(calls, false)
+	var missing []*call
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		// NOSCRIPT means nothing ran on that node: load the script
+		// everywhere for the next calls (best effort) and send these with
+		// the source, which cannot fail the same way.
+		_ = s.shards.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.ScriptLoad(ctx, takeSource).Err()
+		})
+		exec(missing, true)
+	}
+	for _, c := range calls {
+		sub := make([]Result, len(c.idx))
+		ok, err := false, c.cmd.Err()
+		if err == nil {
+			ok, err = parseTake(c.cmd.Val(), sub)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrStore) {
+				err = fmt.Errorf("%w: take %q: %w", ErrStore, c.keys[0], err)
+			}
+			c.g.err = err
+			continue
+		}
+		for j, i := range c.idx {
+			if refund {
+				res[i].Count = sub[j].Count // the count as it was before this call
+			} else {
+				res[i] = sub[j]
+			}
+		}
+		if done != nil {
+			done(c.g, ok)
+		}
+	}
+}
+
+// partial returns nil when no group failed, the first error when all of
+// the n requests failed, and a *PartialError otherwise.
+func partial(groups []*slotGroup, n int) error {
+	var failed []int
+	var first error
+	for _, g := range groups {
+		if g.err == nil {
+			continue
+		}
+		if first == nil {
+			first = g.err
+		}
+		failed = append(failed, g.take...)
+		failed = append(failed, g.give...)
+	}
+	if first == nil {
+		return nil
+	}
+	if len(failed) == n {
+		return first
+	}
+	slices.Sort(failed)
+	return &PartialError{Failed: failed, Err: first}
+}
+
+// Slot returns the Redis Cluster hash slot of key, 0 to 16383: the CRC16
+// (XMODEM) of its hash tag modulo 16384. The hash tag is what lies between
+// the first '{' and the next '}' when that is not empty, else the whole key,
+// exactly as Redis Cluster computes it.
+func Slot(key string) uint16 {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	return crc16(key) % 16384
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
+// Redis Cluster hashes keys with.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		c := uint16(i) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[i] = c
+	}
+	return t
+}()
 
 // parseTake reads the script's reply {allowed, (count, previous, over)...}.
 func parseTake(v any, res []Result) (bool, error) {

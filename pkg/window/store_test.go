@@ -30,6 +30,14 @@ func stores() map[string]func(t *testing.T) store {
 			}
 			return s
 		},
+		"cluster": func(t *testing.T) store {
+			c := redistest.StartCluster(t, 3)
+			s := window.NewRedis(c.Client(t))
+			if err := s.Ping(context.Background()); err != nil {
+				t.Fatalf("Ping: %v", err)
+			}
+			return s
+		},
 	}
 }
 

@@ -1,0 +1,296 @@
+package window_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+func TestSlot(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		key  string
+		want uint16
+	}{
+		{"123456789", 0x31C3}, // the CRC-16/XMODEM check value; below 16384
+		{"foo", 12182},
+		{"{123456789}.x", 0x31C3},
+		{"a{123456789}:60000:0", 0x31C3},
+		{"foo{}{123456789}", window.Slot("foo{}{123456789}")},
+		{"x{{bar}}", window.Slot("{bar")},
+		{"x{bar}{zap}", window.Slot("bar")},
+	} {
+		if got := window.Slot(tt.key); got != tt.want {
+			t.Errorf("Slot(%q) = %d, want %d", tt.key, got, tt.want)
+		}
+	}
+	if window.Slot("foo{}{123456789}") == 0x31C3 {
+		t.Errorf("Slot(%q) used the tag after an empty one", "foo{}{123456789}")
+	}
+}
+
+// clusterClient returns a cluster client configured like the sidecar's:
+// no retries, deadlines from the context.
+func clusterClient(t *testing.T, c *redistest.Cluster) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// tagsByNode returns, for each master in c.Addrs order, n descriptor names
+// whose keys (from req) hash to a slot that master serves, each on its own
+// slot.
+func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n int) [][]string {
+	t.Helper()
+	shards, err := cc.ClusterShards(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SHARDS: %v", err)
+	}
+	owner := make([]string, 16384)
+	for _, sh := range shards {
+		addr := ""
+		for _, n := range sh.Nodes {
+			if n.Role == "master" {
+				addr = net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			}
+		}
+		for _, r := range sh.Slots {
+			for i := r.Start; i <= r.End; i++ {
+				owner[i] = addr
+			}
+		}
+	}
+	out := make([][]string, len(c.Addrs))
+	seen := map[uint16]bool{}
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("d%d", i)
+		slot := window.Slot(req(name, 1, 1).Key)
+		if seen[slot] {
+			continue
+		}
+		done := true
+		for j, addr := range c.Addrs {
+			if owner[slot] == addr && len(out[j]) < n {
+				out[j] = append(out[j], name)
+				seen[slot] = true
+			}
+			done = done && len(out[j]) == n
+		}
+		if done {
+			return out
+		}
+	}
+}
+
+func TestClusterSlotMatchesRedis(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	cc := clusterClient(t, c)
+	for _, key := range []string{"123456789", "foo", "ratelimit:{edge|api_key=alice}:60000:0", "x{{bar}}", "foo{}{bar}"} {
+		want, err := cc.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := window.Slot(key); int64(got) != want {
+			t.Errorf("Slot(%q) = %d, want %d (CLUSTER KEYSLOT)", key, got, want)
+		}
+	}
+}
+
+// TestClusterOneSlotIsOneScript: a request whose counters share a slot is
+// one round trip, as on a single node; one over three nodes is one pipeline.
+func TestClusterRoundTrips(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	cc := clusterClient(t, c)
+	s := window.NewRedis(cc)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tags := tagsByNode(t, cc, c, 1)
+	one := req(tags[0][0], 10, 1)
+	hour := one
+	hour.Size = time.Hour
+	take(t, s, t0, one, hour)
+	if got := s.RoundTrips(); got != 1 {
+		t.Errorf("RoundTrips = %d after a one-slot Take, want 1", got)
+	}
+	ok, _ := take(t, s, t0, req(tags[0][0], 10, 1), req(tags[1][0], 10, 1), req(tags[2][0], 10, 1))
+	if !ok {
+		t.Errorf("three-slot Take denied, want allowed")
+	}
+	if got := s.RoundTrips(); got != 2 {
+		t.Errorf("RoundTrips = %d after a three-slot Take, want 2 (one parallel step)", got)
+	}
+}
+
+// TestClusterRecoversFromFlushedScripts: NOSCRIPT inside the multi-slot
+// pipeline loads the script and retries once.
+func TestClusterRecoversFromFlushedScripts(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	cc := clusterClient(t, c)
+	s := window.NewRedis(cc)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tags := tagsByNode(t, cc, c, 1)
+	for range 2 {
+		if err := cc.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ok, res := take(t, s, t0, req(tags[0][0], 2, 1), req(tags[1][0], 2, 1), req(tags[2][0], 2, 1))
+		if !ok {
+			t.Fatalf("Take after SCRIPT FLUSH denied, want allowed")
+		}
+		_ = res
+	}
+	_, res := take(t, s, t0, req(tags[0][0], 2, 0), req(tags[1][0], 2, 0), req(tags[2][0], 2, 0))
+	for i, r := range res {
+		if r.Count != 2 {
+			t.Errorf("counter %d = %d after two Takes, want 2 (each ran once)", i, r.Count)
+		}
+	}
+}
+
+// TestClusterExactUnderConcurrency: two replicas (stores with their own
+// clients) and many goroutines sending requests with counters on three
+// nodes never admit more than a limit, and a denied request leaves no hits
+// behind once its Take has returned.
+func TestClusterExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	probe := clusterClient(t, c)
+	tags := tagsByNode(t, probe, c, 2)
+	stores := []*window.Redis{window.NewRedis(clusterClient(t, c)), window.NewRedis(clusterClient(t, c))}
+	const workers, each = 16, 20
+
+	hammer := func(reqs []window.Request) int {
+		var mu sync.Mutex
+		admitted := 0
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				s := stores[w%2]
+				for range each {
+					res := make([]window.Result, len(reqs))
+					ok, err := s.Take(context.Background(), t0, reqs, res)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return admitted
+	}
+	counts := func(reqs []window.Request) []uint64 {
+		check := make([]window.Request, len(reqs))
+		for i, r := range reqs {
+			r.Hits = 0
+			check[i] = r
+		}
+		_, res := take(t, stores[0], t0, check...)
+		out := make([]uint64, len(res))
+		for i, r := range res {
+			out[i] = r.Count
+		}
+		return out
+	}
+
+	t.Run("one tight counter", func(t *testing.T) {
+		const limit = 100
+		reqs := []window.Request{req(tags[0][0], limit, 1), req(tags[1][0], 1_000_000, 1), req(tags[2][0], 1_000_000, 1)}
+		if got := hammer(reqs); got != limit {
+			t.Errorf("admitted %d of %d, want exactly %d", got, workers*each, limit)
+		}
+		for i, n := range counts(reqs) {
+			if n != limit {
+				t.Errorf("counter %d = %d, want %d (only admitted requests count)", i, n, limit)
+			}
+		}
+	})
+	t.Run("two tight counters", func(t *testing.T) {
+		// Refunds can make a counter deny while its hits are in flight:
+		// at most the limit, and every counter equals the admitted count.
+		reqs := []window.Request{req(tags[0][1], 60, 1), req(tags[1][1], 80, 1), req(tags[2][1], 1_000_000, 1)}
+		got := hammer(reqs)
+		if got > 60 || got == 0 {
+			t.Errorf("admitted %d of %d, want 1..60", got, workers*each)
+		}
+		for i, n := range counts(reqs) {
+			if n != uint64(got) {
+				t.Errorf("counter %d = %d, want %d (the admitted count)", i, n, got)
+			}
+		}
+		t.Logf("admitted %d with limits 60 and 80", got)
+	})
+}
+
+// TestClusterNodeDown: with one master stopped, counters on the others keep
+// working, and a request touching both reports which of its counters failed.
+func TestClusterNodeDown(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	cc := clusterClient(t, c)
+	s := window.NewRedis(cc)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tags := tagsByNode(t, cc, c, 1)
+	up, down := tags[0][0], tags[2][0]
+	take(t, s, t0, req(up, 3, 1), req(down, 3, 1)) // the client knows every node now
+	c.Node(2).Stop()
+
+	call := func(reqs ...window.Request) (bool, []window.Result, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		res := make([]window.Result, len(reqs))
+		ok, err := s.Take(ctx, t0, reqs, res)
+		return ok, res, err
+	}
+	ok, res, err := call(req(up, 3, 1), req(down, 3, 1))
+	var pe *window.PartialError
+	if !errors.As(err, &pe) || !errors.Is(err, window.ErrStore) {
+		t.Fatalf("Take over a stopped node = %v, %v, want a *PartialError wrapping ErrStore", ok, err)
+	}
+	if len(pe.Failed) != 1 || pe.Failed[0] != 1 {
+		t.Errorf("Failed = %v, want [1]", pe.Failed)
+	}
+	if !ok || res[0].Count != 2 {
+		t.Errorf("healthy counter: allowed %v count %d, want true 2", ok, res[0].Count)
+	}
+	if ok, res, err := call(req(up, 3, 1)); err != nil || !ok || res[0].Count != 3 {
+		t.Errorf("Take on a healthy node = %v %d, %v, want true 3, nil", ok, res[0].Count, err)
+	}
+	// The healthy counter is full now: denied, and the failed one named.
+	if ok, res, err := call(req(up, 3, 1), req(down, 3, 1)); ok || !errors.As(err, &pe) || res[0].Count != 3 || !res[0].Over {
+		t.Errorf("Take with a full healthy counter = %v %+v, %v, want false, over at 3, a *PartialError", ok, res[0], err)
+	}
+	_, _, err = call(req(down, 3, 1))
+	if err == nil || !errors.Is(err, window.ErrStore) || errors.As(err, &pe) {
+		t.Errorf("Take on the stopped node only = %v, want an ErrStore that is not partial", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping with two of three masters up = %v, want nil", err)
+	}
+}
