@@ -1,0 +1,77 @@
+package envoyrls
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+func TestHTTPHandler(t *testing.T) {
+	t.Parallel()
+	rules, err := ParseRules([]string{"edge.yaml"}, map[string][]byte{"edge.yaml": []byte(edgeRules(5))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, reg := newTestMetrics(t, MetricsOptions{})
+	m.ObserveReload(nil)
+	var ready atomic.Bool
+	h := NewHTTPHandler(srv, HTTPOptions{
+		Ready:       ready.Load,
+		RulesStatus: func() map[string]any { return map[string]any{"last_reload_error": nil} },
+		Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	})
+	get := func(method, path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+
+	if code, _ := get("GET", "/healthz"); code != 200 {
+		t.Errorf("GET /healthz = %d, want 200", code)
+	}
+	if code, _ := get("GET", "/readyz"); code != 503 {
+		t.Errorf("GET /readyz before ready = %d, want 503", code)
+	}
+	ready.Store(true)
+	if code, _ := get("GET", "/readyz"); code != 200 {
+		t.Errorf("GET /readyz when ready = %d, want 200", code)
+	}
+	code, body := get("GET", "/rules")
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
+		t.Fatalf("GET /rules = %d, %v: %s", code, err, body)
+	}
+	if !strings.Contains(string(v["rules"]), `"edge"`) || string(v["last_reload_error"]) != "null" {
+		t.Errorf("GET /rules = %s, want domain edge and last_reload_error null", body)
+	}
+	code, body = get("GET", "/metrics")
+	if code != 200 || !strings.Contains(body, "ratelimit_rules_last_reload_success 1") {
+		t.Errorf("GET /metrics = %d:\n%s\nwant ratelimit_rules_last_reload_success 1", code, body)
+	}
+	if code, _ := get("POST", "/rules"); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /rules = %d, want 405", code)
+	}
+
+	bare := NewHTTPHandler(srv, HTTPOptions{})
+	rec := httptest.NewRecorder()
+	bare.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("GET /metrics without HTTPOptions.Metrics = %d, want 404", rec.Code)
+	}
+	rec = httptest.NewRecorder()
+	bare.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != 200 {
+		t.Errorf("GET /readyz without HTTPOptions.Ready = %d, want 200", rec.Code)
+	}
+}
