@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,15 @@ descriptors:
 // roundTripper is a store that counts its Redis calls.
 type roundTripper interface{ RoundTrips() uint64 }
 
+// batchedStore reports the batcher's round trips (pipelines), not the
+// store's script calls.
+type batchedStore struct {
+	*window.Redis
+	b *window.Batcher
+}
+
+func (s batchedStore) RoundTrips() uint64 { return s.b.RoundTrips() }
+
 // BenchmarkShouldRateLimit measures one decision on the hot path, allowed,
 // over 1,000 API keys: allocations per decision and, for Redis, round trips
 // per decision (rt/op).
@@ -44,6 +54,15 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				b.Fatal(err)
 			}
 			return s
+		}},
+		{"redis-batched", func(b *testing.B) Store {
+			bt := window.NewBatcher(redistest.Start(b).Client(b), window.BatchOptions{})
+			b.Cleanup(func() { bt.Close() })
+			s := window.NewRedis(bt)
+			if err := s.Ping(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			return batchedStore{s, bt}
 		}},
 	}
 	for _, st := range stores {
@@ -69,6 +88,9 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 					before = rt.RoundTrips()
 				}
 				var i atomic.Int64
+				// 50 callers at once, as Envoy's filters and the load harness
+				// send them: batching needs concurrency to coalesce.
+				b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
 				b.ReportAllocs()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {

@@ -1,0 +1,89 @@
+package window_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+func newBatched(t *testing.T) (*window.Redis, *window.Batcher) {
+	t.Helper()
+	srv := redistest.Start(t)
+	b := window.NewBatcher(srv.Client(t), window.BatchOptions{})
+	t.Cleanup(func() { b.Close() })
+	s := window.NewRedis(b)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, b
+}
+
+func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	s, b := newBatched(t)
+	for i := range 3 {
+		ok, res := take(t, s, t0, req("lone", 2, 1))
+		if ok != (i < 2) || res[0].Count != uint64(min(i+1, 2)) {
+			t.Errorf("call %d: %v %+v", i, ok, res[0])
+		}
+		if got := b.RoundTrips(); got != uint64(i+1) {
+			t.Errorf("after %d calls: %d round trips, want %d", i+1, got, i+1)
+		}
+	}
+}
+
+func TestBatcherCoalescesAndStaysExact(t *testing.T) {
+	t.Parallel()
+	s, b := newBatched(t)
+	const workers, each, limit = 32, 25, 300
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				res := make([]window.Result, 1)
+				ok, err := s.Take(context.Background(), t0, []window.Request{req("batched", limit, 1)}, res)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != limit {
+		t.Errorf("admitted %d of %d, want exactly %d", admitted.Load(), workers*each, limit)
+	}
+	rt := b.RoundTrips()
+	t.Logf("%d decisions in %d round trips (%.3f per decision)", workers*each, rt, float64(rt)/float64(workers*each))
+	if rt >= workers*each {
+		t.Errorf("%d round trips for %d concurrent decisions: nothing was coalesced", rt, workers*each)
+	}
+}
+
+func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
+	t.Parallel()
+	s, b := newBatched(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Take(ctx, t0, []window.Request{req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Take with an ended context = %v, want context.Canceled", err)
+	}
+	if _, res := take(t, s, t0, req("ended", 5, 0)); res[0].Count != 0 {
+		t.Errorf("count = %d after an unsent command, want 0", res[0].Count)
+	}
+	b.Close()
+	if _, err := s.Take(context.Background(), t0, []window.Request{req("closed", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, window.ErrBatcherClosed) {
+		t.Errorf("Take after Close = %v, want ErrBatcherClosed", err)
+	}
+}
