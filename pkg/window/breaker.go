@@ -1,0 +1,206 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrCircuitOpen reports a Take that a Breaker refused without calling its
+// store. Errors that wrap it also wrap ErrStore, so callers that apply
+// failure modes on ErrStore need no special case.
+var ErrCircuitOpen = errors.New("window: circuit open")
+
+// errOpen is returned while the circuit is open; one value, so that a
+// refused call allocates nothing.
+var errOpen = fmt.Errorf("%w: %w", ErrStore, ErrCircuitOpen)
+
+// takePinger is what a Breaker wraps.
+type takePinger interface {
+	Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
+	Ping(ctx context.Context) error
+}
+
+// BreakerState is the state of a Breaker's circuit.
+type BreakerState int32
+
+const (
+	// BreakerClosed lets every call through to the store.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen refuses every call at once with ErrCircuitOpen.
+	BreakerOpen
+	// BreakerHalfOpen lets one probe call through; the others are refused.
+	BreakerHalfOpen
+)
+
+// String returns "closed", "open" or "half_open".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half_open"
+	}
+	return "closed"
+}
+
+// BreakerOptions configure a Breaker. The zero value is usable.
+type BreakerOptions struct {
+	// FailureThreshold is how many consecutive failed Takes open the
+	// circuit. Default 5.
+	FailureThreshold int
+	// OpenFor is how long the circuit stays open before it lets one probe
+	// through. Default 1s.
+	OpenFor time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// OnStateChange, if set, is called with true when the circuit opens
+	// and false when it closes again (not on the moves between open and
+	// half-open). It runs synchronously inside the Take that caused the
+	// change, in order; it may call State but must not call Take.
+	OnStateChange func(open bool)
+}
+
+// Breaker is a store that wraps another (a Redis) with a circuit breaker, so
+// that a store that is down or hanging costs requests microseconds instead
+// of a timeout each.
+//
+// A Take that fails with an error wrapping ErrStore counts as a failure;
+// after FailureThreshold consecutive failures the circuit opens and every
+// Take returns at once an error wrapping ErrStore and ErrCircuitOpen. After
+// OpenFor it is half-open: the next Take is a probe that goes through while
+// the others are still refused; if the probe succeeds the circuit closes, if
+// it fails it opens for another OpenFor. A *PartialError counts as a success
+// (part of the store answered; the failed part is left to the caller's
+// failure modes); a Take whose context was cancelled by the caller, or that
+// failed with an error not wrapping ErrStore, counts as neither. Ping always goes through and never changes the state,
+// so health checks see the store itself.
+//
+// A Breaker is safe for concurrent use.
+type Breaker struct {
+	store     takePinger
+	threshold int
+	openFor   time.Duration
+	now       func() time.Time
+	onChange  func(open bool)
+
+	state    atomic.Int32 // BreakerState, read without the lock on the fast path
+	failures atomic.Int32 // consecutive failures while closed
+
+	mu      sync.Mutex // serializes state changes
+	until   time.Time  // end of the open period
+	probing bool       // a half-open probe is in flight
+}
+
+// NewBreaker returns a closed Breaker around store (a *Redis, a *Memory or
+// anything with the same Take and Ping).
+func NewBreaker(store takePinger, opts BreakerOptions) *Breaker {
+	b := &Breaker{store: store, threshold: opts.FailureThreshold, openFor: opts.OpenFor, now: opts.Now, onChange: opts.OnStateChange}
+	if b.threshold <= 0 {
+		b.threshold = 5
+	}
+	if b.openFor <= 0 {
+		b.openFor = time.Second
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	return b
+}
+
+// State returns the circuit's state, for metrics.
+func (b *Breaker) State() BreakerState { return BreakerState(b.state.Load()) }
+
+// Ping pings the store, whatever the state.
+func (b *Breaker) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
+
+// Take calls the store's Take unless the circuit is open; see Breaker.
+func (b *Breaker) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+	probe, err := b.admit()
+	if err != nil {
+		return false, err
+	}
+	ok, err := b.store.Take(ctx, now, reqs, res)
+	b.record(ctx, probe, err)
+	return ok, err
+}
+
+// admit decides whether a call may go to the store, and whether it is the
+// half-open probe.
+func (b *Breaker) admit() (probe bool, err error) {
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		return false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch BreakerState(b.state.Load()) {
+	case BreakerClosed:
+		return false, nil
+	case BreakerOpen:
+		if b.now().Before(b.until) {
+			return false, errOpen
+		}
+		b.state.Store(int32(BreakerHalfOpen))
+	}
+	if b.probing {
+		return false, errOpen
+	}
+	b.probing = true
+	return true, nil
+}
+
+// record updates the state with the outcome of a call that went through.
+func (b *Breaker) record(ctx context.Context, probe bool, err error) {
+	var pe *PartialError
+	failed := err != nil && errors.Is(err, ErrStore) && !errors.As(err, &pe)
+	// Neither success nor failure: the caller gave up (Envoy went away),
+	// or an error that is not the store's.
+	neutral := failed && errors.Is(ctx.Err(), context.Canceled) ||
+		err != nil && !errors.Is(err, ErrStore)
+	if !probe {
+		switch {
+		case neutral || BreakerState(b.state.Load()) != BreakerClosed:
+			// Let through before the circuit opened: too late to matter.
+		case !failed:
+			if b.failures.Load() != 0 {
+				b.failures.Store(0)
+			}
+		case int(b.failures.Add(1)) >= b.threshold:
+			b.mu.Lock()
+			if BreakerState(b.state.Load()) == BreakerClosed {
+				b.open(true)
+			}
+			b.mu.Unlock()
+		}
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+	switch {
+	case neutral:
+		// Still half-open: the next call probes.
+	case failed:
+		b.open(false)
+	default:
+		b.failures.Store(0)
+		b.state.Store(int32(BreakerClosed))
+		if b.onChange != nil {
+			b.onChange(false)
+		}
+	}
+}
+
+// open opens the circuit for openFor, reporting it if it was closed; b.mu
+// is held.
+func (b *Breaker) open(wasClosed bool) {
+	b.until = b.now().Add(b.openFor)
+	b.failures.Store(0)
+	b.state.Store(int32(BreakerOpen))
+	if wasClosed && b.onChange != nil {
+		b.onChange(true)
+	}
+}

@@ -1,0 +1,238 @@
+package window_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// fakeStore answers Take with err (nil: allowed) and counts calls. If block
+// is set, Take waits on it first.
+type fakeStore struct {
+	mu    sync.Mutex
+	err   error
+	block chan struct{}
+	calls atomic.Int64
+}
+
+func (f *fakeStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
+
+func (f *fakeStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+	f.calls.Add(1)
+	f.mu.Lock()
+	err, block := f.err, f.block
+	f.mu.Unlock()
+	if block != nil {
+		<-block
+	}
+	return err == nil, err
+}
+
+func (f *fakeStore) Ping(ctx context.Context) error { return nil }
+
+// clock is a settable clock for BreakerOptions.Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newClock() *clock               { return &clock{t: t0} }
+func errDown(msg string) error       { return errors.Join(window.ErrStore, errors.New(msg)) }
+func callBreaker(b *window.Breaker) error {
+	_, err := b.Take(context.Background(), t0, nil, nil)
+	return err
+}
+
+func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
+	t.Parallel()
+	f, clk := &fakeStore{}, newClock()
+	var changes []bool
+	b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 3, OpenFor: time.Second, Now: clk.Now,
+		OnStateChange: func(open bool) { changes = append(changes, open) }})
+
+	f.set(errDown("down"))
+	callBreaker(b)
+	callBreaker(b)
+	f.set(nil)
+	callBreaker(b) // a success resets the count
+	f.set(errDown("down"))
+	callBreaker(b)
+	callBreaker(b)
+	if got := b.State(); got != window.BreakerClosed {
+		t.Fatalf("State after 2 consecutive failures = %v, want closed", got)
+	}
+	// Errors that are not store failures do not count.
+	f.set(errors.New("not a store error"))
+	callBreaker(b)
+	if got := b.State(); got != window.BreakerClosed {
+		t.Fatalf("State after a non-store error = %v, want closed", got)
+	}
+	f.set(errDown("down"))
+	callBreaker(b)
+	callBreaker(b)
+	if got := b.State(); got != window.BreakerOpen {
+		t.Fatalf("State after 3 consecutive failures = %v, want open", got)
+	}
+	before := f.calls.Load()
+	err := callBreaker(b)
+	if !errors.Is(err, window.ErrCircuitOpen) || !errors.Is(err, window.ErrStore) {
+		t.Errorf("Take while open = %v, want ErrCircuitOpen and ErrStore", err)
+	}
+	if f.calls.Load() != before {
+		t.Errorf("Take while open called the store")
+	}
+	if !slices.Equal(changes, []bool{true}) {
+		t.Errorf("OnStateChange calls = %v, want [true]", changes)
+	}
+}
+
+func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
+	t.Parallel()
+	f, clk := &fakeStore{}, newClock()
+	var changes []bool
+	b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 1, OpenFor: time.Second, Now: clk.Now,
+		OnStateChange: func(open bool) { changes = append(changes, open) }})
+	f.set(errDown("down"))
+	callBreaker(b)
+	clk.Add(999 * time.Millisecond)
+	if err := callBreaker(b); !errors.Is(err, window.ErrCircuitOpen) {
+		t.Fatalf("Take before OpenFor = %v, want ErrCircuitOpen", err)
+	}
+
+	// After OpenFor one probe goes through; it fails: open for another OpenFor.
+	clk.Add(time.Millisecond)
+	before := f.calls.Load()
+	if err := callBreaker(b); errors.Is(err, window.ErrCircuitOpen) || f.calls.Load() != before+1 {
+		t.Fatalf("probe = %v (store calls +%d), want the store's error", err, f.calls.Load()-before)
+	}
+	if got := b.State(); got != window.BreakerOpen {
+		t.Fatalf("State after a failed probe = %v, want open", got)
+	}
+	clk.Add(500 * time.Millisecond)
+	if err := callBreaker(b); !errors.Is(err, window.ErrCircuitOpen) {
+		t.Fatalf("Take 0.5s after a failed probe = %v, want ErrCircuitOpen", err)
+	}
+
+	// The next probe blocks in the store: everyone else is refused meanwhile.
+	clk.Add(500 * time.Millisecond)
+	f.mu.Lock()
+	f.err, f.block = nil, make(chan struct{})
+	block := f.block
+	f.mu.Unlock()
+	probeDone := make(chan error)
+	go func() { probeDone <- callBreaker(b) }()
+	for f.calls.Load() != before+2 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := b.State(); got != window.BreakerHalfOpen {
+		t.Errorf("State during the probe = %v, want half_open", got)
+	}
+	if err := callBreaker(b); !errors.Is(err, window.ErrCircuitOpen) {
+		t.Errorf("Take during the probe = %v, want ErrCircuitOpen", err)
+	}
+	f.mu.Lock()
+	f.block = nil
+	f.mu.Unlock()
+	close(block)
+	if err := <-probeDone; err != nil {
+		t.Fatalf("probe = %v, want nil", err)
+	}
+	if got := b.State(); got != window.BreakerClosed {
+		t.Errorf("State after a good probe = %v, want closed", got)
+	}
+	if err := callBreaker(b); err != nil {
+		t.Errorf("Take after closing = %v", err)
+	}
+	if !slices.Equal(changes, []bool{true, false}) {
+		t.Errorf("OnStateChange calls = %v, want [true false]", changes)
+	}
+}
+
+func TestBreakerIgnoresPartialAndCancelled(t *testing.T) {
+	t.Parallel()
+	f, clk := &fakeStore{}, newClock()
+	b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 1, Now: clk.Now})
+	f.set(&window.PartialError{Failed: []int{1}, Err: errDown("one node down")})
+	callBreaker(b)
+	if got := b.State(); got != window.BreakerClosed {
+		t.Errorf("State after a PartialError = %v, want closed", got)
+	}
+	f.set(errDown("cancelled"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b.Take(ctx, t0, nil, nil)
+	if got := b.State(); got != window.BreakerClosed {
+		t.Errorf("State after a call its caller cancelled = %v, want closed", got)
+	}
+	callBreaker(b)
+	if got := b.State(); got != window.BreakerOpen {
+		t.Errorf("State after a failure with threshold 1 = %v, want open", got)
+	}
+}
+
+// TestBreakerOverStoppedRedis: against a stopped redis-server the breaker
+// opens after the threshold and then refuses in microseconds; after the
+// server is back and OpenFor has passed, it closes.
+func TestBreakerOverStoppedRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	const openFor = 200 * time.Millisecond
+	b := window.NewBreaker(window.NewRedis(client), window.BreakerOptions{FailureThreshold: 5, OpenFor: openFor})
+	takeCtx := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := b.Take(ctx, t0, []window.Request{req("breaker", 1000, 1)}, make([]window.Result, 1))
+		return err
+	}
+	if err := takeCtx(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for i := range 5 {
+		if err := takeCtx(); err == nil || errors.Is(err, window.ErrCircuitOpen) {
+			t.Fatalf("failure %d = %v, want a store error", i, err)
+		}
+	}
+	if got := b.State(); got != window.BreakerOpen {
+		t.Fatalf("State after 5 failures = %v, want open", got)
+	}
+	durations := make([]time.Duration, 100)
+	for i := range durations {
+		start := time.Now()
+		err := takeCtx()
+		durations[i] = time.Since(start)
+		if !errors.Is(err, window.ErrCircuitOpen) {
+			t.Fatalf("Take while open = %v, want ErrCircuitOpen", err)
+		}
+	}
+	slices.Sort(durations)
+	if med := durations[50]; med > time.Millisecond {
+		t.Errorf("median Take while open = %v, want < 1ms", med)
+	}
+
+	srv.Restart(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.State() != window.BreakerClosed && time.Now().Before(deadline) {
+		takeCtx()
+		time.Sleep(openFor / 4)
+	}
+	if got := b.State(); got != window.BreakerClosed {
+		t.Fatalf("State 5s after Restart = %v, want closed", got)
+	}
+	if err := takeCtx(); err != nil {
+		t.Errorf("Take after closing = %v", err)
+	}
+}
