@@ -51,9 +51,11 @@ type Reloader struct {
 	// watching is closed once Run watches the paths, for tests.
 	watching     chan struct{}
 	watchingOnce sync.Once
-	// target is the directory of the rules file's symlink target when it
-	// is outside the rules directory, else ""; used by Run only.
+	// target is the rules file's symlink target when it is outside the
+	// rules directory, else ""; used by Run only.
 	target string
+	// isDir is whether Path was a directory when Run started; Run only.
+	isDir bool
 }
 
 // ReloadStatus is the outcome of the loads so far.
@@ -179,11 +181,12 @@ func problemStrings(err error) []string {
 // missed while one is being added back.
 const watchCheck = time.Second
 
-// Run watches the rules and reloads them, debounced, when anything changes
-// in the directory holding them (the file's directory, or the directory
-// itself) until ctx ends. Watching the directory, not the file, follows
-// editors that replace files and Kubernetes ConfigMap volumes, whose files
-// are symlinks through a "..data" symlink that kubelet swaps with a rename.
+// Run watches the rules and reloads them, debounced, when a rule file, or a
+// ConfigMap's "..data", changes in the directory holding them (the file's
+// directory, or the directory itself) until ctx ends. Watching the
+// directory, not the file, follows editors that replace files and
+// Kubernetes ConfigMap volumes, whose files are symlinks through a "..data"
+// symlink that kubelet swaps with a rename.
 // The parent directory is watched too, so a directory that is itself
 // replaced is watched again and reloaded. Run does not load at start: call
 // Reload first. It returns nil when ctx ends, or an error when nothing can
@@ -194,6 +197,8 @@ func (r *Reloader) Run(ctx context.Context) error {
 		return fmt.Errorf("envoyrls: watch %s: %w", r.o.Path, err)
 	}
 	defer w.Close()
+	st, err := os.Stat(r.o.Path)
+	r.isDir = err == nil && st.IsDir()
 	dir, parent := r.dirs()
 	if r.sync(w); len(w.WatchList()) == 0 {
 		return fmt.Errorf("envoyrls: watch %s: cannot watch %s or %s", r.o.Path, dir, parent)
@@ -223,8 +228,7 @@ func (r *Reloader) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			// In the parent, only the rules directory itself matters.
-			if d := filepath.Dir(ev.Name); d == parent && ev.Name != dir && d != r.target {
+			if !r.relevant(ev.Name, dir) {
 				continue
 			}
 			r.log.Debug("rules changed", zap.String("name", ev.Name), zap.String("op", ev.Op.String()))
@@ -247,10 +251,34 @@ func (r *Reloader) Run(ctx context.Context) error {
 	}
 }
 
+// relevant reports whether an event on name can change what LoadRules
+// reads: the rules directory itself, a rule file (every *.yaml and *.yml of
+// a directory, else the file), the file's symlink target, or a ConfigMap's
+// "..data", "..data_tmp" and timestamped directories. Other names, such as a
+// log file written beside the rules, are ignored: reacting to them could
+// reload in a loop.
+func (r *Reloader) relevant(name, dir string) bool {
+	if name == dir || name == r.target {
+		return true
+	}
+	if filepath.Dir(name) != dir {
+		return false // the parent's other entries, or the target's siblings
+	}
+	base := filepath.Base(name)
+	if strings.HasPrefix(base, "..") {
+		return true
+	}
+	if r.isDir {
+		ext := filepath.Ext(base)
+		return !strings.HasPrefix(base, ".") && (ext == ".yaml" || ext == ".yml")
+	}
+	return base == filepath.Base(r.o.Path)
+}
+
 // dirs returns the directory whose entries hold the rules and its parent.
 func (r *Reloader) dirs() (dir, parent string) {
 	dir = filepath.Clean(r.o.Path)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+	if !r.isDir {
 		dir = filepath.Dir(dir)
 	}
 	return dir, filepath.Dir(dir)
@@ -258,7 +286,7 @@ func (r *Reloader) dirs() (dir, parent string) {
 
 // wanted returns the directories to watch: the rules directory, its parent,
 // and, when the rules file is a symlink elsewhere (not through ..data in the
-// same directory), the directory of its target, which it also returns.
+// same directory), the directory of its target; and that target.
 func (r *Reloader) wanted() (paths []string, target string) {
 	dir, parent := r.dirs()
 	paths = []string{dir}
@@ -268,7 +296,7 @@ func (r *Reloader) wanted() (paths []string, target string) {
 	if t, err := filepath.EvalSymlinks(r.o.Path); err == nil {
 		if st, err := os.Stat(t); err == nil && !st.IsDir() {
 			if td := filepath.Dir(t); !isUnder(td, dir) {
-				target = td
+				target = t
 				if !slices.Contains(paths, td) {
 					paths = append(paths, td)
 				}

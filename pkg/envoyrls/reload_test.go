@@ -467,3 +467,39 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Errorf("%d calls, %d answered by the second rule set; want both > 0", calls.Load(), sevens.Load())
 	}
 }
+
+// TestReloadIgnoresOtherFiles writes a file beside the rules on every
+// reload, as a log would: that must not reload again, in a loop.
+func TestReloadIgnoresOtherFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	writeFile(t, path, edgeRules(5))
+	srv, err := NewServer(Options{Store: window.NewMemory()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loads atomic.Int64
+	r, err := NewReloader(ReloaderOptions{Path: path, Apply: srv.SetRules, Debounce: 10 * time.Millisecond, OnReload: func(error) {
+		loads.Add(1)
+		f, err := os.OpenFile(filepath.Join(dir, "sidecar.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.WriteString("reloaded\n")
+			f.Close()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-r.watching
+	writeFile(t, path, edgeRules(7))
+	waitLimit(t, srv, "edge", 7)
+	time.Sleep(200 * time.Millisecond) // 20 debounce periods
+	if got := loads.Load(); got > 2 {
+		t.Errorf("%d loads after one edit, want 1 (2 at most if the edit's events split)", got)
+	}
+}
