@@ -26,6 +26,7 @@ type config struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	healthInterval  time.Duration
+	clockSync       time.Duration // 0: windows follow the local clock
 	limits          envoyrls.InputLimits
 }
 
@@ -49,6 +50,7 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish after SIGTERM")
 	fs.DurationVar(&c.healthInterval, "health-interval", time.Second, "how often the store is pinged for readiness")
+	fs.DurationVar(&c.clockSync, "clock-sync-interval", 30*time.Second, "how often the offset to the Redis server's clock (TIME) is measured, so replicas agree on windows; 0 uses the local clock")
 	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", 64, "most descriptors in one request")
 	fs.IntVar(&c.limits.MaxEntries, "max-entries", 32, "most entries in one descriptor")
 	fs.IntVar(&c.limits.MaxEntryBytes, "max-entry-bytes", 1024, "longest descriptor key, value or domain, in bytes")
@@ -72,6 +74,9 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 			}
 		}
 	})
+	if c.clockSync < 0 {
+		errs = append(errs, fmt.Errorf("-clock-sync-interval %v: want >= 0", c.clockSync))
+	}
 	if c.configPath == "" {
 		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
 	}

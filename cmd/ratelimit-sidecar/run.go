@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	var store envoyrls.Store
 	var closeStore func() error
+	now, stopClock := time.Now, func() {} // the in-memory store is one replica: its clock is the clock
 	if cfg.redisURL == "" {
 		store, closeStore = window.NewMemory(), func() error { return nil }
 		log.Warn("using the in-memory store: counters are not shared with other replicas; set -redis-url for a global limit")
@@ -62,15 +63,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
+		if now, stopClock, err = startClock(ctx, client, cfg.clockSync, log, nil); err != nil {
+			client.Close()
+			return err
+		}
 		store, closeStore = window.NewRedis(client), client.Close
 	}
 	defer closeStore()
+	defer stopClock() // first: it uses the client
 
 	srv, err := envoyrls.NewServer(envoyrls.Options{
 		Store:        store,
 		Rules:        rules,
 		KeyPrefix:    cfg.keyPrefix,
 		StoreTimeout: cfg.redisTimeout,
+		Now:          now,
 		Limits:       cfg.limits,
 		Logger:       log,
 	})

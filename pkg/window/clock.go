@@ -114,14 +114,21 @@ func (c *Clock) Offset() time.Duration {
 	return time.Duration(c.offset.Load())
 }
 
-// Sync measures the offset now, with up to Samples round trips. Samples that
-// fail are skipped (a reconnecting client often fails its first command), and
-// Sync fails, keeping the old offset, only when none succeeds or ctx ends.
+// clockMaxFailures is how many failed samples end a Sync: one is skipped,
+// since a reconnecting client often fails its first command, but a server
+// that is down should not hold Sync for Samples dial attempts.
+const clockMaxFailures = 2
+
+// Sync measures the offset now, with up to Samples round trips. A failed
+// sample is skipped; Sync gives up at the second, or when ctx ends, and then
+// fails unless an earlier sample succeeded. A failed Sync keeps the old
+// offset.
 func (c *Clock) Sync(ctx context.Context) error {
 	var (
-		best    time.Duration
-		bestRTT time.Duration = -1
-		lastErr error
+		best     time.Duration
+		bestRTT  time.Duration = -1
+		lastErr  error
+		failures int
 	)
 	for range c.opts.Samples {
 		send := c.opts.Local()
@@ -129,7 +136,7 @@ func (c *Clock) Sync(ctx context.Context) error {
 		recv := c.opts.Local()
 		if err != nil {
 			lastErr = err
-			if ctx.Err() != nil {
+			if failures++; failures >= clockMaxFailures || ctx.Err() != nil {
 				break
 			}
 			continue

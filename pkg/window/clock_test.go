@@ -154,6 +154,20 @@ func TestClockSyncFailures(t *testing.T) {
 			t.Errorf("after a failed first sync Offset() = %v, Now() = %v, want 0 and the local time", c.Offset(), c.Now())
 		}
 	})
+	t.Run("a second failure ends the sync", func(t *testing.T) {
+		t.Parallel()
+		f := &fakeTimer{replies: []any{boom, boom, base, base, base}}
+		c, err := window.NewClock(f, window.ClockOptions{Local: localSeq(base, 0), Samples: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Sync(context.Background()); !errors.Is(err, boom) {
+			t.Errorf("Sync = %v, want %v", err, boom)
+		}
+		if n := len(f.replies); n != 3 {
+			t.Errorf("Sync left %d of 5 replies, want 3: it should stop at the second failure", n)
+		}
+	})
 	t.Run("a failed sample is skipped", func(t *testing.T) {
 		t.Parallel()
 		f := &fakeTimer{replies: []any{boom, base.Add(-2*time.Second + 11*time.Millisecond)}}
