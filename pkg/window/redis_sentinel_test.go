@@ -1,0 +1,82 @@
+package window_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// admitConcurrently sends workers*each one-hit requests on key through s
+// from many goroutines and returns how many were admitted.
+func admitConcurrently(t *testing.T, s *window.Redis, key string, limit uint64, workers, each int) int {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				ok, err := s.Take(context.Background(), t0, []window.Request{req(key, limit, 1)}, make([]window.Result, 1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// TestSentinelFailover: limits are exact through Sentinel, and after the
+// master is killed and a replica promoted, the same client and store resume
+// limiting exactly without a restart.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	sen := redistest.StartSentinel(t)
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		MasterName:            sen.MasterName,
+		Addrs:                 sen.SentinelAddrs,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	s := window.NewRedis(client)
+	if got := admitConcurrently(t, s, "before", 50, 8, 10); got != 50 {
+		t.Errorf("admitted %d before failover, want 50", got)
+	}
+
+	sen.KillMaster()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	newMaster, err := sen.WaitForNewMaster(ctx, sen.Master.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Calls fail until the client has found the new master; then they work.
+	var last error
+	for ctx.Err() == nil {
+		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, last = s.Take(cctx, t0, []window.Request{req("probe", 1000, 1)}, make([]window.Result, 1))
+		ccancel()
+		if last == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatalf("Take never succeeded after failover to %s: %v", newMaster, last)
+	}
+	if got := admitConcurrently(t, s, "after", 50, 8, 10); got != 50 {
+		t.Errorf("admitted %d after failover, want 50", got)
+	}
+}
