@@ -1,7 +1,9 @@
 package envoyrls
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -135,13 +137,29 @@ func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
 	return e[len(e)-1].Value
 }
 
-// failureResponse applies the failure modes of the limits a failed store call
-// was for: any "deny" makes the request OVER_LIMIT, else any "error" returns
-// Unavailable so Envoy's failure_mode_deny decides, else it is OK.
-func (s *Server) failureResponse(req *rlsv3.RateLimitRequest, c *call, now time.Time, err error) (*rlsv3.RateLimitResponse, error) {
+// failureResponse decides a request whose store call failed, wholly or (on
+// Redis Cluster, a *window.PartialError) for some counters. Answered counters
+// decide as usual; each failed one applies its limit's failure mode: any
+// "deny" makes the request OVER_LIMIT, else any "error" returns Unavailable
+// so Envoy's failure_mode_deny decides, else the answered counters decide.
+// If a failure mode refuses a request whose answered counters were counted,
+// their hits are given back.
+func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
+	var partial *window.PartialError
+	if errors.As(err, &partial) {
+		for _, i := range partial.Failed {
+			c.res[i] = window.Result{Skipped: true}
+		}
+	} else {
+		allowed = false // nothing was counted
+		for i := range c.res {
+			c.res[i] = window.Result{Skipped: true}
+		}
+	}
 	var deny, unavailable bool
 	for k, l := range c.limits {
-		if c.slot[k] < 0 {
+		slot := c.slot[k]
+		if slot < 0 || !c.res[slot].Skipped {
 			continue
 		}
 		switch l.FailureMode {
@@ -155,32 +173,35 @@ func (s *Server) failureResponse(req *rlsv3.RateLimitRequest, c *call, now time.
 		}
 	}
 	s.log.Debug("store failed", zap.String("domain", req.Domain), zap.Bool("deny", deny), zap.Bool("unavailable", unavailable), zap.Error(err))
+	if allowed && (deny || unavailable) {
+		s.refund(ctx, now, c)
+	}
 	if !deny && unavailable {
 		return nil, grpcError(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
-	}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	}
+	resp := s.response(req, c, now)
 	if !deny {
 		return resp, nil
 	}
-	var retry time.Duration
-	var worst *Limit
+	retry, worst := time.Duration(0), (*Limit)(nil)
 	for k, l := range c.limits {
-		if c.slot[k] < 0 || l.FailureMode != FailDeny {
+		slot := c.slot[k]
+		if slot < 0 || !c.res[slot].Skipped || l.FailureMode != FailDeny {
 			continue
 		}
 		reset := window.At(now, l.Size).Until(now.UnixMilli())
 		st := resp.Statuses[c.owner[k]]
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.CurrentLimit = l.proto()
+		st.LimitRemaining = 0
 		st.DurationUntilReset = durationpb.New(reset)
 		if reset >= retry {
 			retry, worst = reset, l
+		}
+	}
+	for _, st := range resp.Statuses {
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && st.DurationUntilReset.AsDuration() > retry {
+			retry = st.DurationUntilReset.AsDuration()
 		}
 	}
 	resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT

@@ -231,8 +231,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	for range c.reqs {
 		c.res = append(c.res, window.Result{})
 	}
-	if err := s.take(ctx, now, c); err != nil {
-		return s.failureResponse(req, c, now, err)
+	allowed, err := s.take(ctx, now, c)
+	if err != nil {
+		return s.failureResponse(ctx, req, c, now, allowed, err)
 	}
 	return s.response(req, c, now), nil
 }
@@ -335,7 +336,7 @@ func (c *call) replaced(l *Limit) bool {
 
 // take calls the store, bounded by the store timeout and the request's
 // deadline, and logs transitions between a working and a failing store.
-func (s *Server) take(ctx context.Context, now time.Time, c *call) error {
+func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error) {
 	timeout := s.storeTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		// Leave a tenth of the caller's budget to answer with the failure
@@ -347,7 +348,7 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) error {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	_, err := s.store.Take(sctx, now, c.reqs, c.res)
+	allowed, err := s.store.Take(sctx, now, c.reqs, c.res)
 	if s.obs != nil {
 		s.obs.StoreCall(time.Since(start), err)
 	}
@@ -355,12 +356,32 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) error {
 		if s.failing.CompareAndSwap(false, true) {
 			s.log.Warn("store failing; applying failure modes", zap.Error(err))
 		}
-		return err
+		return allowed, err
 	}
 	if s.failing.CompareAndSwap(true, false) {
 		s.log.Info("store recovered")
 	}
-	return nil
+	return allowed, nil
+}
+
+// refund gives back the hits that a store call counted for a request that
+// a failure mode then denied.
+func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
+	var back []window.Request
+	for i, r := range c.reqs {
+		if !c.res[i].Skipped && r.Hits > 0 && !r.Refund {
+			r.Refund = true
+			back = append(back, r)
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.storeTimeout)
+	defer cancel()
+	if _, err := s.store.Take(sctx, now, back, make([]window.Result, len(back))); err != nil {
+		s.log.Debug("refund after a failure-mode denial failed", zap.Error(err))
+	}
 }
 
 // validate rejects malformed requests before anything is counted.

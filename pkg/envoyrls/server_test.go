@@ -504,3 +504,71 @@ func TestTwoReplicasAdmitExactlyTheLimit(t *testing.T) {
 		t.Errorf("ip remaining = %d, want %d: denied requests must not count", st.LimitRemaining, 100000-51)
 	}
 }
+
+// partialStore answers through a Memory store but fails, as one down Redis
+// Cluster node does, every request whose key holds fail.
+type partialStore struct {
+	*window.Memory
+	fail string
+}
+
+func (p partialStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+	var ok []window.Request
+	var okIdx, failed []int
+	for i, r := range reqs {
+		if indexOf(r.Key, p.fail) >= 0 {
+			failed = append(failed, i)
+			continue
+		}
+		ok = append(ok, r)
+		okIdx = append(okIdx, i)
+	}
+	sub := make([]window.Result, len(ok))
+	allowed, _ := p.Memory.Take(ctx, now, ok, sub)
+	for j, i := range okIdx {
+		res[i] = sub[j]
+	}
+	return allowed, &window.PartialError{Failed: failed, Err: window.ErrStore}
+}
+
+func TestPartialStoreFailure(t *testing.T) {
+	t.Parallel()
+	rules := `
+domain: p
+descriptors:
+  - key: healthy
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: down_allow
+    failure_mode: allow
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: down_deny
+    failure_mode: deny
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: down_error
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	mem := window.NewMemory()
+	f := newFixture(t, partialStore{mem, "down_"}, rules)
+	count := func() uint32 {
+		t.Helper()
+		return newFixture(t, mem, rules).call(t, "p", desc("healthy", "h")).Statuses[0].LimitRemaining
+	}
+	// Answered counters decide; the failed one allows.
+	resp := f.call(t, "p", desc("healthy", "h"), desc("down_allow", "x"))
+	if !sameCodes(codes1(resp), okCode, okCode, okCode) || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[1].CurrentLimit != nil {
+		t.Fatalf("allow: %v", resp)
+	}
+	// A failed deny refuses the request and gives the healthy counter back.
+	resp = f.call(t, "p", desc("healthy", "h"), desc("down_deny", "x"))
+	if !sameCodes(codes1(resp), overCode, okCode, overCode) || resp.ResponseHeadersToAdd[0].Key != "retry-after" {
+		t.Fatalf("deny: %v", resp)
+	}
+	// A failed error is Unavailable, and also gives the hits back.
+	if _, err := f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "p", Descriptors: []*rlv3.RateLimitDescriptor{desc("healthy", "h"), desc("down_error", "x")}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("error: %v, want Unavailable", err)
+	}
+	// Only the first request was admitted: 5 - 1 - this check's own hit.
+	if got := count(); got != 3 {
+		t.Errorf("healthy remaining = %d, want 3 (refused requests refunded)", got)
+	}
+}
