@@ -21,6 +21,7 @@ type config struct {
 	httpAddr        string
 	redisURL        string
 	redisTimeout    time.Duration
+	redis           redisConfig // topology, credentials, TLS, breaker: see redis.go
 	keyPrefix       string
 	logLevel        string
 	logFormat       string
@@ -45,6 +46,7 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.httpAddr, "http-addr", ":8082", "HTTP listen address for /healthz, /readyz, /rules and /metrics; empty disables")
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 15*time.Millisecond, "bound on each store call; keep it below Envoy's filter timeout (20ms by default)")
+	c.redis.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", "ratelimit", "first part of every counter key")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")

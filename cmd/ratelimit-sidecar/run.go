@@ -8,11 +8,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -47,14 +53,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer log.Sync()
 
-	rules, err := envoyrls.LoadRules(cfg.configPath)
-	if err != nil {
-		return err
-	}
+	// SIGHUP reloads the rules. Caught from the start: its default action
+	// would kill the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	var store envoyrls.Store
 	var closeStore func() error
 	now, stopClock := time.Now, func() {} // the in-memory store is one replica: its clock is the clock
+	var poolStats func() *redis.PoolStats
 	if cfg.redisURL == "" {
 		store, closeStore = window.NewMemory(), func() error { return nil }
 		log.Warn("using the in-memory store: counters are not shared with other replicas; set -redis-url for a global limit")
@@ -62,6 +70,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		client, err := newRedisClient(cfg.redisURL, cfg.redisTimeout)
 		if err != nil {
 			return err
+		}
+		if p, ok := any(client).(interface{ PoolStats() *redis.PoolStats }); ok {
+			poolStats = p.PoolStats
 		}
 		if now, stopClock, err = startClock(ctx, client, cfg.clockSync, log, nil); err != nil {
 			client.Close()
@@ -72,17 +83,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer closeStore()
 	defer stopClock() // first: it uses the client
 
+	// A registry per run, not the global one: tests run several.
+	reg := prometheus.NewRegistry()
+	mo := envoyrls.MetricsOptions{Registerer: reg, PoolStats: poolStats}
+	if rt, ok := store.(interface{ RoundTrips() uint64 }); ok {
+		mo.RoundTrips = rt.RoundTrips
+	}
+	metrics, err := envoyrls.NewMetrics(mo)
+	if err != nil {
+		return err
+	}
+
 	srv, err := envoyrls.NewServer(envoyrls.Options{
 		Store:        store,
-		Rules:        rules,
 		KeyPrefix:    cfg.keyPrefix,
 		StoreTimeout: cfg.redisTimeout,
 		Now:          now,
 		Limits:       cfg.limits,
 		Logger:       log,
+		Observer:     metrics,
 	})
 	if err != nil {
 		return err
+	}
+	reloader, err := envoyrls.NewReloader(envoyrls.ReloaderOptions{
+		Path:     cfg.configPath,
+		Apply:    srv.SetRules,
+		Logger:   log,
+		OnReload: metrics.ObserveReload,
+	})
+	if err != nil {
+		return err
+	}
+	if err := reloader.Reload(ctx); err != nil {
+		return err // every problem, with file and line
 	}
 
 	grpcLis, err := listen(cfg.grpcAddr)
@@ -92,7 +126,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	gs := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(gs, srv)
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
+	draining := make(chan struct{})
+	healthpb.RegisterHealthServer(gs, healthServer{Server: hs, draining: draining})
 	setServing := func(ok bool) {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if ok {
@@ -114,7 +149,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		httpAddr = httpLis.Addr().String()
 		httpSrv = &http.Server{
-			Handler:           envoyrls.NewHTTPHandler(srv, envoyrls.HTTPOptions{Ready: ready.Load}),
+			Handler: envoyrls.NewHTTPHandler(srv, envoyrls.HTTPOptions{
+				Ready:       ready.Load,
+				RulesStatus: reloader.RulesStatus,
+				Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			}),
 			ReadHeaderTimeout: 5 * time.Second,
 		}
 		go httpSrv.Serve(httpLis)
@@ -122,16 +161,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- gs.Serve(grpcLis) }()
 
+	// Background work owned by this run: rule watching, SIGHUP and the
+	// health loop. All of it stops before run returns.
+	bgCtx, stopBG := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() { stopBG(); bg.Wait() }()
+	bg.Go(func() {
+		if err := reloader.Run(bgCtx); err != nil {
+			log.Error("not watching the rules for changes; send SIGHUP to reload", zap.Error(err))
+		}
+	})
+	bg.Go(func() {
+		for {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-hup:
+				log.Debug("SIGHUP: reloading rules")
+				reloader.Reload(bgCtx) // logged and recorded
+			}
+		}
+	})
+
 	log.Info("serving",
 		zap.String("grpc_addr", grpcLis.Addr().String()),
 		zap.String("http_addr", httpAddr),
-		zap.Strings("domains", rules.Domains()),
-		zap.Strings("rule_files", rules.Files()),
 		zap.Bool("redis", cfg.redisURL != ""))
 
 	// The health loop owns readiness: SERVING once rules are loaded (they
 	// are, by now) and the store answers.
-	healthCtx, stopHealth := context.WithCancel(ctx)
+	healthCtx, stopHealth := context.WithCancel(bgCtx)
 	healthDone := make(chan struct{})
 	go func() {
 		defer close(healthDone)
@@ -168,11 +227,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("grpc server: %w", err)
 	}
 
-	log.Info("shutting down: draining in-flight calls", zap.Duration("timeout", cfg.shutdownTimeout))
+	// NOT_SERVING first, so probes and Envoy move away at once; Shutdown
+	// also makes the health loop's later updates no-ops.
+	hs.Shutdown()
+	ready.Store(false)
+	close(draining)
 	stopHealth()
 	<-healthDone
-	ready.Store(false)
-	hs.Shutdown() // NOT_SERVING at once, so probes and Envoy move away
+	log.Info("shutting down: draining in-flight calls", zap.Duration("timeout", cfg.shutdownTimeout))
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(cfg.shutdownTimeout)
@@ -191,4 +253,52 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// healthServer is grpc-go's health server whose Watch streams end once
+// draining is closed and the watcher has been told NOT_SERVING. An open
+// Watch would otherwise hold GracefulStop until the shutdown timeout.
+type healthServer struct {
+	*health.Server
+	draining <-chan struct{}
+}
+
+func (h healthServer) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	ws := &watchStream{Health_WatchServer: stream, ctx: ctx, told: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- h.Server.Watch(req, ws) }()
+	select {
+	case err := <-done:
+		return err
+	case <-h.draining:
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ws.told:
+	case <-time.After(time.Second):
+	}
+	cancel()
+	<-done
+	return nil
+}
+
+// watchStream notes when a watcher has been sent NOT_SERVING.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx  context.Context
+	once sync.Once
+	told chan struct{}
+}
+
+func (s *watchStream) Context() context.Context { return s.ctx }
+
+func (s *watchStream) Send(m *healthpb.HealthCheckResponse) error {
+	err := s.Health_WatchServer.Send(m)
+	if err == nil && m.Status == healthpb.HealthCheckResponse_NOT_SERVING {
+		s.once.Do(func() { close(s.told) })
+	}
+	return err
 }

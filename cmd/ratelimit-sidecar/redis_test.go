@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// writeCA writes a self-signed CA certificate as PEM and returns its path.
+func writeCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// redisFlags parses args (plus a -config) and returns the config.
+func redisFlags(t *testing.T, args []string, env map[string]string) *config {
+	t.Helper()
+	c, err := parseFlags("test", append([]string{"-config", "x.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatalf("parseFlags(%q) = %v", args, err)
+	}
+	return c
+}
+
+func TestRedisOptions(t *testing.T) {
+	t.Parallel()
+	ca := writeCA(t)
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string // substring; "" for success
+		check   func(t *testing.T, o *redis.UniversalOptions)
+	}{
+		{name: "url", args: []string{"-redis-url", "redis://u:p@127.0.0.1:6379/3"}, check: func(t *testing.T, o *redis.UniversalOptions) {
+			if len(o.Addrs) != 1 || o.Addrs[0] != "127.0.0.1:6379" || o.Username != "u" || o.Password != "p" || o.DB != 3 || o.TLSConfig != nil {
+				t.Errorf("options = %+v", o)
+			}
+			if _, ok := redis.NewUniversalClient(o).(*redis.Client); !ok {
+				t.Errorf("client is not a *redis.Client")
+			}
+		}},
+		{name: "rediss url with a CA", args: []string{"-redis-url", "rediss://redis.example:6380", "-redis-tls-ca", ca}, check: func(t *testing.T, o *redis.UniversalOptions) {
+			if o.TLSConfig == nil || o.TLSConfig.RootCAs == nil || o.TLSConfig.InsecureSkipVerify {
+				t.Errorf("TLSConfig = %+v, want RootCAs from the CA file", o.TLSConfig)
+			}
+		}},
+		{name: "unix socket url", args: []string{"-redis-url", "unix:///run/redis.sock"}, check: func(t *testing.T, o *redis.UniversalOptions) {
+			if o.Addrs[0] != "/run/redis.sock" || o.Dialer == nil {
+				t.Errorf("Addrs = %v, Dialer set %v, want the socket and a unix dialer", o.Addrs, o.Dialer != nil)
+			}
+		}},
+		{name: "single by address, password from the environment", args: []string{"-redis-addrs", "10.0.0.1:6379", "-redis-pool-size", "20"},
+			env: map[string]string{"RLS_REDIS_PASSWORD": "s3cret"}, check: func(t *testing.T, o *redis.UniversalOptions) {
+				if o.Password != "s3cret" || o.PoolSize != 20 || o.IsClusterMode || o.MasterName != "" {
+					t.Errorf("options = %+v", o)
+				}
+			}},
+		{name: "sentinel", args: []string{"-redis-mode", "sentinel", "-redis-addrs", "s1:26379, s2:26379,s3:26379", "-redis-master-name", "mymaster", "-redis-db", "2"},
+			check: func(t *testing.T, o *redis.UniversalOptions) {
+				if o.MasterName != "mymaster" || len(o.Addrs) != 3 || o.Addrs[1] != "s2:26379" || o.DB != 2 {
+					t.Errorf("options = %+v", o)
+				}
+			}},
+		{name: "cluster from the environment, TLS", env: map[string]string{"RLS_REDIS_MODE": "cluster", "RLS_REDIS_ADDRS": "n1:6379", "RLS_REDIS_TLS": "true"},
+			check: func(t *testing.T, o *redis.UniversalOptions) {
+				if !o.IsClusterMode || o.TLSConfig == nil || o.TLSConfig.ServerName != "" {
+					t.Errorf("options = %+v, want cluster mode and TLS without a fixed ServerName", o)
+				}
+				if _, ok := redis.NewUniversalClient(o).(*redis.ClusterClient); !ok {
+					t.Errorf("client is not a *redis.ClusterClient")
+				}
+			}},
+		{name: "always no retries and context deadlines", args: []string{"-redis-addrs", "h:1"}, check: func(t *testing.T, o *redis.UniversalOptions) {
+			if o.MaxRetries != -1 || !o.ContextTimeoutEnabled || o.DialerRetries != 1 {
+				t.Errorf("MaxRetries %d ContextTimeoutEnabled %v DialerRetries %d, want -1 true 1", o.MaxRetries, o.ContextTimeoutEnabled, o.DialerRetries)
+			}
+		}},
+		{name: "sentinel without master name", args: []string{"-redis-mode", "sentinel", "-redis-addrs", "s1:26379"}, wantErr: "needs -redis-master-name"},
+		{name: "sentinel without addresses", args: []string{"-redis-mode", "sentinel", "-redis-master-name", "m"}, wantErr: "sentinels' addresses"},
+		{name: "cluster without addresses", args: []string{"-redis-mode", "cluster"}, wantErr: "needs seed node addresses"},
+		{name: "cluster with a url", args: []string{"-redis-mode", "cluster", "-redis-url", "redis://h:1"}, wantErr: "-redis-url is for -redis-mode single"},
+		{name: "cluster with a db", args: []string{"-redis-mode", "cluster", "-redis-addrs", "h:1", "-redis-db", "1"}, wantErr: "only database 0"},
+		{name: "master name without sentinel", args: []string{"-redis-addrs", "h:1", "-redis-master-name", "m"}, wantErr: "is for -redis-mode sentinel"},
+		{name: "single with several addresses", args: []string{"-redis-addrs", "h:1,h:2"}, wantErr: "takes one address"},
+		{name: "url and addresses", args: []string{"-redis-url", "redis://h:1", "-redis-addrs", "h:2"}, wantErr: "set one, not both"},
+		{name: "bad mode", args: []string{"-redis-mode", "ring", "-redis-addrs", "h:1"}, wantErr: `-redis-mode "ring"`},
+		{name: "address without port", args: []string{"-redis-addrs", "localhost"}, wantErr: "-redis-addrs"},
+		{name: "bad url", args: []string{"-redis-url", "http://h:1"}, wantErr: "-redis-url"},
+		{name: "credentials twice", args: []string{"-redis-url", "redis://u:p@h:1", "-redis-password", "q"}, wantErr: "carries credentials"},
+		{name: "CA without TLS", args: []string{"-redis-addrs", "h:1", "-redis-tls-ca", ca}, wantErr: "need -redis-tls"},
+		{name: "CA file missing", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-ca", "/nonexistent/ca.pem"}, wantErr: "-redis-tls-ca"},
+		{name: "CA file not PEM", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-ca", notPEM}, wantErr: "no PEM certificate"},
+		{name: "negative pool size", args: []string{"-redis-addrs", "h:1", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
+		{name: "breaker open for zero", args: []string{"-redis-addrs", "h:1", "-redis-breaker-open-for", "0s"}, wantErr: "-redis-breaker-open-for"},
+		{name: "every problem at once", args: []string{"-redis-mode", "sentinel", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := redisFlags(t, tt.args, tt.env)
+			if !c.usesRedis() {
+				t.Fatalf("usesRedis() = false for %q", tt.args)
+			}
+			o, err := redisOptions(c)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("redisOptions(%q) = %v, want an error containing %q", tt.args, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("redisOptions(%q) = %v", tt.args, err)
+			}
+			tt.check(t, o)
+		})
+	}
+}
+
+func TestUsesRedis(t *testing.T) {
+	t.Parallel()
+	if c := redisFlags(t, nil, nil); c.usesRedis() {
+		t.Errorf("usesRedis() with no Redis flag = true, want false (in-memory store)")
+	}
+	// A Redis flag without an address is a mistake to report, not a
+	// reason to count in memory.
+	c := redisFlags(t, nil, map[string]string{"RLS_REDIS_PASSWORD": "x"})
+	if !c.usesRedis() {
+		t.Fatalf("usesRedis() with only a password = false, want true")
+	}
+	if _, err := redisOptions(c); err == nil || !strings.Contains(err.Error(), "set -redis-url or -redis-addrs") {
+		t.Errorf("redisOptions with only a password = %v, want an error asking for an address", err)
+	}
+}
+
+// TestRedisStoreOverCluster: the flags build a client and store that count
+// across the slots of a real cluster, behind the breaker.
+func TestRedisStoreOverCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	c := redisFlags(t, []string{"-redis-mode", "cluster", "-redis-addrs", strings.Join(cl.Addrs[:1], ",")}, nil)
+	client, err := newRedisClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	store := newRedisStore(c, client, zaptest.NewLogger(t))
+	if _, ok := store.(interface{ RoundTrips() uint64 }); !ok {
+		t.Errorf("store %T has no RoundTrips, which metrics read", store)
+	}
+	ctx := context.Background()
+	if err := store.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(1_763_800_020_000)
+	var reqs []window.Request
+	for _, d := range []string{"a", "b", "c", "d"} {
+		key := window.AppendKey(nil, "rl", "edge", []window.Entry{{Key: "k", Value: d}}, "")
+		reqs = append(reqs, window.Request{Key: string(key), Limit: 2, Size: time.Minute, Hits: 1})
+	}
+	for i, want := range []bool{true, true, false} {
+		ok, err := store.Take(ctx, now, reqs, make([]window.Result, len(reqs)))
+		if err != nil || ok != want {
+			t.Errorf("Take %d = %v, %v, want %v, nil", i, ok, err, want)
+		}
+	}
+}
