@@ -63,11 +63,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var closeStore func() error
 	now, stopClock := time.Now, func() {} // the in-memory store is one replica: its clock is the clock
 	var poolStats func() *redis.PoolStats
-	if cfg.redisURL == "" {
+	if !cfg.usesRedis() {
 		store, closeStore = window.NewMemory(), func() error { return nil }
 		log.Warn("using the in-memory store: counters are not shared with other replicas; set -redis-url for a global limit")
 	} else {
-		client, err := newRedisClient(cfg.redisURL, cfg.redisTimeout)
+		client, err := newRedisClient(cfg)
 		if err != nil {
 			return err
 		}
@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			client.Close()
 			return err
 		}
-		store, closeStore = window.NewRedis(client), client.Close
+		store, closeStore = newRedisStore(cfg, client, log), client.Close
 	}
 	defer closeStore()
 	defer stopClock() // first: it uses the client
@@ -186,7 +186,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log.Info("serving",
 		zap.String("grpc_addr", grpcLis.Addr().String()),
 		zap.String("http_addr", httpAddr),
-		zap.Bool("redis", cfg.redisURL != ""))
+		zap.Bool("redis", cfg.usesRedis()))
 
 	// The health loop owns readiness: SERVING once rules are loaded (they
 	// are, by now) and the store answers.
