@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var store envoyrls.Store
 	var closeStore func() error
 	now, stopClock := time.Now, func() {} // the in-memory store is one replica: its clock is the clock
+	clockOffset := newClockOffsetGauge()
 	var poolStats func() *redis.PoolStats
 	if !cfg.usesRedis() {
 		store, closeStore = window.NewMemory(), func() error { return nil }
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if p, ok := any(client).(interface{ PoolStats() *redis.PoolStats }); ok {
 			poolStats = p.PoolStats
 		}
-		if now, stopClock, err = startClock(ctx, client, cfg.clockSync, log, nil); err != nil {
+		if now, stopClock, err = startClock(ctx, client, cfg.clockSync, log, clockOffset); err != nil {
 			client.Close()
 			return err
 		}
@@ -85,6 +86,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// A registry per run, not the global one: tests run several.
 	reg := prometheus.NewRegistry()
+	if err := reg.Register(clockOffset); err != nil {
+		return err
+	}
 	mo := envoyrls.MetricsOptions{Registerer: reg, PoolStats: poolStats}
 	if rt, ok := store.(interface{ RoundTrips() uint64 }); ok {
 		mo.RoundTrips = rt.RoundTrips

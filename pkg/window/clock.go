@@ -62,8 +62,10 @@ var ErrClock = errors.New("window: clock")
 // halfway through it, so the error is at most half that round trip (well
 // under a millisecond on a LAN; Redis reports microseconds). Between syncs
 // the local clock's rate is trusted; ordinary drift (tens of ppm) moves it by
-// about a millisecond per 30 s interval. Against a Redis Cluster, TIME goes
-// to one node; the nodes' own clocks should be kept by NTP.
+// about a millisecond per 30 s interval. A go-redis cluster client sends a
+// keyless TIME to the shards in turn, so for Redis Cluster pass a client that
+// always asks one node (the sidecar asks the master of a fixed slot), or the
+// replicas agree only to within the nodes' own skew.
 //
 // The zero Clock is not usable; call NewClock. Before the first successful
 // sync the offset is zero, so Now is the local clock. A Clock is safe for
@@ -75,8 +77,8 @@ type Clock struct {
 	synced atomic.Bool  // some Sync has succeeded
 }
 
-// NewClock returns a Clock over client (a *redis.Client, *redis.ClusterClient
-// or anything with Time). It fails for a nil client or negative options.
+// NewClock returns a Clock over client (a *redis.Client, or anything with
+// Time; see Clock for Redis Cluster). It fails for a nil client or negative options.
 func NewClock(client timer, opts ClockOptions) (*Clock, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrClock)
