@@ -74,7 +74,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		remaining := r.Remaining(res, now)
 		reset := r.Reset(res, now)
 		over := res.Over && !l.Shadow
-		s.observe(req, c.owner[k], l, res, remaining)
+		s.observe(req, c, k, res, remaining)
 		st := resp.Statuses[c.owner[k]]
 		if tighter(st, over, remaining, reset) {
 			st.CurrentLimit = l.proto()
@@ -111,10 +111,11 @@ func tighter(st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, remaining 
 	return reset > st.DurationUntilReset.AsDuration()
 }
 
-func (s *Server) observe(req *rlsv3.RateLimitRequest, owner int, l *Limit, res window.Result, remaining uint64) {
+func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window.Result, remaining uint64) {
 	if s.obs == nil {
 		return
 	}
+	l, owner := c.limits[k], c.owner[k]
 	outcome := OutcomeOK
 	switch {
 	case res.Over && l.Shadow:
@@ -124,7 +125,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, owner int, l *Limit, res w
 	case float64(remaining) <= nearLimitShare*float64(l.RequestsPerUnit):
 		outcome = OutcomeNearLimit
 	}
-	s.obs.Decision(req.Domain, l, lastValue(req, owner, l), outcome)
+	s.obs.Decision(c.domain, l, lastValue(req, owner, l), outcome)
 }
 
 // lastValue is the descriptor's last value, given to metrics only for rules
@@ -169,7 +170,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 			unavailable = true
 		}
 		if s.obs != nil {
-			s.obs.Decision(req.Domain, l, lastValue(req, c.owner[k], l), OutcomeFailureMode)
+			s.obs.Decision(c.domain, l, lastValue(req, c.owner[k], l), OutcomeFailureMode)
 		}
 	}
 	s.log.Debug("store failed", zap.String("domain", req.Domain), zap.Bool("deny", deny), zap.Bool("unavailable", unavailable), zap.Error(err))

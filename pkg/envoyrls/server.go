@@ -164,6 +164,7 @@ func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 // and res hold only the counted ones, slot[k] being limit k's index in them
 // or -1 for an unlimited limit.
 type call struct {
+	domain string // metric label: the domain, or "unknown" when no rules name it
 	limits []*Limit
 	owner  []int
 	slot   []int
@@ -171,6 +172,9 @@ type call struct {
 	res    []window.Result
 	key    []byte
 }
+
+// unknownDomain labels metrics of domains that no rules file names.
+const unknownDomain = "unknown"
 
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
@@ -189,6 +193,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	c := s.calls.Get().(*call)
 	defer s.calls.Put(c)
 	c.reset()
+	c.domain = unknownDomain
+	if dom != nil {
+		// A client can send any domain (with an override, any domain even
+		// counts), so only configured ones become metric labels.
+		c.domain = dom.Name
+	}
 
 	for i, d := range req.Descriptors {
 		n := dom.match(d.Entries)

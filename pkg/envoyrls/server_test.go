@@ -572,3 +572,39 @@ descriptors:
 		t.Errorf("healthy remaining = %d, want 3 (refused requests refunded)", got)
 	}
 }
+
+// recorder is an Observer that keeps what it is told.
+type recorder struct {
+	mu        sync.Mutex
+	decisions []string // "domain/rule/value/outcome"
+}
+
+func (r *recorder) Decision(domain string, l *Limit, value string, o Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.decisions = append(r.decisions, domain+"/"+l.Rule+"/"+value+"/"+o.String())
+}
+func (r *recorder) StoreCall(time.Duration, error) {}
+
+func TestObserverLabels(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	rules := testRules + "  - key: detailed\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+	f := newFixture(t, window.NewMemory(), rules, func(o *Options) { o.Observer = rec })
+	override := desc("anything", "x")
+	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	f.call(t, "client-chosen-domain", override)
+	f.call(t, "api", desc("api_key", "secret"), desc("detailed", "d1"))
+	f.call(t, "api", desc("zero", "z"))
+	got := rec.decisions
+	if len(got) != 4 {
+		t.Fatalf("decisions = %q, want 4", got)
+	}
+	// An override's 1 per minute has 0 left: near_limit; the value is a
+	// label only where detailed_metric asks for it.
+	for i, w := range []string{"unknown/override//near_limit", "api/per_key//ok", "api/detailed/d1/ok", "api/zero//over_limit"} {
+		if got[i] != w {
+			t.Errorf("decision %d = %q, want %q", i, got[i], w)
+		}
+	}
+}
