@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,7 @@ type redisConfig struct {
 	poolSize        int
 	breakerFailures int
 	breakerOpenFor  time.Duration
+	pipelines       int
 }
 
 // addFlags registers the Redis flags on fs; parseFlags gives each its RLS_
@@ -51,6 +53,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", time.Second, "how long the open circuit fails calls at once before it lets one probe through")
+	fs.IntVar(&c.pipelines, "redis-pipelines", 4, "pipelines in flight that coalesce concurrent requests' scripts (one round trip for many decisions); 0 sends each request on its own")
 }
 
 // usesRedis reports whether the counters live in Redis: an address is set,
@@ -225,35 +228,102 @@ func newRedisClient(c *config) (redis.UniversalClient, error) {
 	return redis.NewUniversalClient(o), nil
 }
 
-// redisStore is the Redis store behind its circuit breaker, with the
-// store's round trip count for metrics.
+// redisStore is the Redis store as served, layered from the outside in:
+// the over-limit cache (a full counter is denied without Redis until its
+// window ends), the circuit breaker (a dead Redis costs microseconds), the
+// Lua store, and the batcher that coalesces concurrent requests into
+// pipelines. Each layer but the store can be turned off by its flag.
 type redisStore struct {
-	*window.Breaker
-	redis *window.Redis
+	envoyrls.Store
+	redis   *window.Redis
+	batcher *window.Batcher // nil without -redis-pipelines
+	breaker *window.Breaker // nil without -redis-breaker-failures
 }
 
-// RoundTrips returns the Redis store's round trips.
-func (s redisStore) RoundTrips() uint64 { return s.redis.RoundTrips() }
-
-// newRedisStore returns the store over client: a window.Redis, behind a
-// window.Breaker unless -redis-breaker-failures is 0. The breaker's changes
-// are logged.
-func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) envoyrls.Store {
-	rs := window.NewRedis(client)
-	if c.redis.breakerFailures == 0 {
-		return rs
+// RoundTrips returns the round trips sent to Redis: pipelines when batching,
+// else script calls.
+func (s *redisStore) RoundTrips() uint64 {
+	if s.batcher != nil {
+		return s.batcher.RoundTrips()
 	}
-	b := window.NewBreaker(rs, window.BreakerOptions{
-		FailureThreshold: c.redis.breakerFailures,
-		OpenFor:          c.redis.breakerOpenFor,
-		OnStateChange: func(open bool) {
-			if open {
-				log.Warn("redis circuit breaker open: failing store calls at once",
-					zap.Int("consecutive_failures", c.redis.breakerFailures), zap.Duration("open_for", c.redis.breakerOpenFor))
-			} else {
-				log.Info("redis circuit breaker closed")
-			}
-		},
-	})
-	return redisStore{Breaker: b, redis: rs}
+	return s.redis.RoundTrips()
+}
+
+// BreakerOpen reports whether the circuit breaker is refusing calls.
+func (s *redisStore) BreakerOpen() bool {
+	return s.breaker != nil && s.breaker.State() != window.BreakerClosed
+}
+
+// Close stops the batcher's workers; the client is closed by its owner.
+func (s *redisStore) Close() error {
+	if s.batcher != nil {
+		return s.batcher.Close()
+	}
+	return nil
+}
+
+// newRedisStore returns the store over client; see redisStore. The
+// breaker's changes are logged.
+func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *redisStore {
+	rs := &redisStore{}
+	_, cluster := client.(*redis.ClusterClient)
+	switch {
+	case c.redis.pipelines > 0 && !cluster:
+		rs.batcher = window.NewBatcher(client, window.BatchOptions{Workers: c.redis.pipelines})
+		rs.redis = window.NewRedis(batchedClient{UniversalClient: client, b: rs.batcher})
+	default:
+		// On a cluster a go-redis pipeline that loses a node fails every
+		// command in it, healthy slots too; each slot group already goes
+		// on its own, in parallel.
+		rs.redis = window.NewRedis(client)
+	}
+	rs.Store = rs.redis
+	if c.redis.breakerFailures > 0 {
+		rs.breaker = window.NewBreaker(rs.redis, window.BreakerOptions{
+			FailureThreshold: c.redis.breakerFailures,
+			OpenFor:          c.redis.breakerOpenFor,
+			OnStateChange: func(open bool) {
+				if open {
+					log.Warn("redis circuit breaker open: failing store calls at once",
+						zap.Int("consecutive_failures", c.redis.breakerFailures), zap.Duration("open_for", c.redis.breakerOpenFor))
+				} else {
+					log.Info("redis circuit breaker closed")
+				}
+			},
+		})
+		rs.Store = rs.breaker
+	}
+	if c.overLimitCache {
+		rs.Store = window.NewOverLimitCache(rs.Store)
+	}
+	return rs
+}
+
+// batchedClient is the client with its script calls (Process) sent through
+// the batcher; everything else, cluster discovery included, goes straight
+// to the client.
+type batchedClient struct {
+	redis.UniversalClient
+	b *window.Batcher
+}
+
+func (c batchedClient) Process(ctx context.Context, cmd redis.Cmder) error {
+	return c.b.Process(ctx, cmd)
+}
+
+// redisLogger sends go-redis's own log lines (pool dial failures, Sentinel
+// switches) through zap, so -log-format json holds for every stderr line.
+// go-redis has one logger per process; run sets it once and points it at
+// the newest run's logger.
+type redisLogger struct{ log atomic.Pointer[zap.Logger] }
+
+var goRedisLogger = func() *redisLogger {
+	l := &redisLogger{}
+	l.log.Store(zap.NewNop())
+	redis.SetLogger(l)
+	return l
+}()
+
+func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.Load().Warn("redis: "+strings.TrimSpace(fmt.Sprintf(format, v...)), zap.String("source", "go-redis"))
 }

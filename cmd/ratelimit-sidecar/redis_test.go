@@ -180,8 +180,9 @@ func TestRedisStoreOverCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	store := newRedisStore(c, client, zaptest.NewLogger(t))
-	if _, ok := store.(interface{ RoundTrips() uint64 }); !ok {
-		t.Errorf("store %T has no RoundTrips, which metrics read", store)
+	t.Cleanup(func() { store.Close() })
+	if store.batcher != nil || store.breaker == nil {
+		t.Errorf("cluster store: batcher %v, breaker %v; want no batcher (a lost node would fail whole pipelines) and a breaker", store.batcher, store.breaker)
 	}
 	ctx := context.Background()
 	if err := store.Ping(ctx); err != nil {
@@ -197,6 +198,55 @@ func TestRedisStoreOverCluster(t *testing.T) {
 		ok, err := store.Take(ctx, now, reqs, make([]window.Result, len(reqs)))
 		if err != nil || ok != want {
 			t.Errorf("Take %d = %v, %v, want %v, nil", i, ok, err, want)
+		}
+	}
+}
+
+// TestRedisStoreLayers: on a single node the flags put the over-limit cache
+// and the breaker around a batched store, and each flag turns its layer off.
+func TestRedisStoreLayers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		args                     []string
+		batcher, breaker, cached bool
+	}{
+		{nil, true, true, true},
+		{[]string{"-redis-pipelines", "0", "-redis-breaker-failures", "0", "-over-limit-cache=false"}, false, false, false},
+	} {
+		c := redisFlags(t, append([]string{"-redis-url", srv.URL()}, tt.args...), nil)
+		client, err := newRedisClient(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		store := newRedisStore(c, client, zaptest.NewLogger(t))
+		t.Cleanup(func() { store.Close() })
+		_, cached := store.Store.(*window.OverLimitCache)
+		if (store.batcher != nil) != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {
+			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.batcher != nil, store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
+		}
+		ctx := context.Background()
+		if err := store.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		key := string(window.AppendKey(nil, "rl", "edge", []window.Entry{{Key: "k", Value: strings.Join(tt.args, "")}}, ""))
+		r := []window.Request{{Key: key, Limit: 1, Size: time.Minute, Hits: 1}}
+		before := store.RoundTrips()
+		for i, want := range []bool{true, false, false} {
+			ok, err := store.Take(ctx, time.UnixMilli(1_763_800_020_000), r, make([]window.Result, 1))
+			if err != nil || ok != want {
+				t.Errorf("%q Take %d = %v, %v, want %v", tt.args, i, ok, err, want)
+			}
+		}
+		// The first call fills the counter, so with the cache the other two
+		// never reach Redis.
+		want := uint64(3)
+		if tt.cached {
+			want = 1
+		}
+		if got := store.RoundTrips() - before; got != want {
+			t.Errorf("%q: %d round trips for 3 calls, want %d", tt.args, got, want)
 		}
 	}
 }

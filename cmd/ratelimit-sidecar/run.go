@@ -64,6 +64,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	now, stopClock := time.Now, func() {} // the in-memory store is one replica: its clock is the clock
 	clockOffset := newClockOffsetGauge()
 	var poolStats func() *redis.PoolStats
+	breakerOpen := func() bool { return false }
+	goRedisLogger.log.Store(log)
 	if !cfg.usesRedis() {
 		store, closeStore = window.NewMemory(), func() error { return nil }
 		log.Warn("using the in-memory store: counters are not shared with other replicas; set -redis-url for a global limit")
@@ -79,7 +81,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			client.Close()
 			return err
 		}
-		store, closeStore = newRedisStore(cfg, client, log), client.Close
+		rs := newRedisStore(cfg, client, log)
+		store, closeStore = rs, func() error { return errors.Join(rs.Close(), client.Close()) }
+		breakerOpen = rs.BreakerOpen
 	}
 	defer closeStore()
 	defer stopClock() // first: it uses the client
@@ -87,6 +91,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// A registry per run, not the global one: tests run several.
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(clockOffset); err != nil {
+		return err
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimit_circuit_breaker_open",
+		Help: "1 while the Redis circuit breaker refuses store calls (open or half-open), else 0.",
+	}, func() float64 {
+		if breakerOpen() {
+			return 1
+		}
+		return 0
+	})); err != nil {
 		return err
 	}
 	mo := envoyrls.MetricsOptions{Registerer: reg, PoolStats: poolStats}

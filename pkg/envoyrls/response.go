@@ -69,7 +69,16 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		}
 		r, res := &c.reqs[slot], c.res[slot]
 		if res.Skipped {
-			continue // not read: another counter was known full; claim no numbers
+			// Not read. After a store failure nothing is known: the limit's
+			// failure mode answers (failureResponse). Otherwise another
+			// counter of this denied request was known full: the limit
+			// itself is configuration, so report it, as Envoy lists it in
+			// x-ratelimit-limit whether or not the cache answered; its count
+			// is unknown, so it states no remaining or reset of its own.
+			if st := resp.Statuses[c.owner[k]]; !c.failed && st.CurrentLimit == nil {
+				st.CurrentLimit = l.proto()
+			}
+			continue
 		}
 		remaining := r.Remaining(res, now)
 		reset := r.Reset(res, now)
@@ -146,6 +155,7 @@ func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
 // If a failure mode refuses a request whose answered counters were counted,
 // their hits are given back.
 func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
+	c.failed = true
 	var partial *window.PartialError
 	if errors.As(err, &partial) {
 		for _, i := range partial.Failed {

@@ -165,6 +165,7 @@ func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 // or -1 for an unlimited limit.
 type call struct {
 	domain string // metric label: the domain, or "unknown" when no rules name it
+	failed bool   // the store failed: Skipped results are unknown, not cached
 	limits []*Limit
 	owner  []int
 	slot   []int
@@ -179,6 +180,7 @@ const unknownDomain = "unknown"
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key = c.reqs[:0], c.res[:0], c.key[:0]
+	c.failed = false
 }
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.

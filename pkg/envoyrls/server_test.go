@@ -608,3 +608,27 @@ func TestObserverLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedDenialReportsLimits: a denial answered by the over-limit cache
+// shows Envoy the same limits as one answered by the store.
+func TestCachedDenialReportsLimits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewOverLimitCache(window.NewMemory()), testRules)
+	for range 3 {
+		f.call(t, "api", desc("api_key", "c"))
+	}
+	resp := f.call(t, "api", desc("remote_address", "1.1.1.1"), desc("api_key", "c"))
+	if !sameCodes(codes1(resp), overCode, okCode, overCode) {
+		t.Fatalf("codes = %v", codes1(resp))
+	}
+	if cl := resp.Statuses[0].CurrentLimit; cl == nil || cl.RequestsPerUnit != 100 {
+		t.Errorf("skipped descriptor's current_limit = %v, want the configured 100", cl)
+	}
+	if st := resp.Statuses[1]; st.CurrentLimit.GetRequestsPerUnit() != 3 || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() != 45*time.Second {
+		t.Errorf("full descriptor = %v", st)
+	}
+	// The address was not counted by the cached denial.
+	if st := f.call(t, "api", desc("remote_address", "1.1.1.1")).Statuses[0]; st.LimitRemaining != 99 {
+		t.Errorf("address remaining = %d, want 99", st.LimitRemaining)
+	}
+}
