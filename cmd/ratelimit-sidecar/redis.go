@@ -35,7 +35,7 @@ type redisConfig struct {
 	poolSize        int
 	breakerFailures int
 	breakerOpenFor  time.Duration
-	pipelines       int
+	batchWorkers    int
 }
 
 // addFlags registers the Redis flags on fs; parseFlags gives each its RLS_
@@ -53,7 +53,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", time.Second, "how long the open circuit fails calls at once before it lets one probe through")
-	fs.IntVar(&c.pipelines, "redis-pipelines", 4, "pipelines in flight that coalesce concurrent requests' scripts (one round trip for many decisions); 0 sends each request on its own")
+	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 4, "batched script calls in flight; each carries every request waiting when it is sent (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
 }
 
 // usesRedis reports whether the counters live in Redis: an address is set,
@@ -231,50 +231,34 @@ func newRedisClient(c *config) (redis.UniversalClient, error) {
 // redisStore is the Redis store as served, layered from the outside in:
 // the over-limit cache (a full counter is denied without Redis until its
 // window ends), the circuit breaker (a dead Redis costs microseconds), the
-// Lua store, and the batcher that coalesces concurrent requests into
-// pipelines. Each layer but the store can be turned off by its flag.
+// Lua store, which coalesces concurrent requests into one script call. Each
+// layer can be turned off by its flag.
 type redisStore struct {
 	envoyrls.Store
 	redis   *window.Redis
-	batcher *window.Batcher // nil without -redis-pipelines
 	breaker *window.Breaker // nil without -redis-breaker-failures
 }
 
-// RoundTrips returns the round trips sent to Redis: pipelines when batching,
-// else script calls.
-func (s *redisStore) RoundTrips() uint64 {
-	if s.batcher != nil {
-		return s.batcher.RoundTrips()
-	}
-	return s.redis.RoundTrips()
-}
+// RoundTrips returns the round trips (script calls) sent to Redis.
+func (s *redisStore) RoundTrips() uint64 { return s.redis.RoundTrips() }
 
 // BreakerOpen reports whether the circuit breaker is refusing calls.
 func (s *redisStore) BreakerOpen() bool {
 	return s.breaker != nil && s.breaker.State() != window.BreakerClosed
 }
 
-// Close stops the batcher's workers; the client is closed by its owner.
-func (s *redisStore) Close() error {
-	if s.batcher != nil {
-		return s.batcher.Close()
-	}
-	return nil
-}
+// Close stops the batch workers; the client is closed by its owner.
+func (s *redisStore) Close() error { return s.redis.Close() }
 
 // newRedisStore returns the store over client; see redisStore. The
 // breaker's changes are logged.
 func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *redisStore {
 	rs := &redisStore{}
-	_, cluster := client.(*redis.ClusterClient)
-	switch {
-	case c.redis.pipelines > 0 && !cluster:
-		rs.batcher = window.NewBatcher(client, window.BatchOptions{Workers: c.redis.pipelines})
-		rs.redis = window.NewRedis(batchedClient{UniversalClient: client, b: rs.batcher})
-	default:
-		// On a cluster a go-redis pipeline that loses a node fails every
-		// command in it, healthy slots too; each slot group already goes
-		// on its own, in parallel.
+	if c.redis.batchWorkers > 0 {
+		// Not batched on a cluster, where requests of different slots
+		// cannot share a script; see window.NewBatchedRedis.
+		rs.redis = window.NewBatchedRedis(client, window.BatchOptions{Workers: c.redis.batchWorkers})
+	} else {
 		rs.redis = window.NewRedis(client)
 	}
 	rs.Store = rs.redis
@@ -297,18 +281,6 @@ func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *re
 		rs.Store = window.NewOverLimitCache(rs.Store)
 	}
 	return rs
-}
-
-// batchedClient is the client with its script calls (Process) sent through
-// the batcher; everything else, cluster discovery included, goes straight
-// to the client.
-type batchedClient struct {
-	redis.UniversalClient
-	b *window.Batcher
-}
-
-func (c batchedClient) Process(ctx context.Context, cmd redis.Cmder) error {
-	return c.b.Process(ctx, cmd)
 }
 
 // redisLogger sends go-redis's own log lines (pool dial failures, Sentinel

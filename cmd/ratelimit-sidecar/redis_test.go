@@ -181,8 +181,8 @@ func TestRedisStoreOverCluster(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store := newRedisStore(c, client, zaptest.NewLogger(t))
 	t.Cleanup(func() { store.Close() })
-	if store.batcher != nil || store.breaker == nil {
-		t.Errorf("cluster store: batcher %v, breaker %v; want no batcher (a lost node would fail whole pipelines) and a breaker", store.batcher, store.breaker)
+	if store.redis.Batched() || store.breaker == nil {
+		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.redis.Batched(), store.breaker)
 	}
 	ctx := context.Background()
 	if err := store.Ping(ctx); err != nil {
@@ -212,7 +212,7 @@ func TestRedisStoreLayers(t *testing.T) {
 		batcher, breaker, cached bool
 	}{
 		{nil, true, true, true},
-		{[]string{"-redis-pipelines", "0", "-redis-breaker-failures", "0", "-over-limit-cache=false"}, false, false, false},
+		{[]string{"-redis-batch-workers", "0", "-redis-breaker-failures", "0", "-over-limit-cache=false"}, false, false, false},
 	} {
 		c := redisFlags(t, append([]string{"-redis-url", srv.URL()}, tt.args...), nil)
 		client, err := newRedisClient(c)
@@ -223,8 +223,8 @@ func TestRedisStoreLayers(t *testing.T) {
 		store := newRedisStore(c, client, zaptest.NewLogger(t))
 		t.Cleanup(func() { store.Close() })
 		_, cached := store.Store.(*window.OverLimitCache)
-		if (store.batcher != nil) != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {
-			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.batcher != nil, store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
+		if store.redis.Batched() != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {
+			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.redis.Batched(), store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
 		}
 		ctx := context.Background()
 		if err := store.Ping(ctx); err != nil {

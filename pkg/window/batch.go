@@ -3,131 +3,125 @@ package window
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// pipelineClient is the part of a go-redis client a Batcher uses.
-type pipelineClient interface {
-	Pipeline() redis.Pipeliner
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
-	Ping(ctx context.Context) *redis.StatusCmd
-}
-
-// ErrBatcherClosed is returned for commands sent after Close.
+// ErrBatcherClosed is returned for a Take on a batched Redis after Close.
 var ErrBatcherClosed = errors.New("window: batcher closed")
 
-// BatchOptions configure a Batcher. Zero fields take their defaults.
+// BatchOptions configure a batched Redis store. Zero fields take their
+// defaults.
 type BatchOptions struct {
-	// Workers is how many pipelines may be in flight at once; default 4.
+	// Workers is how many batched script calls may be in flight at once;
+	// default 4.
 	Workers int
-	// MaxBatch is the most commands in one pipeline; default 128.
+	// MaxBatch is the most requests in one script call; default 64. It
+	// bounds how long one call holds Redis's single thread.
 	MaxBatch int
-	// Timeout bounds a pipeline whose commands have no deadline; default 1s.
+	// Timeout bounds a call whose requests have no deadline; default 1s.
 	Timeout time.Duration
 }
 
-// Batcher coalesces the commands that concurrent requests send through
-// Process into Redis pipelines: one write and one read for many requests.
-// A worker takes the first waiting command, adds whatever else is already
-// waiting (up to MaxBatch) and sends them at once, so a lone request still
-// costs exactly one round trip and never waits for a timer, while under load
-// round trips per decision fall well below one.
+// NewBatchedRedis returns a Redis store that coalesces concurrent Takes into
+// one script call: the script decides each request on its own, in order, so
+// semantics are those of separate calls, but Redis runs one script
+// invocation and one round trip for the whole batch. A worker takes the first
+// waiting request, adds whatever else is already waiting (up to MaxBatch)
+// and sends them at once: a lone request still costs exactly one round trip
+// and never waits for a timer, while under load round trips per decision fall
+// well below one.
 //
-// A Batcher sits under Redis as its client: NewRedis(NewBatcher(client, o)).
-// Each command keeps its own result and error; no command is retried. A
-// command whose context has ended before its pipeline is sent is not sent.
-// Pipelined, ScriptLoad and Ping go straight to the client.
+// A request whose context ended before its batch was sent is not sent. If
+// the call fails, every request in it fails, as each would alone.
 //
-// A Batcher owns its worker goroutines: Close stops them. It is safe for
-// concurrent use.
-type Batcher struct {
-	client     pipelineClient
-	opts       BatchOptions
-	queue      chan *batchCall
-	mu         sync.RWMutex // guards closed against sends racing Close
-	closed     bool
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	roundTrips atomic.Uint64
-	calls      sync.Pool
-}
-
-type batchCall struct {
-	ctx  context.Context
-	cmd  redis.Cmder
-	done chan struct{}
-}
-
-// NewBatcher starts a Batcher over client.
-func NewBatcher(client pipelineClient, o BatchOptions) *Batcher {
+// On Redis Cluster the store is not batched (requests of different slots
+// cannot share a script), and NewBatchedRedis returns the plain store. Close
+// stops the workers.
+func NewBatchedRedis(client scripter, o BatchOptions) *Redis {
+	s := NewRedis(client)
+	if s.shards != nil {
+		return s
+	}
 	if o.Workers <= 0 {
 		o.Workers = 4
 	}
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = 128
+		o.MaxBatch = 64
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	b := &Batcher{
-		client: client,
-		opts:   o,
-		queue:  make(chan *batchCall, o.Workers*o.MaxBatch),
-		stop:   make(chan struct{}),
-	}
+	b := &batcher{s: s, opts: o, queue: make(chan *batchCall, o.Workers*o.MaxBatch), stop: make(chan struct{})}
 	b.calls.New = func() any { return &batchCall{done: make(chan struct{}, 1)} }
 	for range o.Workers {
 		b.wg.Add(1)
 		go b.work()
 	}
-	return b
+	s.batch = b
+	return s
 }
 
-// Process queues cmd for the next pipeline and waits for its answer. The
-// wait is bounded: a pipeline's deadline is the latest of its commands'.
-func (b *Batcher) Process(ctx context.Context, cmd redis.Cmder) error {
+// Close stops a batched store's workers after their current calls and fails
+// the requests still waiting. It does not close the client; on an unbatched
+// store it does nothing.
+func (s *Redis) Close() error {
+	if s.batch == nil {
+		return nil
+	}
+	return s.batch.close()
+}
+
+// Batched reports whether Takes are coalesced (see NewBatchedRedis).
+func (s *Redis) Batched() bool { return s.batch != nil }
+
+type batcher struct {
+	s      *Redis
+	opts   BatchOptions
+	queue  chan *batchCall
+	mu     sync.RWMutex // guards closed against sends racing close
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	calls  sync.Pool
+}
+
+type batchCall struct {
+	ctx  context.Context
+	keys []string
+	args []any
+	n    int   // counters (Requests) in this call
+	vals []any // its part of the reply
+	err  error
+	done chan struct{}
+}
+
+// take queues one request's keys and arguments (from encode) and waits for
+// its part of a batch's reply. The wait is bounded: a batch's deadline is
+// the latest of its requests'.
+func (b *batcher) take(ctx context.Context, keys []string, args []any, res []Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.cmd = ctx, cmd
+	c.ctx, c.keys, c.args, c.n, c.vals, c.err = ctx, keys, args, len(res), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
 		b.calls.Put(c)
-		cmd.SetErr(ErrBatcherClosed)
-		return ErrBatcherClosed
+		return false, fmt.Errorf("%w: %w", ErrStore, ErrBatcherClosed)
 	}
 	b.queue <- c
 	b.mu.RUnlock()
 	<-c.done
-	c.ctx, c.cmd = nil, nil
+	vals, err := c.vals, c.err
+	c.ctx, c.keys, c.args, c.vals, c.err = nil, nil, nil, nil, nil
 	b.calls.Put(c)
-	return cmd.Err()
+	if err != nil {
+		return false, err
+	}
+	return parseRequest(vals, res)
 }
 
-// Pipelined sends fn's commands as one pipeline of their own.
-func (b *Batcher) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
-	b.roundTrips.Add(1)
-	return b.client.Pipelined(ctx, fn)
-}
-
-// ScriptLoad loads a script directly.
-func (b *Batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return b.client.ScriptLoad(ctx, script)
-}
-
-// Ping pings directly.
-func (b *Batcher) Ping(ctx context.Context) *redis.StatusCmd { return b.client.Ping(ctx) }
-
-// RoundTrips returns how many pipelines (round trips) have been sent.
-func (b *Batcher) RoundTrips() uint64 { return b.roundTrips.Load() }
-
-// Close stops the workers after their current pipelines and fails the
-// commands still waiting. It does not close the client.
-func (b *Batcher) Close() error {
+func (b *batcher) close() error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -140,7 +134,7 @@ func (b *Batcher) Close() error {
 	for {
 		select {
 		case c := <-b.queue:
-			c.cmd.SetErr(ErrBatcherClosed)
+			c.err = fmt.Errorf("%w: %w", ErrStore, ErrBatcherClosed)
 			c.done <- struct{}{}
 		default:
 			return nil
@@ -148,9 +142,10 @@ func (b *Batcher) Close() error {
 	}
 }
 
-func (b *Batcher) work() {
+func (b *batcher) work() {
 	defer b.wg.Done()
 	batch := make([]*batchCall, 0, b.opts.MaxBatch)
+	live := make([]*batchCall, 0, b.opts.MaxBatch)
 	for {
 		select {
 		case c := <-b.queue:
@@ -167,17 +162,21 @@ func (b *Batcher) work() {
 				break fill
 			}
 		}
-		b.flush(batch)
+		live = b.send(batch, live[:0])
+		for _, c := range batch {
+			c.done <- struct{}{}
+		}
 	}
 }
 
-func (b *Batcher) flush(batch []*batchCall) {
-	pipe := b.client.Pipeline()
+// send runs one script call for the batch's requests whose contexts are
+// still live and hands each its part of the reply.
+func (b *batcher) send(batch, live []*batchCall) []*batchCall {
 	var deadline time.Time
-	sent := 0
+	nkeys, nargs := 0, 0
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.cmd.SetErr(err) // never sent: nothing counted
+			c.err = fmt.Errorf("%w: not sent: %w", ErrStore, err) // nothing counted
 			continue
 		}
 		dl, ok := c.ctx.Deadline()
@@ -187,16 +186,39 @@ func (b *Batcher) flush(batch []*batchCall) {
 		if dl.After(deadline) {
 			deadline = dl
 		}
-		pipe.Process(c.ctx, c.cmd)
-		sent++
+		live = append(live, c)
+		nkeys += len(c.keys)
+		nargs += len(c.args)
 	}
-	if sent > 0 {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		b.roundTrips.Add(1)
-		pipe.Exec(ctx) // each command carries its own error
-		cancel()
+	if len(live) == 0 {
+		return live
 	}
-	for _, c := range batch {
-		c.done <- struct{}{}
+	keys := make([]string, 0, nkeys)
+	args := make([]any, 0, nargs)
+	for _, c := range live {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	v, err := b.s.script(ctx, keys, args)
+	vals, ok := v.([]any)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: unexpected script reply %T", ErrStore, v)
+	}
+	off := 0
+	for _, c := range live {
+		if err != nil {
+			c.err = fmt.Errorf("%w: take (batch of %d): %w", ErrStore, len(live), err)
+			continue
+		}
+		size := 1 + 3*c.n
+		if off+size > len(vals) {
+			c.err = fmt.Errorf("%w: script reply of %d values is short", ErrStore, len(vals))
+			continue
+		}
+		c.vals = vals[off : off+size]
+		off += size
+	}
+	return live
 }

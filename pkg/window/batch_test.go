@@ -11,27 +11,29 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-func newBatched(t *testing.T) (*window.Redis, *window.Batcher) {
+func newBatched(t *testing.T) *window.Redis {
 	t.Helper()
 	srv := redistest.Start(t)
-	b := window.NewBatcher(srv.Client(t), window.BatchOptions{})
-	t.Cleanup(func() { b.Close() })
-	s := window.NewRedis(b)
+	s := window.NewBatchedRedis(srv.Client(t), window.BatchOptions{})
+	t.Cleanup(func() { s.Close() })
+	if !s.Batched() {
+		t.Fatal("NewBatchedRedis over one node is not batched")
+	}
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return s, b
+	return s
 }
 
 func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	s, b := newBatched(t)
+	s := newBatched(t)
 	for i := range 3 {
 		ok, res := take(t, s, t0, req("lone", 2, 1))
 		if ok != (i < 2) || res[0].Count != uint64(min(i+1, 2)) {
 			t.Errorf("call %d: %v %+v", i, ok, res[0])
 		}
-		if got := b.RoundTrips(); got != uint64(i+1) {
+		if got := s.RoundTrips(); got != uint64(i+1) {
 			t.Errorf("after %d calls: %d round trips, want %d", i+1, got, i+1)
 		}
 	}
@@ -39,7 +41,7 @@ func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
 
 func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 	t.Parallel()
-	s, b := newBatched(t)
+	s := newBatched(t)
 	const workers, each, limit = 32, 25, 300
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -64,7 +66,7 @@ func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 	if admitted.Load() != limit {
 		t.Errorf("admitted %d of %d, want exactly %d", admitted.Load(), workers*each, limit)
 	}
-	rt := b.RoundTrips()
+	rt := s.RoundTrips()
 	t.Logf("%d decisions in %d round trips (%.3f per decision)", workers*each, rt, float64(rt)/float64(workers*each))
 	if rt >= workers*each {
 		t.Errorf("%d round trips for %d concurrent decisions: nothing was coalesced", rt, workers*each)
@@ -73,7 +75,7 @@ func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 
 func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	t.Parallel()
-	s, b := newBatched(t)
+	s := newBatched(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Take(ctx, t0, []window.Request{req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
@@ -82,8 +84,9 @@ func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	if _, res := take(t, s, t0, req("ended", 5, 0)); res[0].Count != 0 {
 		t.Errorf("count = %d after an unsent command, want 0", res[0].Count)
 	}
-	b.Close()
-	if _, err := s.Take(context.Background(), t0, []window.Request{req("closed", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, window.ErrBatcherClosed) {
-		t.Errorf("Take after Close = %v, want ErrBatcherClosed", err)
+	s.Close()
+	_, err := s.Take(context.Background(), t0, []window.Request{req("closed", 5, 1)}, make([]window.Result, 1))
+	if !errors.Is(err, window.ErrBatcherClosed) || !errors.Is(err, window.ErrStore) {
+		t.Errorf("Take after Close = %v, want ErrBatcherClosed wrapping ErrStore", err)
 	}
 }

@@ -68,6 +68,7 @@ type Redis struct {
 	client     scripter
 	shards     sharded // nil unless the client is a cluster client
 	roundTrips atomic.Uint64
+	batch      *batcher // nil unless made by NewBatchedRedis
 }
 
 // NewRedis returns a store over client: a redis.UniversalClient
@@ -175,7 +176,8 @@ func encode(nowMs int64, reqs []Request, idx []int, refund bool) (keys []string,
 		n = len(idx)
 	}
 	keys = make([]string, 0, n+1)
-	args = make([]any, 0, 5*n)
+	args = make([]any, 0, 1+5*n)
+	args = append(args, strconv.Itoa(n)) // the script's per-request header
 	var buf []byte
 	for j := range n {
 		r := &reqs[j]
@@ -208,20 +210,29 @@ func encode(nowMs int64, reqs []Request, idx []int, refund bool) (keys []string,
 }
 
 func (s *Redis) run(ctx context.Context, keys []string, args []any, res []Result) (bool, error) {
+	if s.batch != nil {
+		return s.batch.take(ctx, keys, args, res)
+	}
+	v, err := s.script(ctx, keys, args)
+	if err != nil {
+		return false, fmt.Errorf("%w: take %q: %w", ErrStore, keys[0], err)
+	}
+	return parseTake(v, res)
+}
+
+// script sends one call of the take script: EVALSHA, and the source itself
+// after NOSCRIPT, which means nothing ran (a restarted or flushed Redis), so
+// sending it again cannot count twice. Each call is a round trip.
+func (s *Redis) script(ctx context.Context, keys []string, args []any) (any, error) {
 	s.roundTrips.Add(1)
 	cmd := scriptCmd(ctx, false, keys, args)
 	err := s.client.Process(ctx, cmd)
 	if err != nil && isNoScript(err) {
-		// NOSCRIPT means nothing ran (a restarted or flushed Redis), so
-		// sending the script itself cannot count twice.
 		s.roundTrips.Add(1)
 		cmd = scriptCmd(ctx, true, keys, args)
 		err = s.client.Process(ctx, cmd)
 	}
-	if err != nil {
-		return false, fmt.Errorf("%w: take %q: %w", ErrStore, keys[0], err)
-	}
-	return parseTake(cmd.Val(), res)
+	return cmd.Val(), err
 }
 
 // noRetryCmd is a script call that go-redis must never resend on its own:
@@ -468,34 +479,35 @@ var crc16Table = func() (t [256]uint16) {
 // parseTake reads the script's reply {allowed, (count, previous, over)...}.
 func parseTake(v any, res []Result) (bool, error) {
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 1+3*len(res) {
-		return false, fmt.Errorf("%w: unexpected script reply %T of %d values", ErrStore, v, len(vals))
+	if !ok {
+		return false, fmt.Errorf("%w: unexpected script reply %T", ErrStore, v)
 	}
-	ints := func(i int) (int64, error) {
-		n, ok := vals[i].(int64)
-		if !ok || n < 0 {
-			return 0, fmt.Errorf("%w: unexpected script value %v", ErrStore, vals[i])
-		}
-		return n, nil
+	return parseRequest(vals, res)
+}
+
+// parseRequest reads one request's part of the script's reply: status,
+// then (current, previous, over) per counter.
+func parseRequest(vals []any, res []Result) (bool, error) {
+	if len(vals) != 1+3*len(res) {
+		return false, fmt.Errorf("%w: script reply of %d values for %d counters", ErrStore, len(vals), len(res))
 	}
-	allowed, err := ints(0)
-	if err != nil {
-		return false, err
+	status, ok := vals[0].(int64)
+	switch {
+	case !ok || status < -1 || status > 1:
+		return false, fmt.Errorf("%w: unexpected script status %v", ErrStore, vals[0])
+	case status == -1:
+		return false, fmt.Errorf("%w: a counter key holds something other than an integer", ErrStore)
 	}
 	for i := range res {
-		c, err := ints(1 + 3*i)
-		if err != nil {
-			return false, err
+		var n [3]int64
+		for j := range n {
+			v, ok := vals[1+3*i+j].(int64)
+			if !ok || v < 0 {
+				return false, fmt.Errorf("%w: unexpected script value %v", ErrStore, vals[1+3*i+j])
+			}
+			n[j] = v
 		}
-		p, err := ints(2 + 3*i)
-		if err != nil {
-			return false, err
-		}
-		o, err := ints(3 + 3*i)
-		if err != nil {
-			return false, err
-		}
-		res[i] = Result{Count: uint64(c), Previous: uint64(p), Over: o == 1}
+		res[i] = Result{Count: uint64(n[0]), Previous: uint64(n[1]), Over: n[2] == 1}
 	}
-	return allowed == 1, nil
+	return status == 1, nil
 }
