@@ -35,6 +35,7 @@ type redisConfig struct {
 	poolSize        int
 	breakerFailures int
 	breakerOpenFor  time.Duration
+	breakerFailFor  time.Duration
 	batchWorkers    int
 }
 
@@ -52,6 +53,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.tlsInsecure, "redis-tls-insecure-skip-verify", false, "accept any Redis server certificate (testing only)")
 	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
+	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", 250*time.Millisecond, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", time.Second, "how long the open circuit fails calls at once before it lets one probe through")
 	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 4, "batched script calls in flight; each carries every request waiting when it is sent (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
 }
@@ -265,6 +267,7 @@ func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *re
 	if c.redis.breakerFailures > 0 {
 		rs.breaker = window.NewBreaker(rs.redis, window.BreakerOptions{
 			FailureThreshold: c.redis.breakerFailures,
+			FailFor:          c.redis.breakerFailFor,
 			OpenFor:          c.redis.breakerOpenFor,
 			OnStateChange: func(open bool) {
 				if open {

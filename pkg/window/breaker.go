@@ -50,8 +50,14 @@ func (s BreakerState) String() string {
 // BreakerOptions configure a Breaker. The zero value is usable.
 type BreakerOptions struct {
 	// FailureThreshold is how many consecutive failed Takes open the
-	// circuit. Default 5.
+	// circuit, if they also span FailFor. Default 5.
 	FailureThreshold int
+	// FailFor is how long a streak of failures must last before it opens
+	// the circuit. Under load, one Redis stall longer than the timeout
+	// fails every call in flight at once: a count alone would turn a 20 ms
+	// hiccup into an OpenFor-long outage. Default 250 ms; negative: the
+	// count alone opens the circuit.
+	FailFor time.Duration
 	// OpenFor is how long the circuit stays open before it lets one probe
 	// through. Default 1s.
 	OpenFor time.Duration
@@ -69,7 +75,8 @@ type BreakerOptions struct {
 // of a timeout each.
 //
 // A Take that fails with an error wrapping ErrStore counts as a failure;
-// after FailureThreshold consecutive failures the circuit opens and every
+// after FailureThreshold consecutive failures spanning at least FailFor (a
+// store that stays down, not a stall) the circuit opens and every
 // Take returns at once an error wrapping ErrStore and ErrCircuitOpen. After
 // OpenFor it is half-open: the next Take is a probe that goes through while
 // the others are still refused; if the probe succeeds the circuit closes, if
@@ -83,12 +90,14 @@ type BreakerOptions struct {
 type Breaker struct {
 	store     takePinger
 	threshold int
+	failFor   time.Duration
 	openFor   time.Duration
 	now       func() time.Time
 	onChange  func(open bool)
 
 	state    atomic.Int32 // BreakerState, read without the lock on the fast path
 	failures atomic.Int32 // consecutive failures while closed
+	streak   atomic.Int64 // Unix ns of the streak's first failure
 
 	mu      sync.Mutex // serializes state changes
 	until   time.Time  // end of the open period
@@ -98,9 +107,12 @@ type Breaker struct {
 // NewBreaker returns a closed Breaker around store (a *Redis, a *Memory or
 // anything with the same Take and Ping).
 func NewBreaker(store takePinger, opts BreakerOptions) *Breaker {
-	b := &Breaker{store: store, threshold: opts.FailureThreshold, openFor: opts.OpenFor, now: opts.Now, onChange: opts.OnStateChange}
+	b := &Breaker{store: store, threshold: opts.FailureThreshold, failFor: opts.FailFor, openFor: opts.OpenFor, now: opts.Now, onChange: opts.OnStateChange}
 	if b.threshold <= 0 {
 		b.threshold = 5
+	}
+	if b.failFor == 0 {
+		b.failFor = 250 * time.Millisecond
 	}
 	if b.openFor <= 0 {
 		b.openFor = time.Second
@@ -168,7 +180,15 @@ func (b *Breaker) record(ctx context.Context, probe bool, err error) {
 			if b.failures.Load() != 0 {
 				b.failures.Store(0)
 			}
-		case int(b.failures.Add(1)) >= b.threshold:
+		default:
+			now := b.now().UnixNano()
+			n := int(b.failures.Add(1))
+			if n == 1 {
+				b.streak.Store(now)
+			}
+			if n < b.threshold || time.Duration(now-b.streak.Load()) < b.failFor {
+				return
+			}
 			b.mu.Lock()
 			if BreakerState(b.state.Load()) == BreakerClosed {
 				b.open(true)

@@ -58,7 +58,7 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	t.Parallel()
 	f, clk := &fakeStore{}, newClock()
 	var changes []bool
-	b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 3, OpenFor: time.Second, Now: clk.Now,
+	b := window.NewBreaker(f, window.BreakerOptions{FailFor: -1, FailureThreshold: 3, OpenFor: time.Second, Now: clk.Now,
 		OnStateChange: func(open bool) { changes = append(changes, open) }})
 
 	f.set(errDown("down"))
@@ -101,7 +101,7 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 	t.Parallel()
 	f, clk := &fakeStore{}, newClock()
 	var changes []bool
-	b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 1, OpenFor: time.Second, Now: clk.Now,
+	b := window.NewBreaker(f, window.BreakerOptions{FailFor: -1, FailureThreshold: 1, OpenFor: time.Second, Now: clk.Now,
 		OnStateChange: func(open bool) { changes = append(changes, open) }})
 	f.set(errDown("down"))
 	callBreaker(b)
@@ -162,7 +162,7 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 func TestBreakerIgnoresPartialAndCancelled(t *testing.T) {
 	t.Parallel()
 	f, clk := &fakeStore{}, newClock()
-	b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 1, Now: clk.Now})
+	b := window.NewBreaker(f, window.BreakerOptions{FailFor: -1, FailureThreshold: 1, Now: clk.Now})
 	f.set(&window.PartialError{Failed: []int{1}, Err: errDown("one node down")})
 	callBreaker(b)
 	if got := b.State(); got != window.BreakerClosed {
@@ -190,7 +190,7 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	const openFor = 200 * time.Millisecond
-	b := window.NewBreaker(window.NewRedis(client), window.BreakerOptions{FailureThreshold: 5, OpenFor: openFor})
+	b := window.NewBreaker(window.NewRedis(client), window.BreakerOptions{FailFor: -1, FailureThreshold: 5, OpenFor: openFor})
 	takeCtx := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
@@ -234,5 +234,39 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	}
 	if err := takeCtx(); err != nil {
 		t.Errorf("Take after closing = %v", err)
+	}
+}
+
+// TestBreakerIgnoresShortStalls: a burst of failures within FailFor (one
+// Redis stall failing every call in flight at once) leaves the circuit
+// closed; failures that go on for FailFor open it.
+func TestBreakerIgnoresShortStalls(t *testing.T) {
+	t.Parallel()
+	f, clk := &fakeStore{}, newClock()
+	b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 5, FailFor: 250 * time.Millisecond, Now: clk.Now})
+	f.set(errDown("stall"))
+	for range 50 {
+		callBreaker(b)
+	}
+	clk.Add(100 * time.Millisecond)
+	callBreaker(b)
+	if got := b.State(); got != window.BreakerClosed {
+		t.Fatalf("State after 51 failures over 100ms = %v, want closed", got)
+	}
+	f.set(nil)
+	callBreaker(b) // the stall ends: a new streak starts later
+	f.set(errDown("down"))
+	callBreaker(b)
+	clk.Add(200 * time.Millisecond)
+	for range 4 {
+		callBreaker(b)
+	}
+	if got := b.State(); got != window.BreakerClosed {
+		t.Fatalf("State after 5 failures over 200ms = %v, want closed", got)
+	}
+	clk.Add(50 * time.Millisecond)
+	callBreaker(b)
+	if got := b.State(); got != window.BreakerOpen {
+		t.Fatalf("State after failures over 250ms = %v, want open", got)
 	}
 }
