@@ -29,6 +29,7 @@ type config struct {
 	healthInterval  time.Duration
 	clockSync       time.Duration // 0: windows follow the local clock
 	overLimitCache  bool
+	debugAddr       string
 	limits          envoyrls.InputLimits
 }
 
@@ -53,6 +54,7 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish after SIGTERM")
 	fs.DurationVar(&c.healthInterval, "health-interval", time.Second, "how often the store is pinged for readiness")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles on this address (e.g. 127.0.0.1:6060); empty disables; never expose it")
 	fs.BoolVar(&c.overLimitCache, "over-limit-cache", true, "with Redis: deny locally, until its window ends, a fixed-window counter known to be full (no Redis traffic for a key under attack)")
 	fs.DurationVar(&c.clockSync, "clock-sync-interval", 30*time.Second, "how often the offset to the Redis server's clock (TIME) is measured, so replicas agree on windows; 0 uses the local clock")
 	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", 64, "most descriptors in one request")

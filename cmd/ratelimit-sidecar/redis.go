@@ -55,7 +55,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", 250*time.Millisecond, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", time.Second, "how long the open circuit fails calls at once before it lets one probe through")
-	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 4, "batched script calls in flight; each carries every request waiting when it is sent (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
+	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 1, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
 }
 
 // usesRedis reports whether the counters live in Redis: an address is set,

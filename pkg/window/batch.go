@@ -15,7 +15,9 @@ var ErrBatcherClosed = errors.New("window: batcher closed")
 // defaults.
 type BatchOptions struct {
 	// Workers is how many batched script calls may be in flight at once;
-	// default 4.
+	// default 1, which makes the largest batches: while one call is out,
+	// the next batch gathers. More workers trade CPU for queueing delay
+	// when Redis is far away.
 	Workers int
 	// MaxBatch is the most requests in one script call; default 64. It
 	// bounds how long one call holds Redis's single thread.
@@ -45,7 +47,7 @@ func NewBatchedRedis(client scripter, o BatchOptions) *Redis {
 		return s
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = 1
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 64

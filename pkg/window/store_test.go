@@ -325,3 +325,42 @@ func TestExactUnderConcurrency(t *testing.T) {
 		t.Errorf("other counter = %d, want %d", res[0].Count, limit)
 	}
 }
+
+// TestRedisDenialLeavesNoTrace: the script counts first and undoes on
+// denial, so a denied request must not leave a key it created, nor change
+// the value or TTL of one that existed.
+func TestRedisDenialLeavesNoTrace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := window.NewRedis(client)
+	ctx := context.Background()
+	key := func(name string) string {
+		return string(window.AppendWindow([]byte("test:{"+name+"}"), window.At(t0, time.Minute)))
+	}
+	// A new counter that does not fit: never created.
+	if ok, _ := take(t, s, t0, req("zero", 0, 1)); ok {
+		t.Fatal("limit 0 allowed")
+	}
+	if n, _ := client.Exists(ctx, key("zero")).Result(); n != 0 {
+		t.Errorf("denied request left key %s", key("zero"))
+	}
+	// An existing counter keeps its value and TTL; a new one denied with it
+	// is not created.
+	take(t, s, t0, req("full", 2, 2))
+	if err := client.PExpire(ctx, key("full"), 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := take(t, s, t0, req("fresh", 5, 1), req("full", 2, 1)); ok {
+		t.Fatal("full counter allowed")
+	}
+	if v, _ := client.Get(ctx, key("full")).Result(); v != "2" {
+		t.Errorf("full = %q after a denial, want 2", v)
+	}
+	if ttl, _ := client.PTTL(ctx, key("full")).Result(); ttl > 30*time.Second || ttl < 29*time.Second {
+		t.Errorf("full TTL = %v after a denial, want about 30s (untouched)", ttl)
+	}
+	if n, _ := client.Exists(ctx, key("fresh")).Result(); n != 0 {
+		t.Errorf("denied request left key %s", key("fresh"))
+	}
+}
