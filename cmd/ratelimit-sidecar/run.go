@@ -146,7 +146,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// A pool of stream workers reuses goroutines whose stacks have already
 	// grown to what a decision needs; a new goroutine per call spent ~12% of
 	// the CPU growing and copying its stack (pprof, in-memory store).
-	gs := grpc.NewServer(grpc.NumStreamWorkers(64))
+	gs := grpc.NewServer(
+		grpc.NumStreamWorkers(64),
+		// Descriptor values that are not UTF-8 (Envoy copies header bytes)
+		// are counted, not refused with Internal, which Envoy fails open on.
+		grpc.ForceServerCodecV2(envoyrls.NewCodec()),
+	)
 	rlsv3.RegisterRateLimitServiceServer(gs, srv)
 	hs := health.NewServer()
 	draining := make(chan struct{})

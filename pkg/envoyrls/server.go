@@ -365,7 +365,9 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 		s.obs.StoreCall(time.Since(start), err)
 	}
 	if err != nil {
-		if s.failing.CompareAndSwap(false, true) {
+		// A caller that went away (Envoy timed out or reset) says nothing
+		// about the store.
+		if ctx.Err() == nil && s.failing.CompareAndSwap(false, true) {
 			s.log.Warn("store failing; applying failure modes", zap.Error(err))
 		}
 		return allowed, err

@@ -1,0 +1,146 @@
+package envoyrls
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Codec is the gRPC codec to serve with (grpc.ForceServerCodecV2): gRPC's
+// own proto codec, except for RateLimitRequests whose strings are not valid
+// UTF-8.
+//
+// Envoy copies header bytes into descriptor values as they are, so an
+// x-api-key of Latin-1 bytes arrives as a proto3 string that is not UTF-8.
+// Go's protobuf refuses to decode it and gRPC answers Internal before any
+// handler runs; Envoy then fails open, and a client could escape its limit
+// just by sending such bytes. Codec instead maps each invalid byte b to the
+// private-use rune U+F700+b (U+F780 to U+F7FF) and decodes again, so the
+// request is counted, distinct values keep distinct counters, and valid
+// requests cost nothing extra.
+type Codec struct {
+	proto encoding.CodecV2
+}
+
+// NewCodec returns a Codec over gRPC's registered proto codec.
+func NewCodec() Codec {
+	return Codec{proto: encoding.GetCodecV2("proto")}
+}
+
+// Name is "proto", the content subtype the codec replaces.
+func (c Codec) Name() string { return "proto" }
+
+// Marshal is gRPC's proto marshalling.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+// Unmarshal is gRPC's proto unmarshalling, with a second try for a
+// RateLimitRequest whose strings were not valid UTF-8; see Codec.
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.proto.Unmarshal(data, v)
+	req, ok := v.(*rlsv3.RateLimitRequest)
+	if err == nil || !ok {
+		return err
+	}
+	fixed, changed := fixRequest(data.Materialize())
+	if !changed {
+		return err
+	}
+	proto.Reset(req)
+	if err2 := proto.Unmarshal(fixed, req); err2 != nil {
+		return fmt.Errorf("%w (after mapping invalid UTF-8: %w)", err, err2)
+	}
+	return nil
+}
+
+// The string fields of the request, by message: RateLimitRequest.domain (1)
+// and its descriptors (2); RateLimitDescriptor.entries (1); Entry.key (1)
+// and value (2).
+const (
+	wireRequestDomain      = 1
+	wireRequestDescriptors = 2
+	wireDescriptorEntries  = 1
+	wireEntryKey           = 1
+	wireEntryValue         = 2
+)
+
+// fixRequest rewrites a RateLimitRequest's wire bytes with every string
+// made valid UTF-8; changed reports whether anything was rewritten. Bytes it
+// cannot parse are copied as they are, for the decoder to reject.
+func fixRequest(b []byte) (out []byte, changed bool) {
+	return fixMessage(b, func(num protowire.Number, v []byte) ([]byte, bool) {
+		switch num {
+		case wireRequestDomain:
+			return fixString(v)
+		case wireRequestDescriptors:
+			return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
+				if num != wireDescriptorEntries {
+					return v, false
+				}
+				return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
+					if num == wireEntryKey || num == wireEntryValue {
+						return fixString(v)
+					}
+					return v, false
+				})
+			})
+		}
+		return v, false
+	})
+}
+
+// fixMessage copies a message's fields, passing each length-delimited one
+// through fix.
+func fixMessage(b []byte, fix func(protowire.Number, []byte) ([]byte, bool)) ([]byte, bool) {
+	out := make([]byte, 0, len(b)+8)
+	changed := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return append(out, b...), changed
+		}
+		if typ != protowire.BytesType {
+			m := protowire.ConsumeFieldValue(num, typ, b[n:])
+			if m < 0 {
+				return append(out, b...), changed
+			}
+			out = append(out, b[:n+m]...)
+			b = b[n+m:]
+			continue
+		}
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return append(out, b...), changed
+		}
+		fixed, c := fix(num, v)
+		changed = changed || c
+		out = protowire.AppendTag(out, num, typ)
+		out = protowire.AppendBytes(out, fixed)
+		b = b[n+m:]
+	}
+	return out, changed
+}
+
+// fixString maps each byte of s that is not part of valid UTF-8 to the rune
+// U+F700 plus that byte.
+func fixString(s []byte) ([]byte, bool) {
+	if utf8.Valid(s) {
+		return s, false
+	}
+	out := make([]byte, 0, len(s)+8)
+	for len(s) > 0 {
+		r, size := utf8.DecodeRune(s)
+		if r == utf8.RuneError && size <= 1 {
+			out = utf8.AppendRune(out, 0xF700+rune(s[0]))
+			s = s[1:]
+			continue
+		}
+		out = append(out, s[:size]...)
+		s = s[size:]
+	}
+	return out, true
+}
