@@ -3,8 +3,6 @@ package window_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
@@ -43,28 +41,9 @@ func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 	t.Parallel()
 	s := newBatched(t)
 	const workers, each, limit = 32, 25, 300
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				res := make([]window.Result, 1)
-				ok, err := s.Take(context.Background(), t0, []window.Request{req("batched", limit, 1)}, res)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ok {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted.Load() != limit {
-		t.Errorf("admitted %d of %d, want exactly %d", admitted.Load(), workers*each, limit)
+	admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("batched", limit, 1)}, s))
+	if admitted != limit {
+		t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
 	}
 	rt := s.RoundTrips()
 	t.Logf("%d decisions in %d round trips (%.3f per decision)", workers*each, rt, float64(rt)/float64(workers*each))

@@ -2,7 +2,6 @@ package window_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,27 +90,9 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 		window.NewOverLimitCache(window.NewRedis(srv.Client(t))),
 		window.NewOverLimitCache(window.NewRedis(srv.Client(t))),
 	}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 25 {
-				ok, err := replicas[w%2].Take(context.Background(), t0, []window.Request{req("cached-conc", 60, 1)}, make([]window.Result, 1))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ok {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted.Load() != 60 {
-		t.Errorf("admitted %d, want exactly 60", admitted.Load())
+	admitted := admitConcurrently(t, 16, 25, taking([]window.Request{req("cached-conc", 60, 1)}, replicas...))
+	if admitted != 60 {
+		t.Errorf("admitted %d, want exactly 60", admitted)
 	}
 	if replicas[0].Hits()+replicas[1].Hits() == 0 {
 		t.Error("no denial came from the cache")

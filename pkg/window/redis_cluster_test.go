@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -178,29 +177,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 	const workers, each = 16, 20
 
 	hammer := func(reqs []window.Request) int {
-		var mu sync.Mutex
-		admitted := 0
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				s := stores[w%2]
-				for range each {
-					res := make([]window.Result, len(reqs))
-					ok, err := s.Take(context.Background(), t0, reqs, res)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if ok {
-						mu.Lock()
-						admitted++
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return admitted
+		return admitConcurrently(t, workers, each, taking(reqs, stores...))
 	}
 	counts := func(reqs []window.Request) []uint64 {
 		check := make([]window.Request, len(reqs))

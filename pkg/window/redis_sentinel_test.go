@@ -2,8 +2,6 @@ package window_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,30 +10,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
-
-// admitConcurrently sends workers*each one-hit requests on key through s
-// from many goroutines and returns how many were admitted.
-func admitConcurrently(t *testing.T, s *window.Redis, key string, limit uint64, workers, each int) int {
-	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for range each {
-				ok, err := s.Take(context.Background(), t0, []window.Request{req(key, limit, 1)}, make([]window.Result, 1))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ok {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return int(admitted.Load())
-}
 
 // TestSentinelFailover: limits are exact through Sentinel, and after the
 // master is killed and a replica promoted, the same client and store resume
@@ -51,7 +25,7 @@ func TestSentinelFailover(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = client.Close() })
 	s := window.NewRedis(client)
-	if got := admitConcurrently(t, s, "before", 50, 8, 10); got != 50 {
+	if got := admitConcurrently(t, 8, 10, taking([]window.Request{req("before", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d before failover, want 50", got)
 	}
 
@@ -76,7 +50,7 @@ func TestSentinelFailover(t *testing.T) {
 	if last != nil {
 		t.Fatalf("Take never succeeded after failover to %s: %v", newMaster, last)
 	}
-	if got := admitConcurrently(t, s, "after", 50, 8, 10); got != 50 {
+	if got := admitConcurrently(t, 8, 10, taking([]window.Request{req("after", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d after failover, want 50", got)
 	}
 }

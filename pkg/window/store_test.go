@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,6 +286,39 @@ func TestMemorySweepsExpiredCounters(t *testing.T) {
 	}
 }
 
+// admitConcurrently calls take from workers goroutines, each times, with
+// the goroutine's number, and returns how many calls were allowed; an error
+// fails the test.
+func admitConcurrently(t *testing.T, workers, each int, take func(worker int) (bool, error)) int {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				ok, err := take(w)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// taking returns a take for admitConcurrently that sends reqs at t0 through
+// the stores in turn, by worker number (replicas sharing one Redis).
+func taking[S store](reqs []window.Request, stores ...S) func(int) (bool, error) {
+	return func(w int) (bool, error) {
+		return stores[w%len(stores)].Take(context.Background(), t0, reqs, make([]window.Result, len(reqs)))
+	}
+}
+
 // TestExactUnderConcurrency: many goroutines on two stores sharing one Redis
 // (two replicas) admit exactly the limit.
 func TestExactUnderConcurrency(t *testing.T) {
@@ -292,30 +326,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 	srv := redistest.Start(t)
 	stores := []*window.Redis{window.NewRedis(srv.Client(t)), window.NewRedis(srv.Client(t))}
 	const limit, workers, each = 100, 16, 20
-	var mu sync.Mutex
-	admitted := 0
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := stores[w%2]
-			for range each {
-				res := make([]window.Result, 2)
-				ok, err := s.Take(context.Background(), t0, []window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, res)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ok {
-					mu.Lock()
-					admitted++
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, stores...))
 	if admitted != limit {
 		t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
 	}
