@@ -47,6 +47,20 @@ func clusterClient(t *testing.T, c *redistest.Cluster) *redis.ClusterClient {
 	return cc
 }
 
+// clusterStore starts a 3-master cluster and returns it with a client, a
+// store over that client with its script loaded, and perNode hash tags on
+// each master (tags[i] live on master i).
+func clusterStore(t *testing.T, perNode int) (*redistest.Cluster, *redis.ClusterClient, *window.Redis, [][]string) {
+	t.Helper()
+	c := redistest.StartCluster(t, 3)
+	cc := clusterClient(t, c)
+	s := window.NewRedis(cc)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c, cc, s, tagsByNode(t, cc, c, perNode)
+}
+
 // tagsByNode returns, for each master in c.Addrs order, n descriptor names
 // whose keys (from req) hash to a slot that master serves, each on its own
 // slot.
@@ -111,13 +125,7 @@ func TestClusterSlotMatchesRedis(t *testing.T) {
 // one round trip, as on a single node; one over three nodes is one pipeline.
 func TestClusterRoundTrips(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3)
-	cc := clusterClient(t, c)
-	s := window.NewRedis(cc)
-	if err := s.Ping(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	tags := tagsByNode(t, cc, c, 1)
+	_, _, s, tags := clusterStore(t, 1)
 	one := req(tags[0][0], 10, 1)
 	hour := one
 	hour.Size = time.Hour
@@ -138,14 +146,8 @@ func TestClusterRoundTrips(t *testing.T) {
 // pipeline loads the script and retries once.
 func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3)
-	cc := clusterClient(t, c)
-	s := window.NewRedis(cc)
+	_, cc, s, tags := clusterStore(t, 1)
 	ctx := context.Background()
-	if err := s.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tags := tagsByNode(t, cc, c, 1)
 	for range 2 {
 		if err := cc.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -226,14 +228,8 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 // working, and a request touching both reports which of its counters failed.
 func TestClusterNodeDown(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3)
-	cc := clusterClient(t, c)
-	s := window.NewRedis(cc)
+	c, _, s, tags := clusterStore(t, 1)
 	ctx := context.Background()
-	if err := s.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tags := tagsByNode(t, cc, c, 1)
 	up, down := tags[0][0], tags[2][0]
 	take(t, s, t0, req(up, 3, 1), req(down, 3, 1)) // the client knows every node now
 	c.Node(2).Stop()
