@@ -7,10 +7,19 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
 func main() {
+	if os.Getenv("GOGC") == "" {
+		// The heap is small (tens of MiB) and churns per request, so at
+		// the default GOGC=100 the collector runs constantly: 400 cut CPU
+		// per decision from 32.7 to 27 us (medians, load harness). Set
+		// GOMEMLIMIT near the container's limit to keep GC from letting the
+		// heap grow into it (deploy/k8s does).
+		debug.SetGCPercent(400)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
