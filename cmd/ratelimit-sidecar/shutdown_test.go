@@ -177,7 +177,12 @@ func TestShutdownUnderLoad(t *testing.T) {
 	if p.err != nil {
 		t.Errorf("exit: %v, want status 0; log:\n%s", p.err, p.log)
 	}
-	checkCalls(t, records, sig, 0)
+	// A call the client started a moment before the signal may not have
+	// reached the server when GracefulStop's GOAWAY did; gRPC then retries
+	// it on a new connection, which is refused. Such a call was never in
+	// flight. TestShutdownDrainsRedisCalls holds calls at the server, where
+	// it is certain.
+	checkCalls(t, records, sig, 2*time.Millisecond)
 	for _, msg := range []string{"shutting down: draining in-flight calls", "stopped"} {
 		if p.log.count(msg) != 1 {
 			t.Errorf("log has %d %q lines, want 1:\n%s", p.log.count(msg), msg, p.log)
