@@ -68,14 +68,16 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			continue // unlimited: OK without a current limit
 		}
 		r, res := &c.reqs[slot], c.res[slot]
+		if c.isFailed(slot) {
+			continue // nothing is known: its failure mode answers (failureResponse)
+		}
 		if res.Skipped {
-			// Not read. After a store failure nothing is known: the limit's
-			// failure mode answers (failureResponse). Otherwise another
-			// counter of this denied request was known full: the limit
-			// itself is configuration, so report it, as Envoy lists it in
-			// x-ratelimit-limit whether or not the cache answered; its count
-			// is unknown, so it states no remaining or reset of its own.
-			if st := resp.Statuses[c.owner[k]]; !c.failed && st.CurrentLimit == nil {
+			// Not read: another counter of this denied request was known
+			// full. The limit itself is configuration, so report it, as
+			// Envoy lists it in x-ratelimit-limit whether or not the cache
+			// answered; its count is unknown, so it states no remaining or
+			// reset of its own.
+			if st := resp.Statuses[c.owner[k]]; st.CurrentLimit == nil {
 				st.CurrentLimit = l.proto()
 			}
 			continue
@@ -155,22 +157,24 @@ func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
 // If a failure mode refuses a request whose answered counters were counted,
 // their hits are given back.
 func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
-	c.failed = true
+	for range c.res {
+		c.failed = append(c.failed, false)
+	}
 	var partial *window.PartialError
 	if errors.As(err, &partial) {
 		for _, i := range partial.Failed {
-			c.res[i] = window.Result{Skipped: true}
+			c.failed[i] = true
 		}
 	} else {
 		allowed = false // nothing was counted
-		for i := range c.res {
-			c.res[i] = window.Result{Skipped: true}
+		for i := range c.failed {
+			c.failed[i] = true
 		}
 	}
 	var deny, unavailable bool
 	for k, l := range c.limits {
 		slot := c.slot[k]
-		if slot < 0 || !c.res[slot].Skipped {
+		if slot < 0 || !c.isFailed(slot) {
 			continue
 		}
 		switch l.FailureMode {
@@ -197,7 +201,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 	retry, worst := time.Duration(0), (*Limit)(nil)
 	for k, l := range c.limits {
 		slot := c.slot[k]
-		if slot < 0 || !c.res[slot].Skipped || l.FailureMode != FailDeny {
+		if slot < 0 || !c.isFailed(slot) || l.FailureMode != FailDeny {
 			continue
 		}
 		reset := window.At(now, l.Size).Until(now.UnixMilli())

@@ -165,7 +165,7 @@ func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 // or -1 for an unlimited limit.
 type call struct {
 	domain string // metric label: the domain, or "unknown" when no rules name it
-	failed bool   // the store failed: Skipped results are unknown, not cached
+	failed []bool // per slot: the store failed for it, so its result is unknown; nil when none did
 	limits []*Limit
 	owner  []int
 	slot   []int
@@ -174,13 +174,16 @@ type call struct {
 	key    []byte
 }
 
+// isFailed reports whether the store failed for the counter in slot i.
+func (c *call) isFailed(i int) bool { return len(c.failed) > i && c.failed[i] }
+
 // unknownDomain labels metrics of domains that no rules file names.
 const unknownDomain = "unknown"
 
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key = c.reqs[:0], c.res[:0], c.key[:0]
-	c.failed = false
+	c.failed = c.failed[:0]
 }
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
@@ -218,6 +221,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 	}
 	c.dropReplaced()
+	var key string // the last counter key built, for limits of the same descriptor
+	keyOwner, keyOverride := -1, false
 	for k, l := range c.limits {
 		if l.Unlimited {
 			c.slot = append(c.slot, -1)
@@ -226,9 +231,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		c.slot = append(c.slot, len(c.reqs))
 		d := req.Descriptors[c.owner[k]]
 		hits, refund := hitsOf(req, d)
-		c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l.override)
+		if c.owner[k] != keyOwner || l.override != keyOverride {
+			// Several limits of one descriptor (rate_limits) share its key.
+			c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l.override)
+			key, keyOwner, keyOverride = string(c.key), c.owner[k], l.override
+		}
 		c.reqs = append(c.reqs, window.Request{
-			Key:       string(c.key),
+			Key:       key,
 			Limit:     uint64(l.RequestsPerUnit),
 			Size:      l.Size,
 			Hits:      hits,
@@ -383,7 +392,7 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
 	var back []window.Request
 	for i, r := range c.reqs {
-		if !c.res[i].Skipped && r.Hits > 0 && !r.Refund {
+		if !c.isFailed(i) && !c.res[i].Skipped && r.Hits > 0 && !r.Refund {
 			r.Refund = true
 			back = append(back, r)
 		}
