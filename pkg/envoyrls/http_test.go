@@ -15,11 +15,7 @@ import (
 
 func TestHTTPHandler(t *testing.T) {
 	t.Parallel()
-	rules, err := ParseRules([]string{"edge.yaml"}, map[string][]byte{"edge.yaml": []byte(edgeRules(5))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules})
+	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: mustRules(t, edgeRules(5))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -253,7 +253,7 @@ func TestMetricsDecisionAllocs(t *testing.T) {
 // label is the limit's rule and outcomes follow decisions.
 func TestMetricsObserveServer(t *testing.T) {
 	t.Parallel()
-	rules, err := ParseRules([]string{"m.yaml"}, map[string][]byte{"m.yaml": []byte(`
+	rules := mustRules(t, `
 domain: edge
 descriptors:
   - key: api_key
@@ -261,10 +261,7 @@ descriptors:
   - key: path
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 100}
-`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	m, reg := newTestMetrics(t, MetricsOptions{})
 	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules, Observer: m})
 	if err != nil {
