@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/pngfile"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -108,13 +108,5 @@ func (r *report) chart(path string) error {
 	tp.Draw(canvases[0][0])
 	lp.Draw(canvases[0][1])
 
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("chart: %w", err)
-	}
-	return f.Close()
+	return pngfile.Write(path, img)
 }

@@ -21,6 +21,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/pngfile"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -428,13 +429,5 @@ func writeChart(path string, pats []pattern, algs []algorithm, got [][]outcome) 
 
 	img := vgimg.New(vg.Points(760), vg.Points(380))
 	p.Draw(draw.New(img))
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("chart: %w", err)
-	}
-	return f.Close()
+	return pngfile.Write(path, img)
 }
