@@ -20,10 +20,6 @@ type node struct {
 
 type entryKey struct{ key, value string }
 
-func newNode() *node {
-	return &node{}
-}
-
 func (n *node) hasChildren() bool {
 	return len(n.exact) > 0 || len(n.wildcards) > 0 || len(n.keyOnly) > 0
 }

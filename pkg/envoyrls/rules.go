@@ -84,8 +84,6 @@ type Limit struct {
 	// Rule names the limit in metrics and logs: its name, else the path of
 	// descriptor keys (and exact values) that leads to it.
 	Rule string
-	// Index is the limit's place in its descriptor's rate_limits.
-	Index int
 
 	override bool                               // Envoy's per-request override, keyed apart
 	pb       *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
@@ -356,7 +354,7 @@ func (d *decoder) file1(data []byte) *Domain {
 		d.fail(&doc, "", "empty file")
 		return nil
 	}
-	dom := &Domain{File: d.file, root: newNode()}
+	dom := &Domain{File: d.file, root: &node{}}
 	var descs *yaml.Node
 	var domainNode *yaml.Node
 	d.fields(doc.Content[0], "", func(key string, v *yaml.Node) bool {
@@ -468,7 +466,7 @@ func (d *decoder) descriptor(n *yaml.Node, where string, parent *node, path stri
 	if limitNode != nil && limitsNode != nil {
 		d.fail(limitsNode, join(where, "rate_limits"), "give rate_limit or rate_limits, not both")
 	}
-	nd := newNode()
+	nd := &node{}
 	nd.key, nd.value = cfg.Key, cfg.Value
 	step := cfg.Key
 	if cfg.Value != "" {
@@ -515,7 +513,7 @@ func (d *decoder) descriptor(n *yaml.Node, where string, parent *node, path stri
 
 func (d *decoder) limit(n *yaml.Node, where, path string, shadow bool, mode FailureMode, detailed bool, index int) (*Limit, limitConfig, bool) {
 	before := len(d.problems)
-	l := &Limit{Shadow: shadow, FailureMode: mode, Algorithm: d.domainAlg, DetailedMetric: detailed, Multiplier: 1, Index: index}
+	l := &Limit{Shadow: shadow, FailureMode: mode, Algorithm: d.domainAlg, DetailedMetric: detailed, Multiplier: 1}
 	var lc limitConfig
 	var rpuNode, unitNode, multNode *yaml.Node
 	d.fields(n, where, func(key string, v *yaml.Node) bool {

@@ -3,7 +3,6 @@ package window
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 )
@@ -130,10 +129,4 @@ func (w Window) Until(nowMs int64) time.Duration {
 		return 0
 	}
 	return time.Duration(d) * time.Millisecond
-}
-
-// Elapsed returns the fraction of w that has passed at nowMs, in [0, 1].
-func (w Window) Elapsed(nowMs int64) float64 {
-	e := float64(nowMs-w.Start) / float64(w.Size)
-	return math.Min(1, math.Max(0, e))
 }
