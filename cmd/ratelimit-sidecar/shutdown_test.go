@@ -117,6 +117,20 @@ type callRecord struct {
 	err        error
 }
 
+// underLoad connects to a started process, waits until its health says
+// SERVING, and starts 8 callers; it returns the health stream, the channel
+// that stops the callers, and the function that waits for their records.
+func underLoad(t *testing.T, p *process) (health <-chan healthpb.HealthCheckResponse_ServingStatus, stop chan struct{}, wait func() []callRecord) {
+	t.Helper()
+	conn := dial(t, p.grpcAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	health = watchHealth(t, ctx, healthpb.NewHealthClient(conn))
+	waitStatus(t, health, healthpb.HealthCheckResponse_SERVING, 5*time.Second)
+	stop = make(chan struct{})
+	return health, stop, hammer(rlsv3.NewRateLimitServiceClient(conn), 8, stop)
+}
+
 // hammer calls ShouldRateLimit from n goroutines until stop is closed.
 func hammer(c rlsv3.RateLimitServiceClient, n int, stop <-chan struct{}) func() []callRecord {
 	var mu sync.Mutex
@@ -152,14 +166,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 	t.Parallel()
 	p := startProcess(t, "-config", writeRules(t, goodRules(1_000_000_000)),
 		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-shutdown-timeout", "10s")
-	conn := dial(t, p.grpcAddr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	health := watchHealth(t, ctx, healthpb.NewHealthClient(conn))
-	waitStatus(t, health, healthpb.HealthCheckResponse_SERVING, 5*time.Second)
-
-	stop := make(chan struct{})
-	wait := hammer(rlsv3.NewRateLimitServiceClient(conn), 8, stop)
+	health, stop, wait := underLoad(t, p)
 	time.Sleep(200 * time.Millisecond) // load builds up
 
 	sig := time.Now()
@@ -227,14 +234,7 @@ func TestShutdownDrainsRedisCalls(t *testing.T) {
 	p := startProcess(t, "-config", writeRules(t, goodRules(1_000_000_000)),
 		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0",
 		"-redis-url", rds.URL(), "-redis-timeout", "5s", "-health-interval", "1m", "-shutdown-timeout", "10s")
-	conn := dial(t, p.grpcAddr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	health := watchHealth(t, ctx, healthpb.NewHealthClient(conn))
-	waitStatus(t, health, healthpb.HealthCheckResponse_SERVING, 5*time.Second)
-
-	stop := make(chan struct{})
-	wait := hammer(rlsv3.NewRateLimitServiceClient(conn), 8, stop)
+	health, stop, wait := underLoad(t, p)
 	time.Sleep(100 * time.Millisecond)
 
 	// Redis sleeps 1s: every caller is now blocked inside ShouldRateLimit.
