@@ -93,7 +93,7 @@ type batchCall struct {
 	ctx  context.Context
 	keys []string
 	args []any
-	n    int   // counters (Requests) in this call
+	size int   // values of the reply that are this call's
 	vals []any // its part of the reply
 	err  error
 	done chan struct{}
@@ -104,7 +104,7 @@ type batchCall struct {
 // the latest of its requests'.
 func (b *batcher) take(ctx context.Context, keys []string, args []any, res []Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.keys, c.args, c.n, c.vals, c.err = ctx, keys, args, len(res), nil, nil
+	c.ctx, c.keys, c.args, c.size, c.vals, c.err = ctx, keys, args, replySize(args, len(res)), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
@@ -214,13 +214,12 @@ func (b *batcher) send(batch, live []*batchCall) []*batchCall {
 			c.err = fmt.Errorf("%w: take (batch of %d): %w", ErrStore, len(live), err)
 			continue
 		}
-		size := 1 + 3*c.n
-		if off+size > len(vals) {
+		if off+c.size > len(vals) {
 			c.err = fmt.Errorf("%w: script reply of %d values is short", ErrStore, len(vals))
 			continue
 		}
-		c.vals = vals[off : off+size]
-		off += size
+		c.vals = vals[off : off+c.size]
+		off += c.size
 	}
 	return live
 }

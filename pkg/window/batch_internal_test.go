@@ -41,7 +41,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	var batch []*batchCall
 	for _, reqs := range calls {
 		keys, args := encode(now.UnixMilli(), reqs, nil, false)
-		batch = append(batch, &batchCall{ctx: ctx, keys: keys, args: args, n: len(reqs)})
+		batch = append(batch, &batchCall{ctx: ctx, keys: keys, args: args, size: replySize(args, len(reqs))})
 	}
 	before := s.RoundTrips()
 	live := s.batch.send(batch, nil)
@@ -50,7 +50,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	}
 	wantOK := []bool{true, false, false, false, true}
 	for i, c := range batch {
-		res := make([]Result, c.n)
+		res := make([]Result, len(calls[i]))
 		allowed, err := false, c.err
 		if err == nil {
 			allowed, err = parseRequest(c.vals, res)

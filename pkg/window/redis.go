@@ -167,6 +167,10 @@ func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []R
 	return s.run(ctx, keys, args, res)
 }
 
+// shortForm heads the script's arguments for a call of one request in the
+// short form (see take.lua and Request.short).
+const shortForm = "0"
+
 // encode builds the script's keys and arguments for reqs[idx] (all of reqs
 // when idx is nil). refund turns each request into a plain refund of its
 // hits on its current window: the undo of a counted request.
@@ -176,14 +180,23 @@ func encode(nowMs int64, reqs []Request, idx []int, refund bool) (keys []string,
 		n = len(idx)
 	}
 	keys = make([]string, 0, n+1)
+	req := func(j int) *Request {
+		if idx != nil {
+			return &reqs[idx[j]]
+		}
+		return &reqs[j]
+	}
+	var buf []byte
+	if r := req(0); n == 1 && !refund && r.short() {
+		buf = AppendWindow(append(buf, r.Key...), AtMillis(nowMs, r.Size.Milliseconds()))
+		keys = append(keys, string(buf))
+		return keys, []any{shortForm, strconv.FormatUint(r.Limit, 10), strconv.FormatUint(r.Hits, 10),
+			strconv.FormatInt(r.ttl(), 10)}
+	}
 	args = make([]any, 0, 1+5*n)
 	args = append(args, strconv.Itoa(n)) // the script's per-request header
-	var buf []byte
 	for j := range n {
-		r := &reqs[j]
-		if idx != nil {
-			r = &reqs[idx[j]]
-		}
+		r := req(j)
 		w := AtMillis(nowMs, r.Size.Milliseconds())
 		buf = AppendWindow(append(buf[:0], r.Key...), w)
 		keys = append(keys, string(buf))
@@ -485,9 +498,34 @@ func parseTake(v any, res []Result) (bool, error) {
 	return parseRequest(vals, res)
 }
 
+// replySize is how many values of the script's reply belong to a call of
+// n requests encoded as args.
+func replySize(args []any, n int) int {
+	if n == 1 && args[0] == shortForm {
+		return 1
+	}
+	return 1 + 3*n
+}
+
 // parseRequest reads one request's part of the script's reply: status,
-// then (current, previous, over) per counter.
+// then (current, previous, over) per counter; or the one value of a short
+// form.
 func parseRequest(vals []any, res []Result) (bool, error) {
+	if len(res) == 1 && len(vals) == 1 {
+		v, ok := vals[0].(int64)
+		switch {
+		case !ok:
+			return false, fmt.Errorf("%w: unexpected script value %v", ErrStore, vals[0])
+		case v == 0:
+			return false, fmt.Errorf("%w: a counter key holds something other than an integer", ErrStore)
+		case v > 0:
+			res[0] = Result{Count: uint64(v)}
+			return true, nil
+		default:
+			res[0] = Result{Count: uint64(-1 - v), Over: true}
+			return false, nil
+		}
+	}
 	if len(vals) != 1+3*len(res) {
 		return false, fmt.Errorf("%w: script reply of %d values for %d counters", ErrStore, len(vals), len(res))
 	}

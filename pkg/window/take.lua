@@ -12,8 +12,18 @@
 --       flags, weight.
 --       flags: 1 shadow (never denies), 2 refund (hits are given back),
 --              4 sliding (estimate = previous * weight + current).
+--       n = 0 is the short form of the most common request: one
+--       fixed-window counter, not a shadow, taking hits >= 1. Only three
+--       values follow it: limit, hits, ttl (ms).
 -- Returns, per request: status (1 allowed, 0 denied, -1 a counter holds a
 -- non-integer: nothing written), then per counter: current, previous, over.
+-- A short-form request gets one value instead: its count after counting
+-- when allowed (>= 1), -1 minus its count when denied (<= -1), 0 when its
+-- key holds a non-integer (nothing written).
+--
+-- The short form is for Redis's CPU, which the script is most of: it makes
+-- no Lua tables and returns one value instead of four, and so costs Redis
+-- about half as much per request (measured with batches of 12).
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
 -- is never extended.
@@ -27,11 +37,28 @@ local function counter(k)
 end
 
 local out = {}
-local a, ki = 1, 1
-local nargs = #ARGV
-while a <= nargs do
-  local n = tonumber(ARGV[a])
-  a = a + 1
+
+-- short decides a short-form request whose values start at ARGV[a] and whose
+-- key is KEYS[ki]. It counts first and undoes on denial: one call instead of
+-- a GET and an INCRBY.
+local function short(a, ki)
+  local k, hits = KEYS[ki], tonumber(ARGV[a + 2])
+  local v = redis.pcall('INCRBY', k, hits)
+  if type(v) ~= 'number' then
+    v = 0
+  elseif v > tonumber(ARGV[a + 1]) then
+    if v == hits then redis.call('DEL', k) else redis.call('DECRBY', k, hits) end
+    v = hits - v - 1
+  elseif v == hits then
+    redis.call('PEXPIRE', k, ARGV[a + 3])
+  end
+  out[#out + 1] = v
+  return a + 4, ki + 1
+end
+
+-- full decides a request of n counters whose values start at ARGV[a] and
+-- whose first key is KEYS[ki].
+local function full(n, a, ki)
   local cur, prev, over, keyOf = {}, {}, {}, {}
   local status = 1
   -- The common case (fixed windows, hits to take) counts first and undoes
@@ -143,6 +170,17 @@ while a <= nargs do
     out[#out + 1] = prev[i]
     out[#out + 1] = over[i]
   end
-  a = a + 5 * n
+  return a + 5 * n, ki
+end
+
+local a, ki = 1, 1
+local nargs = #ARGV
+while a <= nargs do
+  local n = tonumber(ARGV[a])
+  if n == 0 then
+    a, ki = short(a, ki)
+  else
+    a, ki = full(n, a + 1, ki)
+  end
 end
 return out

@@ -1,0 +1,99 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+)
+
+func TestEncodePicksShortFormOnlyForPlainCounters(t *testing.T) {
+	t.Parallel()
+	base := Request{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
+	tests := []struct {
+		name   string
+		reqs   []Request
+		refund bool
+		short  bool
+	}{
+		{"one fixed counter", []Request{base}, false, true},
+		{"hits above one", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, false, true},
+		{"two counters", []Request{base, base}, false, false},
+		{"shadow", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, false},
+		{"refund request", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, false},
+		{"undo of a take", []Request{base}, true, false},
+		{"check only (hits 0)", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, false},
+		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false, false},
+	}
+	for _, tt := range tests {
+		_, args := encode(1_763_800_035_000, tt.reqs, nil, tt.refund)
+		if got := args[0] == shortForm; got != tt.short {
+			t.Errorf("%s: short form %v, want %v (args %v)", tt.name, got, tt.short, args)
+		}
+		if got, want := replySize(args, len(tt.reqs)), 1+3*len(tt.reqs); tt.short != (got != want) {
+			t.Errorf("%s: reply size %d for %d requests", tt.name, got, len(tt.reqs))
+		}
+	}
+}
+
+// TestShortFormDecidesAsTheFullForm runs the same request against the same
+// counter state in both of the script's forms, on a real Redis, and wants the
+// same decision, the same Result and the same counter afterwards.
+func TestShortFormDecidesAsTheFullForm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := NewRedis(client)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(1_763_800_035_000)
+	w := At(now, time.Minute)
+	for i, tt := range []struct {
+		before string // "" for a missing counter
+		hits   uint64
+	}{
+		{"", 1}, {"", 5}, {"", 6}, {"3", 1}, {"3", 2}, {"3", 3}, {"5", 1}, {"9", 1}, {"x", 1},
+	} {
+		var results [2]struct {
+			allowed bool
+			err     error
+			res     Result
+			after   string
+			ttl     time.Duration
+		}
+		for form := range 2 {
+			key := fmt.Sprintf("t:{%d-%d}", i, form)
+			full := string(AppendWindow([]byte(key), w))
+			if tt.before != "" {
+				if err := client.Set(ctx, full, tt.before, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := Request{Key: key, Limit: 5, Size: time.Minute, Hits: tt.hits}
+			keys, args := encode(now.UnixMilli(), []Request{r}, nil, false)
+			if form == 1 { // the same request in the full form
+				args = []any{"1", args[1], args[2], args[3], "0", "0"}
+			}
+			got := &results[form]
+			res := make([]Result, 1)
+			v, err := s.script(ctx, keys, args)
+			if err == nil {
+				got.allowed, got.err = parseTake(v, res)
+			} else {
+				got.err = err
+			}
+			got.res = res[0]
+			got.after, _ = client.Get(ctx, full).Result()
+			got.ttl = client.TTL(ctx, full).Val().Round(time.Minute)
+		}
+		short, full := results[0], results[1]
+		if (short.err != nil) != (full.err != nil) || short.allowed != full.allowed || short.res != full.res ||
+			short.after != full.after || short.ttl != full.ttl {
+			t.Errorf("before %q hits %d: short form %+v, full form %+v", tt.before, tt.hits, short, full)
+		}
+	}
+}
