@@ -107,8 +107,9 @@ func TestRedisOptions(t *testing.T) {
 				}
 			}},
 		{name: "always no retries and context deadlines", args: []string{"-redis-addrs", "h:1"}, check: func(t *testing.T, o *redis.UniversalOptions) {
-			if o.MaxRetries != -1 || !o.ContextTimeoutEnabled || o.DialerRetries != 1 {
-				t.Errorf("MaxRetries %d ContextTimeoutEnabled %v DialerRetries %d, want -1 true 1", o.MaxRetries, o.ContextTimeoutEnabled, o.DialerRetries)
+			if o.MaxRetries != -1 || !o.ContextTimeoutEnabled || o.DialerRetries != 1 || o.Protocol != 2 {
+				t.Errorf("MaxRetries %d ContextTimeoutEnabled %v DialerRetries %d Protocol %d, want -1 true 1 2",
+					o.MaxRetries, o.ContextTimeoutEnabled, o.DialerRetries, o.Protocol)
 			}
 		}},
 		{name: "sentinel without master name", args: []string{"-redis-mode", "sentinel", "-redis-addrs", "s1:26379"}, wantErr: "needs -redis-master-name"},

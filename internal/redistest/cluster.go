@@ -79,11 +79,11 @@ func StartCluster(tb testing.TB, masters int) *Cluster {
 	return c
 }
 
-// Client returns a go-redis cluster client seeded with all masters, closed in
-// tb.Cleanup.
+// Client returns a go-redis cluster client seeded with all masters, speaking
+// RESP2 as the sidecar's client does, closed in tb.Cleanup.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Protocol: 2})
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
 }

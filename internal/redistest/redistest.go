@@ -283,11 +283,11 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 // Socket returns the unix socket path, or "" if Options.UnixSocket was not set.
 func (s *Server) Socket() string { return s.sock }
 
-// Client returns a go-redis client for s with default options, closed in
-// tb.Cleanup.
+// Client returns a go-redis client for s with default options but RESP2,
+// as the sidecar's client speaks, closed in tb.Cleanup.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
