@@ -89,22 +89,23 @@ type batcher struct {
 	calls  sync.Pool
 }
 
+// batchCall is one Take waiting in a batch. The worker reads reqs, which
+// the caller does not touch until done.
 type batchCall struct {
-	ctx  context.Context
-	keys []string
-	args []any
-	size int   // values of the reply that are this call's
-	vals []any // its part of the reply
-	err  error
-	done chan struct{}
+	ctx   context.Context
+	nowMs int64
+	reqs  []Request
+	short bool  // sent in the script's short form
+	vals  []any // its part of the reply
+	err   error
+	done  chan struct{}
 }
 
-// take queues one request's keys and arguments (from encode) and waits for
-// its part of a batch's reply. The wait is bounded: a batch's deadline is
-// the latest of its requests'.
-func (b *batcher) take(ctx context.Context, keys []string, args []any, res []Result) (bool, error) {
+// take queues one Take and waits for its part of a batch's reply. The wait
+// is bounded: a batch's deadline is the latest of its requests'.
+func (b *batcher) take(ctx context.Context, nowMs int64, reqs []Request, res []Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.keys, c.args, c.size, c.vals, c.err = ctx, keys, args, replySize(args, len(res)), nil, nil
+	c.ctx, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, nowMs, reqs, shortCall(reqs, nil, false), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
@@ -115,7 +116,7 @@ func (b *batcher) take(ctx context.Context, keys []string, args []any, res []Res
 	b.mu.RUnlock()
 	<-c.done
 	vals, err := c.vals, c.err
-	c.ctx, c.keys, c.args, c.vals, c.err = nil, nil, nil, nil, nil
+	c.ctx, c.reqs, c.vals, c.err = nil, nil, nil, nil
 	b.calls.Put(c)
 	if err != nil {
 		return false, err
@@ -144,10 +145,18 @@ func (b *batcher) close() error {
 	}
 }
 
+// sendBuf is a worker's memory for building its script calls, reused from
+// one batch to the next.
+type sendBuf struct {
+	live  []*batchCall
+	args  []any
+	arena []byte
+}
+
 func (b *batcher) work() {
 	defer b.wg.Done()
 	batch := make([]*batchCall, 0, b.opts.MaxBatch)
-	live := make([]*batchCall, 0, b.opts.MaxBatch)
+	buf := &sendBuf{live: make([]*batchCall, 0, b.opts.MaxBatch)}
 	for {
 		select {
 		case c := <-b.queue:
@@ -164,7 +173,7 @@ func (b *batcher) work() {
 				break fill
 			}
 		}
-		live = b.send(batch, live[:0])
+		b.send(batch, buf)
 		for _, c := range batch {
 			c.done <- struct{}{}
 		}
@@ -172,10 +181,12 @@ func (b *batcher) work() {
 }
 
 // send runs one script call for the batch's requests whose contexts are
-// still live and hands each its part of the reply.
-func (b *batcher) send(batch, live []*batchCall) []*batchCall {
+// still live and hands each its part of the reply. It leaves those calls in
+// buf.live.
+func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	var deadline time.Time
-	nkeys, nargs := 0, 0
+	live := buf.live[:0]
+	defer func() { buf.live = live }()
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.err = fmt.Errorf("%w: not sent: %w", ErrStore, err) // nothing counted
@@ -189,21 +200,26 @@ func (b *batcher) send(batch, live []*batchCall) []*batchCall {
 			deadline = dl
 		}
 		live = append(live, c)
-		nkeys += len(c.keys)
-		nargs += len(c.args)
 	}
 	if len(live) == 0 {
-		return live
+		return
 	}
-	keys := make([]string, 0, nkeys)
-	args := make([]any, 0, nargs)
+	// One call: every request's keys, then every request's arguments.
+	args, arena := append(buf.args[:0], "evalsha", takeHash, 0), buf.arena[:0]
 	for _, c := range live {
-		keys = append(keys, c.keys...)
-		args = append(args, c.args...)
+		args, arena = appendKeys(args, arena, c.nowMs, c.reqs, nil, false)
 	}
+	args[2] = len(args) - 3
+	for _, c := range live {
+		args = appendArgs(args, c.nowMs, c.reqs, nil, false)
+	}
+	defer func() {
+		clear(args) // let go of the keys
+		buf.args, buf.arena = args[:0], arena[:0]
+	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	v, err := b.s.script(ctx, keys, args)
+	v, err := b.s.script(ctx, args)
 	vals, ok := v.([]any)
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: unexpected script reply %T", ErrStore, v)
@@ -214,12 +230,12 @@ func (b *batcher) send(batch, live []*batchCall) []*batchCall {
 			c.err = fmt.Errorf("%w: take (batch of %d): %w", ErrStore, len(live), err)
 			continue
 		}
-		if off+c.size > len(vals) {
+		size := replySize(c.short, len(c.reqs))
+		if off+size > len(vals) {
 			c.err = fmt.Errorf("%w: script reply of %d values is short", ErrStore, len(vals))
 			continue
 		}
-		c.vals = vals[off : off+c.size]
-		off += c.size
+		c.vals = vals[off : off+size]
+		off += size
 	}
-	return live
 }

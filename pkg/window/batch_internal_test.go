@@ -40,13 +40,13 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	}
 	var batch []*batchCall
 	for _, reqs := range calls {
-		keys, args := encode(now.UnixMilli(), reqs, nil, false)
-		batch = append(batch, &batchCall{ctx: ctx, keys: keys, args: args, size: replySize(args, len(reqs))})
+		batch = append(batch, &batchCall{ctx: ctx, nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil, false)})
 	}
 	before := s.RoundTrips()
-	live := s.batch.send(batch, nil)
-	if len(live) != len(calls) || s.RoundTrips()-before != 1 {
-		t.Fatalf("sent %d calls in %d round trips, want %d in 1", len(live), s.RoundTrips()-before, len(calls))
+	buf := &sendBuf{}
+	s.batch.send(batch, buf)
+	if len(buf.live) != len(calls) || s.RoundTrips()-before != 1 {
+		t.Fatalf("sent %d calls in %d round trips, want %d in 1", len(buf.live), s.RoundTrips()-before, len(calls))
 	}
 	wantOK := []bool{true, false, false, false, true}
 	for i, c := range batch {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,43 +162,93 @@ func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []R
 			return s.takeSlots(ctx, nowMs, reqs, res, groups)
 		}
 	}
-	keys, args := encode(nowMs, reqs, nil, false)
-	return s.run(ctx, keys, args, res)
+	if s.batch != nil {
+		return s.batch.take(ctx, nowMs, reqs, res)
+	}
+	args, _ := appendCall(nil, nil, nowMs, reqs, nil, false)
+	return s.run(ctx, args, res)
 }
 
 // shortForm heads the script's arguments for a call of one request in the
 // short form (see take.lua and Request.short).
 const shortForm = "0"
 
-// encode builds the script's keys and arguments for reqs[idx] (all of reqs
-// when idx is nil). refund turns each request into a plain refund of its
-// hits on its current window: the undo of a counted request.
-func encode(nowMs int64, reqs []Request, idx []int, refund bool) (keys []string, args []any) {
-	n := len(reqs)
+// takeHash is the SHA1 of take.lua, EVALSHA's second argument.
+var takeHash = takeScript.Hash()
+
+// The script's arguments are built by the functions below straight into the
+// []any that go-redis writes: numbers as integers (go-redis formats them into
+// its write buffer) and keys as slices of one arena, so that a call costs few
+// allocations however many requests it carries.
+
+// callSize is how many requests a call of reqs[idx] (all of reqs when idx
+// is nil) carries.
+func callSize(reqs []Request, idx []int) int {
 	if idx != nil {
-		n = len(idx)
+		return len(idx)
 	}
-	keys = make([]string, 0, n+1)
-	req := func(j int) *Request {
-		if idx != nil {
-			return &reqs[idx[j]]
-		}
-		return &reqs[j]
+	return len(reqs)
+}
+
+// callReq is the j-th request of a call of reqs[idx].
+func callReq(reqs []Request, idx []int, j int) *Request {
+	if idx != nil {
+		return &reqs[idx[j]]
 	}
-	var buf []byte
-	if r := req(0); n == 1 && !refund && r.short() {
-		buf = AppendWindow(append(buf, r.Key...), AtMillis(nowMs, r.Size.Milliseconds()))
-		keys = append(keys, string(buf))
-		return keys, []any{shortForm, strconv.FormatUint(r.Limit, 10), strconv.FormatUint(r.Hits, 10),
-			strconv.FormatInt(r.ttl(), 10)}
-	}
-	args = make([]any, 0, 1+5*n)
-	args = append(args, strconv.Itoa(n)) // the script's per-request header
-	for j := range n {
-		r := req(j)
+	return &reqs[j]
+}
+
+// shortCall reports whether a call of reqs[idx] goes in the script's short
+// form. refund turns each request into a plain refund of its hits on its
+// current window (the undo of a counted request), which the short form
+// cannot say.
+func shortCall(reqs []Request, idx []int, refund bool) bool {
+	return callSize(reqs, idx) == 1 && !refund && callReq(reqs, idx, 0).short()
+}
+
+// appendCall appends to dst[:0] a whole script call for reqs[idx]: EVALSHA,
+// the hash, the key count, the keys and the arguments. Keys are appended to
+// arena, which is returned for reuse once the call is done.
+func appendCall(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int, refund bool) ([]any, []byte) {
+	dst = append(dst[:0], "evalsha", takeHash, 0)
+	dst, arena = appendKeys(dst, arena, nowMs, reqs, idx, refund)
+	dst[2] = len(dst) - 3
+	return appendArgs(dst, nowMs, reqs, idx, refund), arena
+}
+
+// appendKeys appends the script keys of a call of reqs[idx] to dst, each a
+// slice of arena: per request its current window's key and, for a sliding
+// window, the previous window's.
+func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int, refund bool) ([]any, []byte) {
+	for j := range callSize(reqs, idx) {
+		r := callReq(reqs, idx, j)
 		w := AtMillis(nowMs, r.Size.Milliseconds())
-		buf = AppendWindow(append(buf[:0], r.Key...), w)
-		keys = append(keys, string(buf))
+		// A slice taken before arena grows keeps pointing at the old array,
+		// whose bytes are never written again: it stays valid.
+		from := len(arena)
+		arena = AppendWindow(append(arena, r.Key...), w)
+		dst = append(dst, arena[from:len(arena):len(arena)])
+		if r.Algorithm == SlidingWindow && !refund {
+			from = len(arena)
+			arena = AppendWindow(append(arena, r.Key...), w.Previous())
+			dst = append(dst, arena[from:len(arena):len(arena)])
+		}
+	}
+	return dst, arena
+}
+
+// appendArgs appends the script arguments of a call of reqs[idx] to dst: the
+// short form, or the request count and five values per request.
+func appendArgs(dst []any, nowMs int64, reqs []Request, idx []int, refund bool) []any {
+	if shortCall(reqs, idx, refund) {
+		r := callReq(reqs, idx, 0)
+		return append(dst, shortForm, r.Limit, r.Hits, r.ttl())
+	}
+	n := callSize(reqs, idx)
+	dst = append(dst, n)
+	for j := range n {
+		r := callReq(reqs, idx, j)
+		w := AtMillis(nowMs, r.Size.Milliseconds())
 		flags := 0
 		if r.Shadow {
 			flags |= 1
@@ -209,40 +258,31 @@ func encode(nowMs int64, reqs []Request, idx []int, refund bool) (keys []string,
 		}
 		if r.Algorithm == SlidingWindow && !refund {
 			flags |= 4
-			buf = AppendWindow(append(buf[:0], r.Key...), w.Previous())
-			keys = append(keys, string(buf))
 		}
-		args = append(args,
-			strconv.FormatUint(r.Limit, 10),
-			strconv.FormatUint(r.Hits, 10),
-			strconv.FormatInt(r.ttl(), 10),
-			strconv.Itoa(flags),
-			strconv.FormatFloat(r.weight(w, nowMs), 'g', -1, 64))
+		dst = append(dst, r.Limit, r.Hits, r.ttl(), flags, r.weight(w, nowMs))
 	}
-	return keys, args
+	return dst
 }
 
-func (s *Redis) run(ctx context.Context, keys []string, args []any, res []Result) (bool, error) {
-	if s.batch != nil {
-		return s.batch.take(ctx, keys, args, res)
-	}
-	v, err := s.script(ctx, keys, args)
+func (s *Redis) run(ctx context.Context, args []any, res []Result) (bool, error) {
+	v, err := s.script(ctx, args)
 	if err != nil {
-		return false, fmt.Errorf("%w: take %q: %w", ErrStore, keys[0], err)
+		return false, fmt.Errorf("%w: take %q: %w", ErrStore, args[3], err)
 	}
 	return parseTake(v, res)
 }
 
-// script sends one call of the take script: EVALSHA, and the source itself
-// after NOSCRIPT, which means nothing ran (a restarted or flushed Redis), so
-// sending it again cannot count twice. Each call is a round trip.
-func (s *Redis) script(ctx context.Context, keys []string, args []any) (any, error) {
+// script sends one call of the take script (args from appendCall): EVALSHA,
+// and the source itself after NOSCRIPT, which means nothing ran (a restarted
+// or flushed Redis), so sending it again cannot count twice. Each call is a
+// round trip.
+func (s *Redis) script(ctx context.Context, args []any) (any, error) {
 	s.roundTrips.Add(1)
-	cmd := scriptCmd(ctx, false, keys, args)
+	cmd := scriptCmd(ctx, false, args)
 	err := s.client.Process(ctx, cmd)
 	if err != nil && isNoScript(err) {
 		s.roundTrips.Add(1)
-		cmd = scriptCmd(ctx, true, keys, args)
+		cmd = scriptCmd(ctx, true, args)
 		err = s.client.Process(ctx, cmd)
 	}
 	return cmd.Val(), err
@@ -256,19 +296,15 @@ type noRetryCmd struct{ *redis.Cmd }
 
 func (noRetryCmd) NoRetry() bool { return true }
 
-// scriptCmd returns EVALSHA of the take script, or EVAL of its source.
-func scriptCmd(ctx context.Context, source bool, keys []string, args []any) noRetryCmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
+// scriptCmd returns the call args (from appendCall) as EVALSHA of the take
+// script, or as EVAL of its source: it rewrites args' first two values.
+func scriptCmd(ctx context.Context, source bool, args []any) noRetryCmd {
 	if source {
-		a = append(a, "eval", takeSource, len(keys))
+		args[0], args[1] = "eval", takeSource
 	} else {
-		a = append(a, "evalsha", takeScript.Hash(), len(keys))
+		args[0], args[1] = "evalsha", takeHash
 	}
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	return noRetryCmd{redis.NewCmd(ctx, a...)}
+	return noRetryCmd{redis.NewCmd(ctx, args...)}
 }
 
 func isNoScript(err error) bool {
@@ -358,7 +394,6 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 	type call struct {
 		g    *slotGroup
 		idx  []int
-		keys []string
 		args []any
 		cmd  noRetryCmd
 	}
@@ -368,8 +403,8 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 			continue
 		}
 		if ix := idx(g); len(ix) > 0 {
-			keys, args := encode(nowMs, reqs, ix, refund)
-			calls = append(calls, &call{g: g, idx: ix, keys: keys, args: args})
+			args, _ := appendCall(nil, nil, nowMs, reqs, ix, refund)
+			calls = append(calls, &call{g: g, idx: ix, args: args})
 		}
 	}
 	if len(calls) == 0 {
@@ -379,7 +414,7 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 		s.roundTrips.Add(1)
 		var wg sync.WaitGroup
 		for _, c := range calls {
-			c.cmd = scriptCmd(ctx, source, c.keys, c.args)
+			c.cmd = scriptCmd(ctx, source, c.args)
 			wg.Go(func() { _ = s.client.Process(ctx, c.cmd) })
 		}
 		wg.Wait()
@@ -408,7 +443,7 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 		}
 		if err != nil {
 			if !errors.Is(err, ErrStore) {
-				err = fmt.Errorf("%w: take %q: %w", ErrStore, c.keys[0], err)
+				err = fmt.Errorf("%w: take %q: %w", ErrStore, c.args[3], err)
 			}
 			c.g.err = err
 			continue
@@ -499,9 +534,9 @@ func parseTake(v any, res []Result) (bool, error) {
 }
 
 // replySize is how many values of the script's reply belong to a call of
-// n requests encoded as args.
-func replySize(args []any, n int) int {
-	if n == 1 && args[0] == shortForm {
+// n requests, in the short form or not.
+func replySize(short bool, n int) int {
+	if short {
 		return 1
 	}
 	return 1 + 3*n

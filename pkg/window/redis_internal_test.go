@@ -28,12 +28,12 @@ func TestEncodePicksShortFormOnlyForPlainCounters(t *testing.T) {
 		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false, false},
 	}
 	for _, tt := range tests {
-		_, args := encode(1_763_800_035_000, tt.reqs, nil, tt.refund)
-		if got := args[0] == shortForm; got != tt.short {
-			t.Errorf("%s: short form %v, want %v (args %v)", tt.name, got, tt.short, args)
+		if got := shortCall(tt.reqs, nil, tt.refund); got != tt.short {
+			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
 		}
-		if got, want := replySize(args, len(tt.reqs)), 1+3*len(tt.reqs); tt.short != (got != want) {
-			t.Errorf("%s: reply size %d for %d requests", tt.name, got, len(tt.reqs))
+		args := appendArgs(nil, 1_763_800_035_000, tt.reqs, nil, tt.refund)
+		if got := args[0] == shortForm; got != tt.short {
+			t.Errorf("%s: arguments %v: short form %v, want %v", tt.name, args, got, tt.short)
 		}
 	}
 }
@@ -74,13 +74,13 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 				}
 			}
 			r := Request{Key: key, Limit: 5, Size: time.Minute, Hits: tt.hits}
-			keys, args := encode(now.UnixMilli(), []Request{r}, nil, false)
-			if form == 1 { // the same request in the full form
-				args = []any{"1", args[1], args[2], args[3], "0", "0"}
+			args, _ := appendCall(nil, nil, now.UnixMilli(), []Request{r}, nil, false)
+			if form == 1 { // the same request in the full form: n = 1, flags 0, weight 0
+				args = append(args[:4], 1, r.Limit, r.Hits, r.ttl(), 0, 0)
 			}
 			got := &results[form]
 			res := make([]Result, 1)
-			v, err := s.script(ctx, keys, args)
+			v, err := s.script(ctx, args)
 			if err == nil {
 				got.allowed, got.err = parseTake(v, res)
 			} else {

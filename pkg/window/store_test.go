@@ -31,6 +31,16 @@ func stores() map[string]func(t *testing.T) store {
 			}
 			return s
 		},
+		// The sidecar's default: the same script, several Takes per call.
+		"redis-batched": func(t *testing.T) store {
+			srv := redistest.Start(t)
+			s := window.NewBatchedRedis(srv.Client(t), window.BatchOptions{})
+			t.Cleanup(func() { _ = s.Close() })
+			if err := s.Ping(context.Background()); err != nil {
+				t.Fatalf("Ping: %v", err)
+			}
+			return s
+		},
 		"cluster": func(t *testing.T) store {
 			c := redistest.StartCluster(t, 3)
 			s := window.NewRedis(c.Client(t))
@@ -320,20 +330,33 @@ func taking[S store](reqs []window.Request, stores ...S) func(int) (bool, error)
 }
 
 // TestExactUnderConcurrency: many goroutines on two stores sharing one Redis
-// (two replicas) admit exactly the limit.
+// (two replicas) admit exactly the limit, batched or not, with requests of
+// one counter (the script's short form) and of two.
 func TestExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	stores := []*window.Redis{window.NewRedis(srv.Client(t)), window.NewRedis(srv.Client(t))}
-	const limit, workers, each = 100, 16, 20
-	admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, stores...))
-	if admitted != limit {
-		t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
-	}
-	// The other counter moved only for admitted requests.
-	_, res := take(t, stores[0], t0, req("conc-other", 1000, 0))
-	if res[0].Count != limit {
-		t.Errorf("other counter = %d, want %d", res[0].Count, limit)
+	for _, batched := range []bool{false, true} {
+		srv := redistest.Start(t)
+		stores := []*window.Redis{window.NewRedis(srv.Client(t)), window.NewRedis(srv.Client(t))}
+		if batched {
+			for i := range stores {
+				stores[i] = window.NewBatchedRedis(srv.Client(t), window.BatchOptions{})
+				t.Cleanup(func() { _ = stores[i].Close() })
+			}
+		}
+		const limit, workers, each = 100, 16, 20
+		admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, stores...))
+		if admitted != limit {
+			t.Errorf("batched %v: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
+		}
+		// The other counter moved only for admitted requests.
+		_, res := take(t, stores[0], t0, req("conc-other", 1000, 0))
+		if res[0].Count != limit {
+			t.Errorf("batched %v: other counter = %d, want %d", batched, res[0].Count, limit)
+		}
+		admitted = admitConcurrently(t, workers, each, taking([]window.Request{req("conc-one", limit, 1)}, stores...))
+		if admitted != limit {
+			t.Errorf("batched %v, one counter: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
+		}
 	}
 }
 
