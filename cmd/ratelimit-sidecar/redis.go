@@ -261,12 +261,13 @@ func (s *redisStore) Close() error { return s.redis.Close() }
 // breaker's changes are logged.
 func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *redisStore {
 	rs := &redisStore{}
+	ro := window.RedisOptions{Timeout: c.redisTimeout}
 	if c.redis.batchWorkers > 0 {
 		// Not batched on a cluster, where requests of different slots
 		// cannot share a script; see window.NewBatchedRedis.
-		rs.redis = window.NewBatchedRedis(client, window.BatchOptions{Workers: c.redis.batchWorkers})
+		rs.redis = window.NewBatchedRedis(client, ro, window.BatchOptions{Workers: c.redis.batchWorkers})
 	} else {
-		rs.redis = window.NewRedis(client)
+		rs.redis = window.NewRedis(client, ro)
 	}
 	rs.Store = rs.redis
 	if c.redis.breakerFailures > 0 {

@@ -115,13 +115,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	srv, err := envoyrls.NewServer(envoyrls.Options{
-		Store:        store,
-		KeyPrefix:    cfg.keyPrefix,
-		StoreTimeout: cfg.redisTimeout,
-		Now:          now,
-		Limits:       cfg.limits,
-		Logger:       log,
-		Observer:     metrics,
+		Store:     store,
+		KeyPrefix: cfg.keyPrefix,
+		Now:       now,
+		Limits:    cfg.limits,
+		Logger:    log,
+		Observer:  metrics,
 	})
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -40,14 +39,14 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	}{
 		{"memory", func(b *testing.B) Store { return window.NewMemory() }},
 		{"redis", func(b *testing.B) Store {
-			s := window.NewRedis(redistest.Start(b).Client(b))
+			s := window.NewRedis(redistest.Start(b).Client(b), window.RedisOptions{})
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
 		{"redis-batched", func(b *testing.B) Store {
-			s := window.NewBatchedRedis(redistest.Start(b).Client(b), window.BatchOptions{})
+			s := window.NewBatchedRedis(redistest.Start(b).Client(b), window.RedisOptions{}, window.BatchOptions{})
 			b.Cleanup(func() { s.Close() })
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)
@@ -59,7 +58,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		for _, n := range []int{1, 3} {
 			b.Run(st.name+"/"+strconv.Itoa(n)+"desc", func(b *testing.B) {
 				store := st.make(b)
-				srv, err := NewServer(Options{Store: store, Rules: mustRules(b, benchRules), StoreTimeout: time.Second})
+				srv, err := NewServer(Options{Store: store, Rules: mustRules(b, benchRules)})
 				if err != nil {
 					b.Fatal(err)
 				}

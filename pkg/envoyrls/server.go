@@ -18,7 +18,10 @@ import (
 )
 
 // Store checks and counts the counters of one request atomically. Both
-// *window.Memory and *window.Redis implement it.
+// *window.Memory and *window.Redis implement it. A store that waits on
+// anything bounds its Takes itself (window.RedisOptions.Timeout), and
+// returns by ctx's deadline: the server applies failure modes to what it
+// returns and must still answer before its caller gives up.
 type Store interface {
 	Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (allowed bool, err error)
 	Ping(ctx context.Context) error
@@ -60,13 +63,9 @@ type Options struct {
 	KeyPrefix string
 	// Now is the clock for window arithmetic, read once per request;
 	// default time.Now.
-	Now func() time.Time
-	// StoreTimeout bounds each store call; default 15 ms, below Envoy's
-	// 20 ms filter timeout, so a failure mode is applied before Envoy gives
-	// up. A shorter request deadline wins.
-	StoreTimeout time.Duration
-	Limits       InputLimits
-	Logger       *zap.Logger // default no logging
+	Now    func() time.Time
+	Limits InputLimits
+	Logger *zap.Logger // default no logging
 	// Observer is told every decision, for metrics; nil observes nothing.
 	Observer Observer
 }
@@ -101,16 +100,15 @@ func (o Outcome) String() string {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store        Store
-	rules        atomic.Pointer[Rules]
-	prefix       string
-	now          func() time.Time
-	storeTimeout time.Duration
-	limits       InputLimits
-	log          *zap.Logger
-	obs          Observer
-	failing      atomic.Bool // the last store call failed; for transition logs
-	calls        sync.Pool
+	store   Store
+	rules   atomic.Pointer[Rules]
+	prefix  string
+	now     func() time.Time
+	limits  InputLimits
+	log     *zap.Logger
+	obs     Observer
+	failing atomic.Bool // the last store call failed; for transition logs
+	calls   sync.Pool
 }
 
 // NewServer returns a Server, or an error for bad options.
@@ -127,20 +125,16 @@ func NewServer(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.StoreTimeout <= 0 {
-		o.StoreTimeout = 15 * time.Millisecond
-	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
 	s := &Server{
-		store:        o.Store,
-		prefix:       o.KeyPrefix,
-		now:          o.Now,
-		storeTimeout: o.StoreTimeout,
-		limits:       o.Limits.withDefaults(),
-		log:          o.Logger,
-		obs:          o.Observer,
+		store:  o.Store,
+		prefix: o.KeyPrefix,
+		now:    o.Now,
+		limits: o.Limits.withDefaults(),
+		log:    o.Logger,
+		obs:    o.Observer,
 	}
 	s.calls.New = func() any { return new(call) }
 	if o.Rules != nil {
@@ -355,21 +349,12 @@ func (c *call) replaced(l *Limit) bool {
 	return false
 }
 
-// take calls the store, bounded by the store timeout and the request's
-// deadline, and logs transitions between a working and a failing store.
+// take calls the store and logs transitions between a working and a
+// failing store. The store bounds the call (see Store): a context with a
+// timer per request here was the largest allocation on the hot path.
 func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error) {
-	timeout := s.storeTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		// Leave a tenth of the caller's budget to answer with the failure
-		// mode before it gives up on us.
-		if left := time.Until(dl) * 9 / 10; left < timeout {
-			timeout = left
-		}
-	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	start := time.Now()
-	allowed, err := s.store.Take(sctx, now, c.reqs, c.res)
+	allowed, err := s.store.Take(ctx, now, c.reqs, c.res)
 	if s.obs != nil {
 		s.obs.StoreCall(time.Since(start), err)
 	}
@@ -400,9 +385,8 @@ func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
 	if len(back) == 0 {
 		return
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.storeTimeout)
-	defer cancel()
-	if _, err := s.store.Take(sctx, now, back, make([]window.Result, len(back))); err != nil {
+	// Even when the caller is gone: the hits were counted for it.
+	if _, err := s.store.Take(context.WithoutCancel(ctx), now, back, make([]window.Result, len(back))); err != nil {
 		s.log.Debug("refund after a failure-mode denial failed", zap.Error(err))
 	}
 }

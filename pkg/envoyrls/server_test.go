@@ -89,7 +89,7 @@ func newFixture(t *testing.T, store Store, rules string, opts ...func(*Options))
 var storeKinds = map[string]func(t *testing.T) Store{
 	"memory": func(t *testing.T) Store { return window.NewMemory() },
 	"redis": func(t *testing.T) Store {
-		return window.NewRedis(redistest.Start(t).Client(t))
+		return window.NewRedis(redistest.Start(t).Client(t), window.RedisOptions{})
 	},
 }
 
@@ -431,7 +431,7 @@ func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	f := newFixture(t, window.NewRedis(client), testRules, func(o *Options) { o.StoreTimeout = 30 * time.Millisecond })
+	f := newFixture(t, window.NewRedis(client, window.RedisOptions{Timeout: 30 * time.Millisecond}), testRules)
 	srv.Stop()
 	for _, deadline := range []time.Duration{0, 10 * time.Millisecond} {
 		ctx := context.Background()
@@ -451,9 +451,9 @@ func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 	}
 }
 
-// slowOK lifts the store timeout: exactness tests under -race on a shared
-// machine are about counts, not latency.
-func slowOK(o *Options) { o.StoreTimeout = 5 * time.Second }
+// slowOK is a store timeout for exactness tests: under -race on a shared
+// machine they are about counts, not latency.
+var slowOK = window.RedisOptions{Timeout: 5 * time.Second}
 
 // TestTwoReplicasAdmitExactlyTheLimit: many goroutines against two servers
 // sharing one Redis admit exactly the limit per window.
@@ -462,8 +462,8 @@ func TestTwoReplicasAdmitExactlyTheLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 50}\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 100000}\n"
 	replicas := []*fixture{
-		newFixture(t, window.NewRedis(srv.Client(t)), rules, slowOK),
-		newFixture(t, window.NewRedis(srv.Client(t)), rules, slowOK),
+		newFixture(t, window.NewRedis(srv.Client(t), slowOK), rules),
+		newFixture(t, window.NewRedis(srv.Client(t), slowOK), rules),
 	}
 	var admitted, errs atomic.Int64
 	var wg sync.WaitGroup

@@ -22,8 +22,6 @@ type BatchOptions struct {
 	// MaxBatch is the most requests in one script call; default 64. It
 	// bounds how long one call holds Redis's single thread.
 	MaxBatch int
-	// Timeout bounds a call whose requests have no deadline; default 1s.
-	Timeout time.Duration
 }
 
 // NewBatchedRedis returns a Redis store that coalesces concurrent Takes into
@@ -35,14 +33,15 @@ type BatchOptions struct {
 // and never waits for a timer, while under load round trips per decision fall
 // well below one.
 //
-// A request whose context ended before its batch was sent is not sent. If
-// the call fails, every request in it fails, as each would alone.
+// A request whose context ended, or whose deadline (see callDeadline) passed,
+// before its batch was sent is not sent. If the call fails, every request in
+// it fails, as each would alone.
 //
 // On Redis Cluster the store is not batched (requests of different slots
 // cannot share a script), and NewBatchedRedis returns the plain store. Close
 // stops the workers.
-func NewBatchedRedis(client scripter, o BatchOptions) *Redis {
-	s := NewRedis(client)
+func NewBatchedRedis(client scripter, ro RedisOptions, o BatchOptions) *Redis {
+	s := NewRedis(client, ro)
 	if s.shards != nil {
 		return s
 	}
@@ -51,9 +50,6 @@ func NewBatchedRedis(client scripter, o BatchOptions) *Redis {
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 64
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = time.Second
 	}
 	b := &batcher{s: s, opts: o, queue: make(chan *batchCall, o.Workers*o.MaxBatch), stop: make(chan struct{})}
 	b.calls.New = func() any { return &batchCall{done: make(chan struct{}, 1)} }
@@ -92,20 +88,22 @@ type batcher struct {
 // batchCall is one Take waiting in a batch. The worker reads reqs, which
 // the caller does not touch until done.
 type batchCall struct {
-	ctx   context.Context
-	nowMs int64
-	reqs  []Request
-	short bool  // sent in the script's short form
-	vals  []any // its part of the reply
-	err   error
-	done  chan struct{}
+	ctx      context.Context
+	deadline time.Time // of the Take (callDeadline)
+	nowMs    int64
+	reqs     []Request
+	short    bool  // sent in the script's short form
+	vals     []any // its part of the reply
+	err      error
+	done     chan struct{}
 }
 
-// take queues one Take and waits for its part of a batch's reply. The wait
-// is bounded: a batch's deadline is the latest of its requests'.
-func (b *batcher) take(ctx context.Context, nowMs int64, reqs []Request, res []Result) (bool, error) {
+// take queues one Take that must end by deadline and waits for its part of
+// a batch's reply. The wait is bounded: a batch's deadline is the latest of
+// its Takes'.
+func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, nowMs, reqs, shortCall(reqs, nil, false), nil, nil
+	c.ctx, c.deadline, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, deadline, nowMs, reqs, shortCall(reqs, nil, false), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
@@ -187,17 +185,18 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	var deadline time.Time
 	live := buf.live[:0]
 	defer func() { buf.live = live }()
+	now := time.Now()
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
+		err := c.ctx.Err()
+		if err == nil && !now.Before(c.deadline) {
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
 			c.err = fmt.Errorf("%w: not sent: %w", ErrStore, err) // nothing counted
 			continue
 		}
-		dl, ok := c.ctx.Deadline()
-		if !ok {
-			dl = time.Now().Add(b.opts.Timeout)
-		}
-		if dl.After(deadline) {
-			deadline = dl
+		if c.deadline.After(deadline) {
+			deadline = c.deadline
 		}
 		live = append(live, c)
 	}

@@ -17,7 +17,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := NewBatchedRedis(client, BatchOptions{Workers: 1})
+	s := NewBatchedRedis(client, RedisOptions{}, BatchOptions{Workers: 1})
 	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	if err := s.Ping(ctx); err != nil { // loads the script: no NOSCRIPT round trip
@@ -40,7 +40,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	}
 	var batch []*batchCall
 	for _, reqs := range calls {
-		batch = append(batch, &batchCall{ctx: ctx, nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil, false)})
+		batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Second), nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil, false)})
 	}
 	before := s.RoundTrips()
 	buf := &sendBuf{}

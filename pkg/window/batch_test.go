@@ -12,7 +12,7 @@ import (
 func newBatched(t *testing.T) *window.Redis {
 	t.Helper()
 	srv := redistest.Start(t)
-	s := window.NewBatchedRedis(srv.Client(t), window.BatchOptions{})
+	s := window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, window.BatchOptions{})
 	t.Cleanup(func() { s.Close() })
 	if !s.Batched() {
 		t.Fatal("NewBatchedRedis over one node is not batched")

@@ -165,9 +165,16 @@ func (b *Breaker) admit() (probe bool, err error) {
 }
 
 // record updates the state with the outcome of a call that went through.
-func (b *Breaker) record(ctx context.Context, probe bool, err error) {
+// storeFailed reports whether err says the store failed as a whole. It is
+// a function of its own so that the PartialError it needs is allocated only
+// on errors, not on every call.
+func storeFailed(err error) bool {
 	var pe *PartialError
-	failed := err != nil && errors.Is(err, ErrStore) && !errors.As(err, &pe)
+	return errors.Is(err, ErrStore) && !errors.As(err, &pe)
+}
+
+func (b *Breaker) record(ctx context.Context, probe bool, err error) {
+	failed := err != nil && storeFailed(err)
 	// Neither success nor failure: the caller gave up (Envoy went away),
 	// or an error that is not the store's.
 	neutral := failed && errors.Is(ctx.Err(), context.Canceled) ||

@@ -190,7 +190,7 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	const openFor = 200 * time.Millisecond
-	b := window.NewBreaker(window.NewRedis(client), window.BreakerOptions{FailFor: -1, FailureThreshold: 5, OpenFor: openFor})
+	b := window.NewBreaker(window.NewRedis(client, window.RedisOptions{}), window.BreakerOptions{FailFor: -1, FailureThreshold: 5, OpenFor: openFor})
 	takeCtx := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()

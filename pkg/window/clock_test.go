@@ -292,7 +292,7 @@ func TestClockTwoSidecarsAgreeOnTheWindow(t *testing.T) {
 		if err := c.Sync(ctx); err != nil {
 			t.Fatalf("Sync: %v", err)
 		}
-		sidecars = append(sidecars, sidecar{window.NewRedis(client), skewed(&s), c})
+		sidecars = append(sidecars, sidecar{window.NewRedis(client, window.RedisOptions{}), skewed(&s), c})
 	}
 	if d := sidecars[0].clock.Now().Sub(sidecars[1].clock.Now()); abs(d) > tolerance {
 		t.Fatalf("the corrected clocks differ by %v, want within %v", d, tolerance)

@@ -87,8 +87,8 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	replicas := []*window.OverLimitCache{
-		window.NewOverLimitCache(window.NewRedis(srv.Client(t))),
-		window.NewOverLimitCache(window.NewRedis(srv.Client(t))),
+		window.NewOverLimitCache(window.NewRedis(srv.Client(t), window.RedisOptions{})),
+		window.NewOverLimitCache(window.NewRedis(srv.Client(t), window.RedisOptions{})),
 	}
 	admitted := admitConcurrently(t, 16, 25, taking([]window.Request{req("cached-conc", 60, 1)}, replicas...))
 	if admitted != 60 {

@@ -58,26 +58,55 @@ type sharded interface {
 // When some slots fail (a cluster node down) and others answer, Take returns
 // a *PartialError naming the failed requests; see PartialError.
 //
+// Every Take is bounded by RedisOptions.Timeout (see callDeadline), so a
+// caller need not wrap its context in a timeout of its own.
+//
 // Script calls are never retried by go-redis (a retried script could count
 // twice), except after a NOSCRIPT error or a cluster redirection, when
 // nothing ran. The client should also have ContextTimeoutEnabled on, so that
-// a request's deadline bounds the call, and MaxRetries -1. A Redis is safe
-// for concurrent use; it does not own the client and does not close it.
+// the deadline bounds the call, and MaxRetries -1. A Redis is safe for
+// concurrent use; it does not own the client and does not close it.
 type Redis struct {
 	client     scripter
 	shards     sharded // nil unless the client is a cluster client
+	timeout    time.Duration
 	roundTrips atomic.Uint64
 	batch      *batcher // nil unless made by NewBatchedRedis
+}
+
+// RedisOptions configure a Redis store. Zero fields take their defaults.
+type RedisOptions struct {
+	// Timeout bounds each Take; default 1s. A rate-limit service should set
+	// it below its callers' own timeout (Envoy's filter waits 20 ms by
+	// default), so that a failure mode is applied before they give up.
+	Timeout time.Duration
 }
 
 // NewRedis returns a store over client: a redis.UniversalClient
 // (*redis.Client, a Sentinel failover client, *redis.ClusterClient), or
 // anything with the same methods. A client with a ForEachShard method is
 // treated as a cluster: counters are grouped by hash slot.
-func NewRedis(client scripter) *Redis {
-	s := &Redis{client: client}
+func NewRedis(client scripter, o RedisOptions) *Redis {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	s := &Redis{client: client, timeout: o.Timeout}
 	s.shards, _ = client.(sharded)
 	return s
+}
+
+// callDeadline is when a Take that starts at start under ctx must end:
+// timeout after start, or sooner when ctx has a deadline, nine tenths of the
+// way to it, which leaves the caller a tenth of its budget to answer (with a
+// failure mode) before it gives up.
+func callDeadline(ctx context.Context, start time.Time, timeout time.Duration) time.Time {
+	dl := start.Add(timeout)
+	if cdl, ok := ctx.Deadline(); ok {
+		if left := start.Add(cdl.Sub(start) * 9 / 10); left.Before(dl) {
+			dl = left
+		}
+	}
+	return dl
 }
 
 // PartialError is the error of a Take of which some requests were answered
@@ -157,13 +186,17 @@ func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []R
 	}
 	nowMs := now.UnixMilli()
 	res = res[:len(reqs)]
+	dl := callDeadline(ctx, time.Now(), s.timeout)
+	if s.batch != nil {
+		// No context per Take here: the batch's call gets one.
+		return s.batch.take(ctx, dl, nowMs, reqs, res)
+	}
+	ctx, cancel := context.WithDeadline(ctx, dl)
+	defer cancel()
 	if s.shards != nil {
 		if groups := groupBySlot(nowMs, reqs); len(groups) > 1 {
 			return s.takeSlots(ctx, nowMs, reqs, res, groups)
 		}
-	}
-	if s.batch != nil {
-		return s.batch.take(ctx, nowMs, reqs, res)
 	}
 	args, _ := appendCall(nil, nil, nowMs, reqs, nil, false)
 	return s.run(ctx, args, res)

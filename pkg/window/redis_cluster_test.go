@@ -54,7 +54,7 @@ func clusterStore(t *testing.T, perNode int) (*redistest.Cluster, *redis.Cluster
 	t.Helper()
 	c := redistest.StartCluster(t, 3)
 	cc := clusterClient(t, c)
-	s := window.NewRedis(cc)
+	s := window.NewRedis(cc, window.RedisOptions{})
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	probe := clusterClient(t, c)
 	tags := tagsByNode(t, probe, c, 2)
-	stores := []*window.Redis{window.NewRedis(clusterClient(t, c)), window.NewRedis(clusterClient(t, c))}
+	stores := []*window.Redis{window.NewRedis(clusterClient(t, c), window.RedisOptions{}), window.NewRedis(clusterClient(t, c), window.RedisOptions{})}
 	const workers, each = 16, 20
 
 	hammer := func(reqs []window.Request) int {

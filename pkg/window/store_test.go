@@ -25,7 +25,7 @@ func stores() map[string]func(t *testing.T) store {
 		"memory": func(t *testing.T) store { return window.NewMemory() },
 		"redis": func(t *testing.T) store {
 			srv := redistest.Start(t)
-			s := window.NewRedis(srv.Client(t))
+			s := window.NewRedis(srv.Client(t), window.RedisOptions{})
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
 			}
@@ -34,7 +34,7 @@ func stores() map[string]func(t *testing.T) store {
 		// The sidecar's default: the same script, several Takes per call.
 		"redis-batched": func(t *testing.T) store {
 			srv := redistest.Start(t)
-			s := window.NewBatchedRedis(srv.Client(t), window.BatchOptions{})
+			s := window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, window.BatchOptions{})
 			t.Cleanup(func() { _ = s.Close() })
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
@@ -43,7 +43,7 @@ func stores() map[string]func(t *testing.T) store {
 		},
 		"cluster": func(t *testing.T) store {
 			c := redistest.StartCluster(t, 3)
-			s := window.NewRedis(c.Client(t))
+			s := window.NewRedis(c.Client(t), window.RedisOptions{})
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
 			}
@@ -207,7 +207,7 @@ func TestRedisKeysAreReadableWithTTL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := window.NewRedis(client)
+	s := window.NewRedis(client, window.RedisOptions{})
 	ctx := context.Background()
 	if err := s.Ping(ctx); err != nil { // loads the script: no NOSCRIPT round trip below
 		t.Fatal(err)
@@ -248,7 +248,7 @@ func TestRedisRecoversFromFlushedScripts(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := window.NewRedis(client)
+	s := window.NewRedis(client, window.RedisOptions{})
 	ctx := context.Background()
 	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func TestRedisDownFailsFast(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := window.NewRedis(client)
+	s := window.NewRedis(client, window.RedisOptions{})
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -336,10 +336,10 @@ func TestExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	for _, batched := range []bool{false, true} {
 		srv := redistest.Start(t)
-		stores := []*window.Redis{window.NewRedis(srv.Client(t)), window.NewRedis(srv.Client(t))}
+		stores := []*window.Redis{window.NewRedis(srv.Client(t), window.RedisOptions{}), window.NewRedis(srv.Client(t), window.RedisOptions{})}
 		if batched {
 			for i := range stores {
-				stores[i] = window.NewBatchedRedis(srv.Client(t), window.BatchOptions{})
+				stores[i] = window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, window.BatchOptions{})
 				t.Cleanup(func() { _ = stores[i].Close() })
 			}
 		}
@@ -367,7 +367,7 @@ func TestRedisDenialLeavesNoTrace(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := window.NewRedis(client)
+	s := window.NewRedis(client, window.RedisOptions{})
 	ctx := context.Background()
 	key := func(name string) string {
 		return string(window.AppendWindow([]byte("test:{"+name+"}"), window.At(t0, time.Minute)))
