@@ -27,6 +27,10 @@
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
 -- is never extended.
+--
+-- Numbers go to redis.call as the ARGV strings they came as: a Lua number
+-- would be formatted back to a string with printf, about a tenth of the
+-- script's cost.
 
 -- counter reads a counter: 0 when missing, nil when it is not an integer.
 local function counter(k)
@@ -43,11 +47,11 @@ local out = {}
 -- a GET and an INCRBY.
 local function short(a, ki)
   local k, hits = KEYS[ki], tonumber(ARGV[a + 2])
-  local v = redis.pcall('INCRBY', k, hits)
+  local v = redis.pcall('INCRBY', k, ARGV[a + 2])
   if type(v) ~= 'number' then
     v = 0
   elseif v > tonumber(ARGV[a + 1]) then
-    if v == hits then redis.call('DEL', k) else redis.call('DECRBY', k, hits) end
+    if v == hits then redis.call('DEL', k) else redis.call('DECRBY', k, ARGV[a + 2]) end
     v = hits - v - 1
   elseif v == hits then
     redis.call('PEXPIRE', k, ARGV[a + 3])
@@ -77,7 +81,7 @@ local function full(n, a, ki)
       local k = KEYS[ki]
       ki = ki + 1
       keyOf[i], prev[i], over[i] = k, 0, 0
-      local v = redis.pcall('INCRBY', k, hits)
+      local v = redis.pcall('INCRBY', k, ARGV[b + 1])
       if type(v) ~= 'number' then
         status = -1
         break
@@ -96,8 +100,8 @@ local function full(n, a, ki)
     end
     if status ~= 1 then
       for i = done, 1, -1 do
-        local k, hits = keyOf[i], tonumber(ARGV[a + (i - 1) * 5 + 1])
-        if created[i] then redis.call('DEL', k) else redis.call('DECRBY', k, hits) end
+        local k = keyOf[i]
+        if created[i] then redis.call('DEL', k) else redis.call('DECRBY', k, ARGV[a + (i - 1) * 5 + 1]) end
       end
       for i = 1, n do
         cur[i] = before[keyOf[i]] or 0
@@ -156,7 +160,7 @@ local function full(n, a, ki)
               cur[i] = v
             end
           else
-            local v = redis.call('INCRBY', k, hits)
+            local v = redis.call('INCRBY', k, ARGV[b + 1])
             if v == hits then redis.call('PEXPIRE', k, ARGV[b + 2]) end
             cur[i] = v
           end
