@@ -202,10 +202,6 @@ func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []R
 	return s.run(ctx, args, res)
 }
 
-// shortForm heads the script's arguments for a call of one request in the
-// short form (see take.lua and Request.short).
-const shortForm = "0"
-
 // takeHash is the SHA1 of take.lua, EVALSHA's second argument.
 var takeHash = takeScript.Hash()
 
@@ -232,11 +228,26 @@ func callReq(reqs []Request, idx []int, j int) *Request {
 }
 
 // shortCall reports whether a call of reqs[idx] goes in the script's short
-// form. refund turns each request into a plain refund of its hits on its
-// current window (the undo of a counted request), which the short form
-// cannot say.
+// form (see take.lua): every request a plain counter (Request.short), each
+// on a key of its own. refund turns each request into a plain refund of its
+// hits on its current window (the undo of a counted request), which the
+// short form cannot say.
 func shortCall(reqs []Request, idx []int, refund bool) bool {
-	return callSize(reqs, idx) == 1 && !refund && callReq(reqs, idx, 0).short()
+	if refund {
+		return false
+	}
+	for j := range callSize(reqs, idx) {
+		r := callReq(reqs, idx, j)
+		if !r.short() {
+			return false
+		}
+		for i := range j {
+			if o := callReq(reqs, idx, i); o.Key == r.Key && o.Size == r.Size {
+				return false // the same counter twice: the full form adds them up
+			}
+		}
+	}
+	return true
 }
 
 // appendCall appends to dst[:0] a whole script call for reqs[idx]: EVALSHA,
@@ -270,14 +281,19 @@ func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int,
 	return dst, arena
 }
 
-// appendArgs appends the script arguments of a call of reqs[idx] to dst: the
-// short form, or the request count and five values per request.
+// appendArgs appends the script arguments of a call of reqs[idx] to dst:
+// minus the request count and three values per request in the short form,
+// else the count and five values per request.
 func appendArgs(dst []any, nowMs int64, reqs []Request, idx []int, refund bool) []any {
-	if shortCall(reqs, idx, refund) {
-		r := callReq(reqs, idx, 0)
-		return append(dst, shortForm, r.Limit, r.Hits, r.ttl())
-	}
 	n := callSize(reqs, idx)
+	if shortCall(reqs, idx, refund) {
+		dst = append(dst, -n)
+		for j := range n {
+			r := callReq(reqs, idx, j)
+			dst = append(dst, r.Limit, r.Hits, r.ttl())
+		}
+		return dst
+	}
 	dst = append(dst, n)
 	for j := range n {
 		r := callReq(reqs, idx, j)
@@ -570,31 +586,17 @@ func parseTake(v any, res []Result) (bool, error) {
 // n requests, in the short form or not.
 func replySize(short bool, n int) int {
 	if short {
-		return 1
+		return 1 + n
 	}
 	return 1 + 3*n
 }
 
 // parseRequest reads one request's part of the script's reply: status,
-// then (current, previous, over) per counter; or the one value of a short
-// form.
+// then per counter either (current, previous, over) or, in the short form,
+// one value.
 func parseRequest(vals []any, res []Result) (bool, error) {
-	if len(res) == 1 && len(vals) == 1 {
-		v, ok := vals[0].(int64)
-		switch {
-		case !ok:
-			return false, fmt.Errorf("%w: unexpected script value %v", ErrStore, vals[0])
-		case v == 0:
-			return false, fmt.Errorf("%w: a counter key holds something other than an integer", ErrStore)
-		case v > 0:
-			res[0] = Result{Count: uint64(v)}
-			return true, nil
-		default:
-			res[0] = Result{Count: uint64(-1 - v), Over: true}
-			return false, nil
-		}
-	}
-	if len(vals) != 1+3*len(res) {
+	short := len(vals) == replySize(true, len(res))
+	if !short && len(vals) != replySize(false, len(res)) {
 		return false, fmt.Errorf("%w: script reply of %d values for %d counters", ErrStore, len(vals), len(res))
 	}
 	status, ok := vals[0].(int64)
@@ -603,6 +605,20 @@ func parseRequest(vals []any, res []Result) (bool, error) {
 		return false, fmt.Errorf("%w: unexpected script status %v", ErrStore, vals[0])
 	case status == -1:
 		return false, fmt.Errorf("%w: a counter key holds something other than an integer", ErrStore)
+	}
+	if short {
+		for i := range res {
+			v, ok := vals[1+i].(int64)
+			switch {
+			case !ok || status == 1 && v < 1:
+				return false, fmt.Errorf("%w: unexpected script value %v", ErrStore, vals[1+i])
+			case v >= 0:
+				res[i] = Result{Count: uint64(v)}
+			default: // denied, and this counter had no room
+				res[i] = Result{Count: uint64(-1 - v), Over: true}
+			}
+		}
+		return status == 1, nil
 	}
 	for i := range res {
 		var n [3]int64

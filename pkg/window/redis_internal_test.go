@@ -12,6 +12,8 @@ import (
 func TestEncodePicksShortFormOnlyForPlainCounters(t *testing.T) {
 	t.Parallel()
 	base := Request{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
+	other := Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
+	longer := Request{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
 	tests := []struct {
 		name   string
 		reqs   []Request
@@ -20,27 +22,34 @@ func TestEncodePicksShortFormOnlyForPlainCounters(t *testing.T) {
 	}{
 		{"one fixed counter", []Request{base}, false, true},
 		{"hits above one", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, false, true},
-		{"two counters", []Request{base, base}, false, false},
+		{"two counters", []Request{base, other}, false, true},
+		{"one descriptor, two windows", []Request{base, longer}, false, true},
+		{"the same counter twice", []Request{base, other, base}, false, false},
 		{"shadow", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, false},
 		{"refund request", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, false},
 		{"undo of a take", []Request{base}, true, false},
 		{"check only (hits 0)", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, false},
 		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false, false},
+		{"a plain counter and a shadow", []Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, false},
 	}
 	for _, tt := range tests {
 		if got := shortCall(tt.reqs, nil, tt.refund); got != tt.short {
 			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
 		}
 		args := appendArgs(nil, 1_763_800_035_000, tt.reqs, nil, tt.refund)
-		if got := args[0] == shortForm; got != tt.short {
-			t.Errorf("%s: arguments %v: short form %v, want %v", tt.name, args, got, tt.short)
+		wantHead, wantLen := len(tt.reqs), 1+5*len(tt.reqs)
+		if tt.short {
+			wantHead, wantLen = -len(tt.reqs), 1+3*len(tt.reqs)
+		}
+		if args[0] != any(wantHead) || len(args) != wantLen {
+			t.Errorf("%s: arguments %v, want %d values headed %d", tt.name, args, wantLen, wantHead)
 		}
 	}
 }
 
-// TestShortFormDecidesAsTheFullForm runs the same request against the same
-// counter state in both of the script's forms, on a real Redis, and wants the
-// same decision, the same Result and the same counter afterwards.
+// TestShortFormDecidesAsTheFullForm runs the same call against the same
+// counter states in both of the script's forms, on a real Redis, and wants
+// the same decision, the same Results and the same counters afterwards.
 func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -52,48 +61,68 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 	}
 	now := time.UnixMilli(1_763_800_035_000)
 	w := At(now, time.Minute)
-	for i, tt := range []struct {
-		before string // "" for a missing counter
+	// A counter: its value before the call ("" missing, "x" not an
+	// integer) and the hits the call takes; every limit is 5.
+	type counter struct {
+		before string
 		hits   uint64
-	}{
-		{"", 1}, {"", 5}, {"", 6}, {"3", 1}, {"3", 2}, {"3", 3}, {"5", 1}, {"9", 1}, {"x", 1},
-	} {
-		var results [2]struct {
-			allowed bool
-			err     error
-			res     Result
-			after   string
-			ttl     time.Duration
-		}
+	}
+	cases := [][]counter{
+		{{"", 1}}, {{"", 5}}, {{"", 6}}, {{"3", 1}}, {{"3", 2}}, {{"3", 3}}, {{"5", 1}}, {{"9", 1}}, {{"x", 1}},
+		{{"", 1}, {"", 1}, {"", 1}},   // all counted
+		{{"4", 1}, {"", 1}, {"2", 3}}, // all exactly full after
+		{{"", 1}, {"5", 1}, {"2", 1}}, // the middle one denies: none counted, the new first one not left
+		{{"5", 1}, {"", 2}, {"9", 1}}, // two deny
+		{{"", 1}, {"x", 1}, {"", 1}},  // a corrupt key fails the call: nothing written
+		{{"2", 1}, {"", 6}},           // hits above the limit on a new key
+	}
+	type outcome struct {
+		allowed bool
+		failed  bool
+		res     []Result
+		after   []string
+		ttl     []time.Duration
+	}
+	for i, counters := range cases {
+		var got [2]outcome
 		for form := range 2 {
-			key := fmt.Sprintf("t:{%d-%d}", i, form)
-			full := string(AppendWindow([]byte(key), w))
-			if tt.before != "" {
-				if err := client.Set(ctx, full, tt.before, time.Hour).Err(); err != nil {
-					t.Fatal(err)
+			reqs := make([]Request, len(counters))
+			for j, c := range counters {
+				key := fmt.Sprintf("t:{%d-%d-%d}", i, form, j)
+				if c.before != "" {
+					full := string(AppendWindow([]byte(key), w))
+					if err := client.Set(ctx, full, c.before, time.Hour).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				reqs[j] = Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
+			}
+			args, _ := appendCall(nil, nil, now.UnixMilli(), reqs, nil, false)
+			if form == 1 { // the same call in the full form: flags 0, weight 0
+				args = append(args[:3+len(reqs)], len(reqs))
+				for _, r := range reqs {
+					args = append(args, r.Limit, r.Hits, r.ttl(), 0, 0)
 				}
 			}
-			r := Request{Key: key, Limit: 5, Size: time.Minute, Hits: tt.hits}
-			args, _ := appendCall(nil, nil, now.UnixMilli(), []Request{r}, nil, false)
-			if form == 1 { // the same request in the full form: n = 1, flags 0, weight 0
-				args = append(args[:4], 1, r.Limit, r.Hits, r.ttl(), 0, 0)
-			}
-			got := &results[form]
-			res := make([]Result, 1)
+			o := &got[form]
+			o.res = make([]Result, len(reqs))
 			v, err := s.script(ctx, args)
 			if err == nil {
-				got.allowed, got.err = parseTake(v, res)
-			} else {
-				got.err = err
+				o.allowed, err = parseTake(v, o.res)
 			}
-			got.res = res[0]
-			got.after, _ = client.Get(ctx, full).Result()
-			got.ttl = client.TTL(ctx, full).Val().Round(time.Minute)
+			o.failed = err != nil
+			for _, r := range reqs {
+				full := string(AppendWindow([]byte(r.Key), w))
+				after, _ := client.Get(ctx, full).Result()
+				o.after = append(o.after, after)
+				o.ttl = append(o.ttl, client.TTL(ctx, full).Val().Round(time.Minute))
+			}
 		}
-		short, full := results[0], results[1]
-		if (short.err != nil) != (full.err != nil) || short.allowed != full.allowed || short.res != full.res ||
-			short.after != full.after || short.ttl != full.ttl {
-			t.Errorf("before %q hits %d: short form %+v, full form %+v", tt.before, tt.hits, short, full)
+		short, full := got[0], got[1]
+		if short.failed != full.failed || short.allowed != full.allowed ||
+			!short.failed && fmt.Sprint(short.res) != fmt.Sprint(full.res) ||
+			fmt.Sprint(short.after, short.ttl) != fmt.Sprint(full.after, full.ttl) {
+			t.Errorf("case %d %v:\nshort form %+v\nfull form  %+v", i, counters, short, full)
 		}
 	}
 }

@@ -72,15 +72,15 @@ type Result struct {
 	Skipped bool
 }
 
-// ttl is how long a counter key lives: its window plus one second, so a
-// counter outlives its window even if the clocks of replicas and Redis
-// disagree slightly. A sliding counter is read for one more window.
-// short reports whether the request, alone in a call, fits the script's
-// short form: a fixed window, not a shadow, not a refund, hits >= 1.
+// short reports whether the request is a plain counter, which the script's
+// short form can carry: a fixed window, not a shadow, not a refund, hits >= 1.
 func (r *Request) short() bool {
 	return r.Algorithm != SlidingWindow && !r.Shadow && !r.Refund && r.Hits >= 1
 }
 
+// ttl is how long a counter key lives: its window plus one second, so a
+// counter outlives its window even if the clocks of replicas and Redis
+// disagree slightly. A sliding counter is read for one more window.
 func (r *Request) ttl() int64 {
 	ms := r.Size.Milliseconds()
 	if r.Algorithm == SlidingWindow {
