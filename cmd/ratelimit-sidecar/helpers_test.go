@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,12 +26,7 @@ const startTimeout = 10 * time.Second
 
 // goodRules is a rules file whose descriptor k has limit n per hour.
 func goodRules(n int) string {
-	return "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + itoa(n) + "}\n"
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
+	return "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(n) + "}\n"
 }
 
 // badRules has problems on lines 4 and 6 (and 5, for the descriptor left
