@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -303,18 +304,7 @@ func (b *bench) build(ctx context.Context) error {
 
 // benchRules is the rules file for domain bench (envoyproxy/ratelimit's format, which the sidecar reads).
 // Every limit but the hot key's is far above what one machine can send, so scenarios a, c, d and e measure
-// the cost of counting, not of refusing.
-const benchRules = `# Written by bench/harness. Limits far above any load except api_key=hot.
-domain: bench
-descriptors:
-  - key: api_key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-    descriptors:
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-  - key: api_key
-    value: hot
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-`
+// the cost of counting, not of refusing. BenchmarkShouldRateLimit in pkg/envoyrls reads the same file.
+//
+//go:embed bench.yaml
+var benchRules string

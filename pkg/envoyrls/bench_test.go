@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -14,17 +15,9 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-const benchRules = `
-domain: bench
-descriptors:
-  - key: api_key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-    descriptors:
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-`
+// benchRulesFile holds the rules of the load harness (bench/harness), so the
+// benchmark and the harness measure the same workload.
+const benchRulesFile = "../../bench/harness/bench.yaml"
 
 // roundTripper is a store that counts its Redis calls.
 type roundTripper interface{ RoundTrips() uint64 }
@@ -33,6 +26,10 @@ type roundTripper interface{ RoundTrips() uint64 }
 // over 1,000 API keys: allocations per decision and, for Redis, round trips
 // per decision (rt/op).
 func BenchmarkShouldRateLimit(b *testing.B) {
+	rules, err := os.ReadFile(benchRulesFile)
+	if err != nil {
+		b.Fatal(err)
+	}
 	stores := []struct {
 		name string
 		make func(b *testing.B) Store
@@ -58,7 +55,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		for _, n := range []int{1, 3} {
 			b.Run(st.name+"/"+strconv.Itoa(n)+"desc", func(b *testing.B) {
 				store := st.make(b)
-				srv, err := NewServer(Options{Store: store, Rules: mustRules(b, benchRules)})
+				srv, err := NewServer(Options{Store: store, Rules: mustRules(b, string(rules))})
 				if err != nil {
 					b.Fatal(err)
 				}
