@@ -318,7 +318,8 @@ func overrideUnit(u typev3.RateLimitUnit) (window.Unit, bool) {
 }
 
 // dropReplaced removes limits that another matched limit names in its
-// replaces.
+// replaces. Every limit is judged against all matched limits before any is
+// removed, so the outcome does not depend on their order.
 func (c *call) dropReplaced() {
 	replacing := false
 	for _, l := range c.limits {
@@ -327,9 +328,14 @@ func (c *call) dropReplaced() {
 	if !replacing {
 		return
 	}
-	j := 0
 	for i, l := range c.limits {
-		if !c.replaced(l) {
+		if c.replaced(l) {
+			c.owner[i] = -1 // judged: removed below, once all are judged
+		}
+	}
+	j := 0
+	for i := range c.limits {
+		if c.owner[i] >= 0 {
 			c.limits[j], c.owner[j] = c.limits[i], c.owner[i]
 			j++
 		}

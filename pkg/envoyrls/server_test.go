@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -368,6 +369,44 @@ func (failingStore) Take(ctx context.Context, now time.Time, reqs []window.Reque
 	return false, errors.Join(window.ErrStore, errors.New("connection refused"))
 }
 func (failingStore) Ping(ctx context.Context) error { return window.ErrStore }
+
+// TestReplacesIgnoresOrder: which limits apply must not depend on the order
+// of the descriptors. Here a replaces d and is itself replaced by b: d is
+// dropped (a matched limit names it) as well as a, in either order.
+func TestReplacesIgnoresOrder(t *testing.T) {
+	t.Parallel()
+	rules := `
+domain: r
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1, name: a, replaces: [{name: d}]}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 1, name: b, replaces: [{name: a}]}
+  - key: c
+    rate_limit: {unit: minute, requests_per_unit: 1, name: c}
+  - key: d
+    rate_limit: {unit: minute, requests_per_unit: 1, name: d}
+`
+	ds := []*rlv3.RateLimitDescriptor{desc("a", "1"), desc("b", "1"), desc("c", "1"), desc("d", "1")}
+	for _, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}} {
+		f := newFixture(t, window.NewMemory(), rules)
+		req := make([]*rlv3.RateLimitDescriptor, len(order))
+		for i, o := range order {
+			req[i] = ds[o]
+		}
+		resp := f.call(t, "r", req...)
+		var applied []string
+		for i, st := range resp.Statuses {
+			if st.CurrentLimit != nil {
+				applied = append(applied, ds[order[i]].Entries[0].Key)
+			}
+		}
+		slices.Sort(applied)
+		if got := strings.Join(applied, ","); got != "b,c" {
+			t.Errorf("order %v: limits applied to %s, want b,c", order, got)
+		}
+	}
+}
 
 func TestFailureModes(t *testing.T) {
 	t.Parallel()
