@@ -323,8 +323,9 @@ Commands of the last repetition (`+"`$BIN`"+` is the harness's build directory, 
 - **Load generator CPU** is measured the same way as the server's. On a small machine the generator, the server
   and Redis share the cores, so decisions/s is bounded by their CPU per decision added up; the server's CPU per
   decision is the figure that carries over to other machines.
-- A sidecar whose store call fails or times out applies the rule's failure mode and still answers, so such
-  failures do not show as errors here: check the sidecar's logs in the harness's logs/ directory.
+- A sidecar whose store call fails or times out applies the rule's failure mode: allow and deny still answer
+  OK or OVER_LIMIT, but error (the default, and the bench rules') answers Unavailable, which counts in the
+  errors column. The sidecar's logs in the harness's logs/ directory say why.
 
 Every figure is the median of the runs; results.json in the harness's output directory has each run.
 `)

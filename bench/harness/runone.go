@@ -102,11 +102,11 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 
 	keys := b.o.keys
 	loadScenario := sc.Load
-	if sc.Name == "d" {
-		keys = b.o.distinctKeys
-	}
 	if sc.Server == "target" {
 		loadScenario = b.o.targetScenario
+	}
+	if loadScenario == "distinct" {
+		keys = b.o.distinctKeys
 	}
 	args := []string{"-addr", t.addr, "-domain", t.domain, "-scenario", loadScenario, "-keys", strconv.Itoa(keys),
 		"-c", strconv.Itoa(b.o.c), "-conns", strconv.Itoa(b.o.conns), "-duration", b.o.duration.String(),
