@@ -18,12 +18,6 @@ var ErrCircuitOpen = errors.New("window: circuit open")
 // refused call allocates nothing.
 var errOpen = fmt.Errorf("%w: %w", ErrStore, ErrCircuitOpen)
 
-// takePinger is what a Breaker wraps.
-type takePinger interface {
-	Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
-	Ping(ctx context.Context) error
-}
-
 // BreakerState is the state of a Breaker's circuit.
 type BreakerState int32
 
@@ -88,7 +82,7 @@ type BreakerOptions struct {
 //
 // A Breaker is safe for concurrent use.
 type Breaker struct {
-	store     takePinger
+	store     Store
 	threshold int
 	failFor   time.Duration
 	openFor   time.Duration
@@ -106,7 +100,7 @@ type Breaker struct {
 
 // NewBreaker returns a closed Breaker around store (a *Redis, a *Memory or
 // anything with the same Take and Ping).
-func NewBreaker(store takePinger, opts BreakerOptions) *Breaker {
+func NewBreaker(store Store, opts BreakerOptions) *Breaker {
 	b := &Breaker{store: store, threshold: opts.FailureThreshold, failFor: opts.FailFor, openFor: opts.OpenFor, now: opts.Now, onChange: opts.OnStateChange}
 	if b.threshold <= 0 {
 		b.threshold = 5
@@ -164,7 +158,6 @@ func (b *Breaker) admit() (probe bool, err error) {
 	return true, nil
 }
 
-// record updates the state with the outcome of a call that went through.
 // storeFailed reports whether err says the store failed as a whole. It is
 // a function of its own so that the PartialError it needs is allocated only
 // on errors, not on every call.
@@ -173,6 +166,7 @@ func storeFailed(err error) bool {
 	return errors.Is(err, ErrStore) && !errors.As(err, &pe)
 }
 
+// record updates the state with the outcome of a call that went through.
 func (b *Breaker) record(ctx context.Context, probe bool, err error) {
 	failed := err != nil && storeFailed(err)
 	// Neither success nor failure: the caller gave up (Envoy went away),

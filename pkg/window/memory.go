@@ -8,8 +8,9 @@ import (
 
 // Memory is a Store that keeps counters in this process. It has the same
 // semantics as Redis (window math, atomic check-and-count over all counters
-// of a request, keys that expire one second after their window) but its
-// counters are not shared: use it for a single replica or for tests.
+// of a request, counters that expire their window plus one second after
+// their first hit, two windows for a sliding one) but its counters are not
+// shared: use it for a single replica or for tests.
 //
 // The zero Memory is not usable; call NewMemory. A Memory is safe for
 // concurrent use. Expired counters are freed by Take itself at most once a

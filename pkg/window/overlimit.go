@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// taker is the store an OverLimitCache wraps.
-type taker interface {
-	Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
-	Ping(ctx context.Context) error
-}
-
 // OverLimitCache remembers fixed-window counters that are full and denies
 // requests that need one of them without asking the store, until the
 // window ends. It is exact for fixed windows, because a counter only grows
@@ -29,15 +23,17 @@ type taker interface {
 // request are not read: their Results have Skipped set and Count 0.
 //
 // An OverLimitCache is safe for concurrent use and needs no goroutine:
-// expired entries are dropped when looked up and swept at most once a second.
+// entries of ended windows are never looked up again (the window start is
+// part of the key) and are swept at most once a second.
 type OverLimitCache struct {
-	next      taker
+	next      Store
 	mu        sync.RWMutex
-	full      map[fullKey]int64 // window end, Unix ms
+	full      map[fullKey]struct{}
 	nextSweep atomic.Int64
 	hits      atomic.Uint64
 }
 
+// fullKey is a counter known full: its key, window (Unix ms) and limit.
 type fullKey struct {
 	key   string
 	size  int64
@@ -45,9 +41,14 @@ type fullKey struct {
 	limit uint64
 }
 
+func newFullKey(r *Request, nowMs int64) fullKey {
+	w := AtMillis(nowMs, r.Size.Milliseconds())
+	return fullKey{r.Key, w.Size, w.Start, r.Limit}
+}
+
 // NewOverLimitCache wraps a store.
-func NewOverLimitCache(next taker) *OverLimitCache {
-	return &OverLimitCache{next: next, full: make(map[fullKey]int64)}
+func NewOverLimitCache(next Store) *OverLimitCache {
+	return &OverLimitCache{next: next, full: make(map[fullKey]struct{})}
 }
 
 // Ping pings the wrapped store.
@@ -75,9 +76,8 @@ func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request
 		if !cacheable(r) {
 			continue
 		}
-		w := AtMillis(nowMs, r.Size.Milliseconds())
 		c.mu.RLock()
-		_, full := c.full[fullKey{r.Key, w.Size, w.Start, r.Limit}]
+		_, full := c.full[newFullKey(r, nowMs)]
 		c.mu.RUnlock()
 		if full {
 			for j := range reqs {
@@ -94,14 +94,16 @@ func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Refund {
-			c.forget(r)
-			continue
-		}
-		if cacheable(r) && res[i].Count >= r.Limit {
-			w := AtMillis(nowMs, r.Size.Milliseconds())
+		switch {
+		case r.Refund:
+			// A refund takes hits from the current window only, the one
+			// window of this counter that a lookup can ask for.
 			c.mu.Lock()
-			c.full[fullKey{r.Key, w.Size, w.Start, r.Limit}] = w.End()
+			delete(c.full, newFullKey(r, nowMs))
+			c.mu.Unlock()
+		case cacheable(r) && res[i].Count >= r.Limit:
+			c.mu.Lock()
+			c.full[newFullKey(r, nowMs)] = struct{}{}
 			c.mu.Unlock()
 		}
 	}
@@ -112,18 +114,6 @@ func cacheable(r *Request) bool {
 	return r.Algorithm == FixedWindow && !r.Shadow && !r.Refund
 }
 
-// forget drops every cached window of a refunded counter.
-func (c *OverLimitCache) forget(r *Request) {
-	size := r.Size.Milliseconds()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k := range c.full {
-		if k.key == r.Key && k.size == size {
-			delete(c.full, k)
-		}
-	}
-}
-
 func (c *OverLimitCache) sweep(nowMs int64) {
 	next := c.nextSweep.Load()
 	if nowMs < next || !c.nextSweep.CompareAndSwap(next, nowMs+1000) {
@@ -131,8 +121,8 @@ func (c *OverLimitCache) sweep(nowMs int64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, end := range c.full {
-		if end <= nowMs {
+	for k := range c.full {
+		if k.start+k.size <= nowMs {
 			delete(c.full, k)
 		}
 	}

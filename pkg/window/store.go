@@ -1,6 +1,7 @@
 package window
 
 import (
+	"context"
 	"errors"
 	"math"
 	"time"
@@ -32,6 +33,21 @@ func (a Algorithm) String() string {
 // script errors). The request's counters are then in an unknown state for
 // Redis and untouched for Memory.
 var ErrStore = errors.New("window: store")
+
+// Store checks and counts the counters of one rate-limit request
+// atomically: Memory and Redis are stores, and OverLimitCache and Breaker
+// wrap one.
+type Store interface {
+	Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
+	Ping(ctx context.Context) error
+}
+
+var (
+	_ Store = (*Memory)(nil)
+	_ Store = (*Redis)(nil)
+	_ Store = (*OverLimitCache)(nil)
+	_ Store = (*Breaker)(nil)
+)
 
 // Request asks a store to check and count hits on one counter.
 type Request struct {
