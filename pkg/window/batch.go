@@ -103,7 +103,7 @@ type batchCall struct {
 // its Takes'.
 func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.deadline, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, deadline, nowMs, reqs, shortCall(reqs, nil, false), nil, nil
+	c.ctx, c.deadline, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, deadline, nowMs, reqs, shortCall(reqs, nil), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
@@ -206,11 +206,11 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	// One call: every request's keys, then every request's arguments.
 	args, arena := append(buf.args[:0], "evalsha", takeHash, 0), buf.arena[:0]
 	for _, c := range live {
-		args, arena = appendKeys(args, arena, c.nowMs, c.reqs, nil, false)
+		args, arena = appendKeys(args, arena, c.nowMs, c.reqs, nil)
 	}
 	args[2] = len(args) - 3
 	for _, c := range live {
-		args = appendArgs(args, c.nowMs, c.reqs, nil, false)
+		args = appendArgs(args, c.short, c.nowMs, c.reqs, nil)
 	}
 	defer func() {
 		clear(args) // let go of the keys

@@ -40,7 +40,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	}
 	var batch []*batchCall
 	for _, reqs := range calls {
-		batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Second), nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil, false)})
+		batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Second), nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil)})
 	}
 	before := s.RoundTrips()
 	buf := &sendBuf{}

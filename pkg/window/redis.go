@@ -59,7 +59,11 @@ type sharded interface {
 // a *PartialError naming the failed requests; see PartialError.
 //
 // Every Take is bounded by RedisOptions.Timeout (see callDeadline), so a
-// caller need not wrap its context in a timeout of its own.
+// caller need not wrap its context in a timeout of its own. A batched Take
+// waits for the batch call in flight and then for its own, and a batch call
+// is bounded by the latest deadline of the Takes in it: against a stalled
+// Redis a Take can last up to about twice Timeout, even when its context's
+// deadline is sooner. Keep Timeout below what callers wait.
 //
 // Script calls are never retried by go-redis (a retried script could count
 // twice), except after a NOSCRIPT error or a cluster redirection, when
@@ -198,7 +202,7 @@ func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []R
 			return s.takeSlots(ctx, nowMs, reqs, res, groups)
 		}
 	}
-	args, _ := appendCall(nil, nil, nowMs, reqs, nil, false)
+	args, _ := appendCall(nil, nil, nowMs, reqs, nil)
 	return s.run(ctx, args, res)
 }
 
@@ -207,8 +211,9 @@ var takeHash = takeScript.Hash()
 
 // The script's arguments are built by the functions below straight into the
 // []any that go-redis writes: numbers as integers (go-redis formats them into
-// its write buffer) and keys as slices of one arena, so that a call costs few
-// allocations however many requests it carries.
+// its write buffer, no strings) and keys as slices of one byte arena. The
+// batch worker reuses the list and the arena from call to call; what is left
+// per counter is boxing its key slice and each number of 256 or more.
 
 // callSize is how many requests a call of reqs[idx] (all of reqs when idx
 // is nil) carries.
@@ -229,13 +234,8 @@ func callReq(reqs []Request, idx []int, j int) *Request {
 
 // shortCall reports whether a call of reqs[idx] goes in the script's short
 // form (see take.lua): every request a plain counter (Request.short), each
-// on a key of its own. refund turns each request into a plain refund of its
-// hits on its current window (the undo of a counted request), which the
-// short form cannot say.
-func shortCall(reqs []Request, idx []int, refund bool) bool {
-	if refund {
-		return false
-	}
+// on a key of its own.
+func shortCall(reqs []Request, idx []int) bool {
 	for j := range callSize(reqs, idx) {
 		r := callReq(reqs, idx, j)
 		if !r.short() {
@@ -253,17 +253,17 @@ func shortCall(reqs []Request, idx []int, refund bool) bool {
 // appendCall appends to dst[:0] a whole script call for reqs[idx]: EVALSHA,
 // the hash, the key count, the keys and the arguments. Keys are appended to
 // arena, which is returned for reuse once the call is done.
-func appendCall(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int, refund bool) ([]any, []byte) {
+func appendCall(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int) ([]any, []byte) {
 	dst = append(dst[:0], "evalsha", takeHash, 0)
-	dst, arena = appendKeys(dst, arena, nowMs, reqs, idx, refund)
+	dst, arena = appendKeys(dst, arena, nowMs, reqs, idx)
 	dst[2] = len(dst) - 3
-	return appendArgs(dst, nowMs, reqs, idx, refund), arena
+	return appendArgs(dst, shortCall(reqs, idx), nowMs, reqs, idx), arena
 }
 
 // appendKeys appends the script keys of a call of reqs[idx] to dst, each a
 // slice of arena: per request its current window's key and, for a sliding
 // window, the previous window's.
-func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int, refund bool) ([]any, []byte) {
+func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int) ([]any, []byte) {
 	for j := range callSize(reqs, idx) {
 		r := callReq(reqs, idx, j)
 		w := AtMillis(nowMs, r.Size.Milliseconds())
@@ -272,7 +272,7 @@ func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int,
 		from := len(arena)
 		arena = AppendWindow(append(arena, r.Key...), w)
 		dst = append(dst, arena[from:len(arena):len(arena)])
-		if r.Algorithm == SlidingWindow && !refund {
+		if r.Algorithm == SlidingWindow {
 			from = len(arena)
 			arena = AppendWindow(append(arena, r.Key...), w.Previous())
 			dst = append(dst, arena[from:len(arena):len(arena)])
@@ -282,11 +282,11 @@ func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int,
 }
 
 // appendArgs appends the script arguments of a call of reqs[idx] to dst:
-// minus the request count and three values per request in the short form,
-// else the count and five values per request.
-func appendArgs(dst []any, nowMs int64, reqs []Request, idx []int, refund bool) []any {
+// minus the request count and three values per request in the short form
+// (short, from shortCall), else the count and five values per request.
+func appendArgs(dst []any, short bool, nowMs int64, reqs []Request, idx []int) []any {
 	n := callSize(reqs, idx)
-	if shortCall(reqs, idx, refund) {
+	if short {
 		dst = append(dst, -n)
 		for j := range n {
 			r := callReq(reqs, idx, j)
@@ -302,10 +302,10 @@ func appendArgs(dst []any, nowMs int64, reqs []Request, idx []int, refund bool) 
 		if r.Shadow {
 			flags |= 1
 		}
-		if r.Refund || refund {
+		if r.Refund {
 			flags |= 2
 		}
-		if r.Algorithm == SlidingWindow && !refund {
+		if r.Algorithm == SlidingWindow {
 			flags |= 4
 		}
 		dst = append(dst, r.Limit, r.Hits, r.ttl(), flags, r.weight(w, nowMs))
@@ -321,20 +321,29 @@ func (s *Redis) run(ctx context.Context, args []any, res []Result) (bool, error)
 	return parseTake(v, res)
 }
 
-// script sends one call of the take script (args from appendCall): EVALSHA,
-// and the source itself after NOSCRIPT, which means nothing ran (a restarted
-// or flushed Redis), so sending it again cannot count twice. Each call is a
-// round trip.
+// script sends one call of the take script (args from appendCall) and
+// counts its round trips; see eval.
 func (s *Redis) script(ctx context.Context, args []any) (any, error) {
-	s.roundTrips.Add(1)
+	v, trips, err := s.eval(ctx, args)
+	s.roundTrips.Add(uint64(trips))
+	return v, err
+}
+
+// eval sends one call of the take script: EVALSHA, and the source itself
+// after NOSCRIPT, which means nothing ran (a restarted or flushed Redis, a
+// cluster node that never saw the script), so sending it again cannot count
+// twice; EVAL also caches the script for the next EVALSHA. trips is how many
+// round trips that took, 1 or 2.
+func (s *Redis) eval(ctx context.Context, args []any) (v any, trips int, err error) {
 	cmd := scriptCmd(ctx, false, args)
-	err := s.client.Process(ctx, cmd)
+	err = s.client.Process(ctx, cmd)
+	trips = 1
 	if err != nil && isNoScript(err) {
-		s.roundTrips.Add(1)
 		cmd = scriptCmd(ctx, true, args)
 		err = s.client.Process(ctx, cmd)
+		trips = 2
 	}
-	return cmd.Val(), err
+	return cmd.Val(), trips, err
 }
 
 // noRetryCmd is a script call that go-redis must never resend on its own:
@@ -404,15 +413,22 @@ func groupBySlot(nowMs int64, reqs []Request) []*slotGroup {
 // refunds.
 func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res []Result, groups []*slotGroup) (bool, error) {
 	allowed := true
-	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.take }, false,
+	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.take },
 		func(g *slotGroup, ok bool) {
 			g.taken = ok
 			allowed = allowed && ok
 		})
 	if !allowed {
-		// Undo the slots that counted. Only what this call added is given
-		// back, on the same windows, floored at zero, keeping the TTLs.
-		s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int {
+		// Undo the slots that counted: each counted request again as a
+		// refund of its hits on its current window (floored at zero,
+		// keeping the TTL), which gives back only what this call added.
+		undo := make([]Request, len(reqs))
+		for i, r := range reqs {
+			r.Refund, r.Algorithm = true, FixedWindow
+			undo[i] = r
+		}
+		back := make([]Result, len(reqs))
+		s.runGroups(ctx, nowMs, undo, back, groups, func(g *slotGroup) []int {
 			if !g.taken {
 				return nil
 			}
@@ -423,10 +439,16 @@ func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res 
 				}
 			}
 			return idx
-		}, true, nil)
+		}, func(g *slotGroup, _ bool) {
+			for _, i := range g.take {
+				if reqs[i].Hits > 0 {
+					res[i].Count = back[i].Count // the count as it was before this call
+				}
+			}
+		})
 		return false, partial(groups, len(reqs))
 	}
-	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.give }, false, nil)
+	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.give }, nil)
 	return true, partial(groups, len(reqs))
 }
 
@@ -439,12 +461,14 @@ func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res 
 // error on every command of the pipeline, also on those other nodes
 // answered, and a healthy slot would then look failed.
 func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res []Result, groups []*slotGroup,
-	idx func(*slotGroup) []int, refund bool, done func(g *slotGroup, allowed bool)) {
+	idx func(*slotGroup) []int, done func(g *slotGroup, allowed bool)) {
 	type call struct {
-		g    *slotGroup
-		idx  []int
-		args []any
-		cmd  noRetryCmd
+		g     *slotGroup
+		idx   []int
+		args  []any
+		v     any
+		trips int
+		err   error
 	}
 	var calls []*call
 	for _, g := range groups {
@@ -452,43 +476,30 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 			continue
 		}
 		if ix := idx(g); len(ix) > 0 {
-			args, _ := appendCall(nil, nil, nowMs, reqs, ix, refund)
+			args, _ := appendCall(nil, nil, nowMs, reqs, ix)
 			calls = append(calls, &call{g: g, idx: ix, args: args})
 		}
 	}
 	if len(calls) == 0 {
 		return
 	}
-	exec := func(calls []*call, source bool) {
-		s.roundTrips.Add(1)
-		var wg sync.WaitGroup
-		for _, c := range calls {
-			c.cmd = scriptCmd(ctx, source, c.args)
-			wg.Go(func() { _ = s.client.Process(ctx, c.cmd) })
-		}
-		wg.Wait()
-	}
-	exec(calls, false)
-	var missing []*call
+	var wg sync.WaitGroup
 	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
-			missing = append(missing, c)
-		}
+		wg.Go(func() { c.v, c.trips, c.err = s.eval(ctx, c.args) })
 	}
-	if len(missing) > 0 {
-		// NOSCRIPT means nothing ran on that node: load the script
-		// everywhere for the next calls (best effort) and send these with
-		// the source, which cannot fail the same way.
-		_ = s.shards.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
-			return c.ScriptLoad(ctx, takeSource).Err()
-		})
-		exec(missing, true)
+	wg.Wait()
+	// One parallel step is one round trip; two where a node lost the
+	// script and needed it sent again.
+	trips := 0
+	for _, c := range calls {
+		trips = max(trips, c.trips)
 	}
+	s.roundTrips.Add(uint64(trips))
 	for _, c := range calls {
 		sub := make([]Result, len(c.idx))
-		ok, err := false, c.cmd.Err()
+		ok, err := false, c.err
 		if err == nil {
-			ok, err = parseTake(c.cmd.Val(), sub)
+			ok, err = parseTake(c.v, sub)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrStore) {
@@ -498,11 +509,7 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 			continue
 		}
 		for j, i := range c.idx {
-			if refund {
-				res[i].Count = sub[j].Count // the count as it was before this call
-			} else {
-				res[i] = sub[j]
-			}
+			res[i] = sub[j]
 		}
 		if done != nil {
 			done(c.g, ok)

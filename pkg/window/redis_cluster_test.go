@@ -121,8 +121,8 @@ func TestClusterSlotMatchesRedis(t *testing.T) {
 	}
 }
 
-// TestClusterOneSlotIsOneScript: a request whose counters share a slot is
-// one round trip, as on a single node; one over three nodes is one pipeline.
+// TestClusterRoundTrips: a request whose counters share a slot is one round
+// trip, as on a single node; one over three nodes is one parallel step.
 func TestClusterRoundTrips(t *testing.T) {
 	t.Parallel()
 	_, _, s, tags := clusterStore(t, 1)
@@ -142,23 +142,30 @@ func TestClusterRoundTrips(t *testing.T) {
 	}
 }
 
-// TestClusterRecoversFromFlushedScripts: NOSCRIPT inside the multi-slot
-// pipeline loads the script and retries once.
+// TestClusterRecoversFromFlushedScripts: after SCRIPT FLUSH, a multi-slot
+// Take sends the source to the nodes that answer NOSCRIPT (nothing ran
+// there), one more parallel step, and counts once; the source it sent is
+// cached, so the next Take is one step again.
 func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 	t.Parallel()
 	_, cc, s, tags := clusterStore(t, 1)
 	ctx := context.Background()
-	for range 2 {
-		if err := cc.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		ok, res := take(t, s, t0, req(tags[0][0], 2, 1), req(tags[1][0], 2, 1), req(tags[2][0], 2, 1))
-		if !ok {
-			t.Fatalf("Take after SCRIPT FLUSH denied, want allowed")
-		}
-		_ = res
+	if err := cc.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
 	}
-	_, res := take(t, s, t0, req(tags[0][0], 2, 0), req(tags[1][0], 2, 0), req(tags[2][0], 2, 0))
+	three := func(hits uint64) []window.Request {
+		return []window.Request{req(tags[0][0], 2, hits), req(tags[1][0], 2, hits), req(tags[2][0], 2, hits)}
+	}
+	for i, wantTrips := range []uint64{2, 1} {
+		before := s.RoundTrips()
+		if ok, _ := take(t, s, t0, three(1)...); !ok {
+			t.Fatalf("Take %d after SCRIPT FLUSH denied, want allowed", i)
+		}
+		if got := s.RoundTrips() - before; got != wantTrips {
+			t.Errorf("Take %d after SCRIPT FLUSH: %d round trips, want %d", i, got, wantTrips)
+		}
+	}
+	_, res := take(t, s, t0, three(0)...)
 	for i, r := range res {
 		if r.Count != 2 {
 			t.Errorf("counter %d = %d after two Takes, want 2 (each ran once)", i, r.Count)

@@ -15,28 +15,27 @@ func TestEncodePicksShortFormOnlyForPlainCounters(t *testing.T) {
 	other := Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
 	longer := Request{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
 	tests := []struct {
-		name   string
-		reqs   []Request
-		refund bool
-		short  bool
+		name  string
+		reqs  []Request
+		short bool
 	}{
-		{"one fixed counter", []Request{base}, false, true},
-		{"hits above one", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, false, true},
-		{"two counters", []Request{base, other}, false, true},
-		{"one descriptor, two windows", []Request{base, longer}, false, true},
-		{"the same counter twice", []Request{base, other, base}, false, false},
-		{"shadow", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, false},
-		{"refund request", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, false},
-		{"undo of a take", []Request{base}, true, false},
-		{"check only (hits 0)", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, false},
-		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false, false},
-		{"a plain counter and a shadow", []Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, false},
+		{"one fixed counter", []Request{base}, true},
+		{"hits above one", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true},
+		{"two counters", []Request{base, other}, true},
+		{"one descriptor, two windows", []Request{base, longer}, true},
+		{"the same counter twice", []Request{base, other, base}, false},
+		{"shadow", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false},
+		{"refund request", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false},
+		{"check only (hits 0)", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false},
+		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false},
+		{"a plain counter and a shadow", []Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false},
 	}
 	for _, tt := range tests {
-		if got := shortCall(tt.reqs, nil, tt.refund); got != tt.short {
+		if got := shortCall(tt.reqs, nil); got != tt.short {
 			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
 		}
-		args := appendArgs(nil, 1_763_800_035_000, tt.reqs, nil, tt.refund)
+		call, _ := appendCall(nil, nil, 1_763_800_035_000, tt.reqs, nil)
+		args := call[3+call[2].(int):] // after EVALSHA, the hash, the key count and the keys
 		wantHead, wantLen := len(tt.reqs), 1+5*len(tt.reqs)
 		if tt.short {
 			wantHead, wantLen = -len(tt.reqs), 1+3*len(tt.reqs)
@@ -97,7 +96,7 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 				}
 				reqs[j] = Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
 			}
-			args, _ := appendCall(nil, nil, now.UnixMilli(), reqs, nil, false)
+			args, _ := appendCall(nil, nil, now.UnixMilli(), reqs, nil)
 			if form == 1 { // the same call in the full form: flags 0, weight 0
 				args = append(args[:3+len(reqs)], len(reqs))
 				for _, r := range reqs {
