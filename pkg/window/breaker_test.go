@@ -16,12 +16,13 @@ import (
 )
 
 // fakeStore answers Take with err (nil: allowed) and counts calls. If block
-// is set, Take waits on it first.
+// is set, Take says so on entered (when set) and waits on block first.
 type fakeStore struct {
-	mu    sync.Mutex
-	err   error
-	block chan struct{}
-	calls atomic.Int64
+	mu      sync.Mutex
+	err     error
+	block   chan struct{}
+	entered chan struct{}
+	calls   atomic.Int64
 }
 
 func (f *fakeStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
@@ -29,9 +30,12 @@ func (f *fakeStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
 func (f *fakeStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
-	err, block := f.err, f.block
+	err, block, entered := f.err, f.block, f.entered
 	f.mu.Unlock()
 	if block != nil {
+		if entered != nil {
+			entered <- struct{}{}
+		}
 		<-block
 	}
 	return err == nil, err
@@ -127,13 +131,18 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 	// The next probe blocks in the store: everyone else is refused meanwhile.
 	clk.Add(500 * time.Millisecond)
 	f.mu.Lock()
-	f.err, f.block = nil, make(chan struct{})
-	block := f.block
+	f.err, f.block, f.entered = nil, make(chan struct{}), make(chan struct{}, 1)
+	block, entered := f.block, f.entered
 	f.mu.Unlock()
 	probeDone := make(chan error)
 	go func() { probeDone <- callBreaker(b) }()
-	for f.calls.Load() != before+2 {
-		time.Sleep(time.Millisecond)
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the probe did not reach the store")
+	}
+	if got := f.calls.Load(); got != before+2 {
+		t.Errorf("store calls = %d, want %d (the failed probe, then this one)", got, before+2)
 	}
 	if got := b.State(); got != window.BreakerHalfOpen {
 		t.Errorf("State during the probe = %v, want half_open", got)
@@ -190,7 +199,9 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	const openFor = 200 * time.Millisecond
-	b := window.NewBreaker(window.NewRedis(client, window.RedisOptions{}), window.BreakerOptions{FailFor: -1, FailureThreshold: 5, OpenFor: openFor})
+	clk := newClock()
+	b := window.NewBreaker(window.NewRedis(client, window.RedisOptions{}),
+		window.BreakerOptions{FailFor: -1, FailureThreshold: 5, OpenFor: openFor, Now: clk.Now})
 	takeCtx := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
@@ -224,13 +235,16 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	}
 
 	srv.Restart(t)
-	deadline := time.Now().Add(5 * time.Second)
-	for b.State() != window.BreakerClosed && time.Now().Before(deadline) {
-		takeCtx()
-		time.Sleep(openFor / 4)
+	// Each round lets one probe through; the first may still meet a
+	// connection to the old process and fail, and the breaker reopens.
+	for range 10 {
+		clk.Add(openFor)
+		if takeCtx(); b.State() == window.BreakerClosed {
+			break
+		}
 	}
 	if got := b.State(); got != window.BreakerClosed {
-		t.Fatalf("State 5s after Restart = %v, want closed", got)
+		t.Fatalf("State after 10 probes against the restarted server = %v, want closed", got)
 	}
 	if err := takeCtx(); err != nil {
 		t.Errorf("Take after closing = %v", err)
