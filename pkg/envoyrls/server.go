@@ -66,14 +66,22 @@ type Options struct {
 	Now    func() time.Time
 	Limits InputLimits
 	Logger *zap.Logger // default no logging
-	// Observer is told every decision, for metrics; nil observes nothing.
+	// Observer is told decisions and store calls (see Observer), for
+	// metrics; nil observes nothing.
 	Observer Observer
 }
 
 // Observer receives decisions and store calls. Implementations must be safe
 // for concurrent use and fast: they run on the request path.
 type Observer interface {
-	// Decision is called once per matched limit of a decided request.
+	// Decision is called once per limit whose counter the store answered,
+	// with its outcome, and once per limit whose counter the store failed
+	// for, with OutcomeFailureMode. It is not called for unlimited limits,
+	// for limits whose counter was skipped (not read: another counter of
+	// the request was known full), for the answered limits of a request
+	// that gets Unavailable, or for invalid requests. value is the
+	// descriptor's last value when l.DetailedMetric, else "": raw client
+	// input reaches an observer only for rules that ask for it.
 	Decision(domain string, l *Limit, value string, outcome Outcome)
 	// StoreCall is called once per store call with its latency and error.
 	StoreCall(d time.Duration, err error)
@@ -159,7 +167,7 @@ func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 // or -1 for an unlimited limit.
 type call struct {
 	domain string // metric label: the domain, or "unknown" when no rules name it
-	failed []bool // per slot: the store failed for it, so its result is unknown; nil when none did
+	failed []bool // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
 	limits []*Limit
 	owner  []int
 	slot   []int
@@ -359,7 +367,10 @@ func (c *call) replaced(l *Limit) bool {
 // failing store. The store bounds the call (see Store): a context with a
 // timer per request here was the largest allocation on the hot path.
 func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error) {
-	start := time.Now()
+	var start time.Time
+	if s.obs != nil {
+		start = time.Now()
+	}
 	allowed, err := s.store.Take(ctx, now, c.reqs, c.res)
 	if s.obs != nil {
 		s.obs.StoreCall(time.Since(start), err)
@@ -372,7 +383,8 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 		}
 		return allowed, err
 	}
-	if s.failing.CompareAndSwap(true, false) {
+	// Load first: a CompareAndSwap is a locked write, and this is the hot path.
+	if s.failing.Load() && s.failing.CompareAndSwap(true, false) {
 		s.log.Info("store recovered")
 	}
 	return allowed, nil

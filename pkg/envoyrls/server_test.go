@@ -8,12 +8,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -262,22 +264,28 @@ func TestSemantics(t *testing.T) {
 			})
 			t.Run("hits_addend", func(t *testing.T) {
 				f := newFixture(t, store, testRules)
-				resp, err := f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "h")}})
-				if err != nil || resp.Statuses[0].LimitRemaining != 1 {
-					t.Fatalf("request hits 2: %v %v", resp, err)
+				take := func(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+					t.Helper()
+					resp, err := f.srv.ShouldRateLimit(context.Background(), req)
+					if err != nil {
+						t.Fatalf("ShouldRateLimit: %v", err)
+					}
+					return resp
+				}
+				if resp := take(&rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "h")}}); resp.Statuses[0].LimitRemaining != 1 {
+					t.Fatalf("request hits 2: %v, want 1 left", resp)
 				}
 				d := desc("api_key", "h")
 				d.HitsAddend = wrapperspb.UInt64(0) // check only
-				resp, _ = f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 5, Descriptors: []*rlv3.RateLimitDescriptor{d}})
-				if resp.OverallCode != okCode || resp.Statuses[0].LimitRemaining != 1 {
+				if resp := take(&rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 5, Descriptors: []*rlv3.RateLimitDescriptor{d}}); resp.OverallCode != okCode || resp.Statuses[0].LimitRemaining != 1 {
 					t.Errorf("check only: %v", resp)
 				}
 				d.HitsAddend = wrapperspb.UInt64(2)
-				if resp, _ = f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d}}); resp.OverallCode != overCode {
+				if resp := take(&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d}}); resp.OverallCode != overCode {
 					t.Errorf("2 more hits with 1 left: %v, want OVER_LIMIT", resp.OverallCode)
 				}
 				d.IsNegativeHits = true
-				if resp, _ = f.srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d}}); resp.OverallCode != okCode || resp.Statuses[0].LimitRemaining != 3 {
+				if resp := take(&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d}}); resp.OverallCode != okCode || resp.Statuses[0].LimitRemaining != 3 {
 					t.Errorf("refund of 2: %v, want OK with 3 left", resp)
 				}
 			})
@@ -466,26 +474,47 @@ descriptors:
 	}
 }
 
+// TestStoreCallIsBoundedByDeadline: against a hung redis-server the server
+// answers Unavailable when the store's bound passes (its Timeout, or 9/10 of
+// the way to the caller's deadline), not at go-redis's own timeouts.
 func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	// As the sidecar makes its client: deadlines bound calls, no retries.
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
 	f := newFixture(t, window.NewRedis(client, window.RedisOptions{Timeout: 30 * time.Millisecond}), testRules)
-	srv.Stop()
-	for _, deadline := range []time.Duration{0, 10 * time.Millisecond} {
-		ctx := context.Background()
-		if deadline > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, deadline)
-			defer cancel()
+	// A first call leaves a pooled connection. Then the server hangs
+	// (SIGSTOP) rather than stops: a stopped one refuses connections at
+	// once, which would answer fast whatever the bound.
+	f.call(t, "api", desc("api_key", "warm"))
+	pid := srv.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	for _, tt := range []struct {
+		deadline time.Duration // of the caller's context; 0: none
+		want     time.Duration // the bound
+	}{
+		{0, 30 * time.Millisecond},                    // the store's Timeout
+		{10 * time.Millisecond, 9 * time.Millisecond}, // 9/10 of the caller's
+	} {
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if tt.deadline > 0 {
+			ctx, cancel = context.WithTimeout(ctx, tt.deadline)
 		}
 		start := time.Now()
-		_, err := f.srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "dead")}})
+		_, err := f.srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "hung")}})
+		d := time.Since(start)
+		cancel()
 		if status.Code(err) != codes.Unavailable {
-			t.Errorf("deadline %v: err = %v, want Unavailable", deadline, err)
+			t.Errorf("deadline %v: err = %v, want Unavailable", tt.deadline, err)
 		}
-		if d := time.Since(start); d > 500*time.Millisecond {
-			t.Errorf("deadline %v: answered after %v, want about the store timeout", deadline, d)
+		// Not before the bound (less a little: the clock reads in and out
+		// of the store differ) and not much after (scheduling slack).
+		if d < tt.want-5*time.Millisecond || d > 500*time.Millisecond {
+			t.Errorf("deadline %v: answered after %v, want about %v", tt.deadline, d, tt.want)
 		}
 	}
 }
