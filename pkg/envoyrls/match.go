@@ -20,10 +20,6 @@ type node struct {
 
 type entryKey struct{ key, value string }
 
-func (n *node) hasChildren() bool {
-	return len(n.exact) > 0 || len(n.wildcards) > 0 || len(n.keyOnly) > 0
-}
-
 // add files child under n by its kind: exact value, trailing-'*' wildcard, or
 // key only. A sibling with the same key and value is an error, as in
 // envoyproxy/ratelimit.
@@ -58,7 +54,8 @@ func (n *node) add(child *node) error {
 }
 
 // child picks the child for one entry: an exact key and value beats a
-// wildcard, which beats a key-only node.
+// wildcard, which beats a key-only node. It is nil when none fits, as on a
+// leaf, whose maps are nil.
 func (n *node) child(e *rlv3.RateLimitDescriptor_Entry) *node {
 	if c := n.exact[entryKey{e.Key, e.Value}]; c != nil {
 		return c
@@ -91,10 +88,7 @@ func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry) *node {
 			}
 			return next
 		}
-		if !next.hasChildren() {
-			return nil
-		}
-		level = next
+		level = next // a leaf has no child for the next entry: nil above
 	}
 	return nil
 }

@@ -169,11 +169,7 @@ func problemStrings(err error) []string {
 	if !errors.As(err, &re) {
 		return []string{err.Error()}
 	}
-	out := make([]string, len(re.Problems))
-	for i, p := range re.Problems {
-		out[i] = p.Error()
-	}
-	return out
+	return re.lines()
 }
 
 // watchCheck is how often Run makes sure its watches still exist: inotify

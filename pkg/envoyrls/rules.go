@@ -99,7 +99,6 @@ type Rules struct {
 // Domain is the compiled rules of one domain, from one file.
 type Domain struct {
 	Name        string
-	File        string
 	root        *node
 	failureMode FailureMode      // the domain's default, never unset
 	algorithm   window.Algorithm // the domain's default
@@ -156,11 +155,16 @@ type RulesError struct {
 }
 
 func (e *RulesError) Error() string {
-	parts := make([]string, len(e.Problems))
+	return fmt.Sprintf("%d problem(s) in rules:\n  %s", len(e.Problems), strings.Join(e.lines(), "\n  "))
+}
+
+// lines returns the Error of each problem, in order.
+func (e *RulesError) lines() []string {
+	out := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
-		parts[i] = p.Error()
+		out[i] = p.Error()
 	}
-	return fmt.Sprintf("%d problem(s) in rules:\n  %s", len(parts), strings.Join(parts, "\n  "))
+	return out
 }
 
 // Unwrap makes errors.Is(err, ErrRules) hold.
@@ -339,6 +343,32 @@ func (d *decoder) list(n *yaml.Node, field string) []*yaml.Node {
 	return n.Content
 }
 
+// failureMode decodes a failure_mode value; ok is false, and the problem
+// reported, for an unknown one.
+func (d *decoder) failureMode(n *yaml.Node, field string) (m FailureMode, ok bool) {
+	m, ok = parseFailureMode(d.str(n, field))
+	if !ok {
+		d.fail(n, field, "unknown failure mode %q (want allow, deny or error)", n.Value)
+	}
+	return m, ok
+}
+
+// algorithm decodes an algorithm value, reporting an unknown one.
+func (d *decoder) algorithm(n *yaml.Node, field string) window.Algorithm {
+	a, ok := parseAlgorithm(d.str(n, field))
+	if !ok {
+		d.fail(n, field, "unknown algorithm %q (want fixed_window or sliding_window)", n.Value)
+	}
+	return a
+}
+
+// windowProblem is a package window error as a rules problem, without the
+// sentinel's "window: bad window: " prefix, which tells someone editing a
+// rules file nothing the field name does not.
+func windowProblem(err error) string {
+	return strings.TrimPrefix(err.Error(), window.ErrBadWindow.Error()+": ")
+}
+
 func (d *decoder) file1(data []byte) *Domain {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
@@ -354,7 +384,7 @@ func (d *decoder) file1(data []byte) *Domain {
 		d.fail(&doc, "", "empty file")
 		return nil
 	}
-	dom := &Domain{File: d.file, root: &node{}}
+	dom := &Domain{root: &node{}}
 	var descs *yaml.Node
 	var domainNode *yaml.Node
 	d.fields(doc.Content[0], "", func(key string, v *yaml.Node) bool {
@@ -366,17 +396,9 @@ func (d *decoder) file1(data []byte) *Domain {
 		case "descriptors":
 			descs = v
 		case "failure_mode":
-			m, ok := parseFailureMode(d.str(v, key))
-			if !ok {
-				d.fail(v, key, "unknown failure mode %q (want allow, deny or error)", v.Value)
-			}
-			d.domainFail = m
+			d.domainFail, _ = d.failureMode(v, key)
 		case "algorithm":
-			a, ok := parseAlgorithm(d.str(v, key))
-			if !ok {
-				d.fail(v, key, "unknown algorithm %q (want fixed_window or sliding_window)", v.Value)
-			}
-			d.domainAlg = a
+			d.domainAlg = d.algorithm(v, key)
 		default:
 			return false
 		}
@@ -440,10 +462,7 @@ func (d *decoder) descriptor(n *yaml.Node, where string, parent *node, path stri
 		case "value_to_metric":
 			cfg.ValueToMetric = d.boolean(v, f)
 		case "failure_mode":
-			m, ok := parseFailureMode(d.str(v, f))
-			if !ok {
-				d.fail(v, f, "unknown failure mode %q (want allow, deny or error)", v.Value)
-			} else {
+			if m, ok := d.failureMode(v, f); ok {
 				mode = m
 				cfg.FailureMode = m.String()
 			}
@@ -528,10 +547,9 @@ func (d *decoder) limit(n *yaml.Node, where, path string, shadow bool, mode Fail
 			}
 		case "unit":
 			unitNode = v
-			s := d.str(v, f)
-			u, err := window.ParseUnit(s)
+			u, err := window.ParseUnit(d.str(v, f))
 			if err != nil {
-				d.fail(v, f, "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+				d.fail(v, f, "%s", windowProblem(err))
 			}
 			l.Unit = u
 			lc.Unit = u.String()
@@ -569,12 +587,7 @@ func (d *decoder) limit(n *yaml.Node, where, path string, shadow bool, mode Fail
 				lc.Replaces = append(lc.Replaces, replaceConfig{Name: name})
 			}
 		case "algorithm":
-			a, ok := parseAlgorithm(d.str(v, f))
-			if !ok {
-				d.fail(v, f, "unknown algorithm %q (want fixed_window or sliding_window)", v.Value)
-			}
-			l.Algorithm = a
-			lc.Algorithm = a.String()
+			l.Algorithm = d.algorithm(v, f) // lc.Algorithm is set below, inherited or not
 		default:
 			return false
 		}
