@@ -1,30 +1,18 @@
 package envoyrls
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
-
-// rlRequest is a request of one descriptor with the given key, value pairs.
-func rlRequest(domain string, kv ...string) *rlsv3.RateLimitRequest {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{d}}
-}
 
 func newTestMetrics(t testing.TB, o MetricsOptions) (*Metrics, *prometheus.Registry) {
 	t.Helper()
@@ -253,7 +241,7 @@ func TestMetricsDecisionAllocs(t *testing.T) {
 // label is the limit's rule and outcomes follow decisions.
 func TestMetricsObserveServer(t *testing.T) {
 	t.Parallel()
-	rules := mustRules(t, `
+	const rules = `
 domain: edge
 descriptors:
   - key: api_key
@@ -261,21 +249,13 @@ descriptors:
   - key: path
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 100}
-`)
+`
 	m, reg := newTestMetrics(t, MetricsOptions{})
-	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules, Observer: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
+	f := newFixture(t, window.NewMemory(), rules, func(o *Options) { o.Observer = m })
 	for range 3 {
-		if _, err := srv.ShouldRateLimit(ctx, rlRequest("edge", "api_key", "k1")); err != nil {
-			t.Fatal(err)
-		}
+		f.call(t, "edge", desc("api_key", "k1"))
 	}
-	if _, err := srv.ShouldRateLimit(ctx, rlRequest("edge", "path", "/x")); err != nil {
-		t.Fatal(err)
-	}
+	f.call(t, "edge", desc("path", "/x"))
 	text := gatherText(t, reg)
 	for _, want := range []string{
 		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="api_key"} 1`,

@@ -51,11 +51,9 @@ descriptors:
 // checkLimits asks, without counting, for descriptors k and j of domain
 // and returns their current limits (0 when none).
 func checkLimits(ctx context.Context, srv *Server, domain string) (k, j uint32, err error) {
-	zero := wrapperspb.UInt64(0)
-	resp, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}, HitsAddend: zero},
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "j", Value: "v"}}, HitsAddend: zero},
-	}})
+	dk, dj := desc("k", "v"), desc("j", "v")
+	dk.HitsAddend, dj.HitsAddend = wrapperspb.UInt64(0), wrapperspb.UInt64(0)
+	resp, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{dk, dj}})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -26,16 +26,17 @@ func FuzzShouldRateLimit(f *testing.F) {
 	f.Add("", "", "", uint16(0), uint32(0), uint64(0), false, int32(0), uint32(0), uint32(0))
 	f.Add("api", "multi", strings.Repeat("v", 2000), uint16(5000), ^uint32(0), ^uint64(0), true, int32(6), ^uint32(0), ^uint32(0))
 	f.Add("api", "sliding", "s", uint16(2), uint32(4294967295), uint64(1)<<53, false, int32(9), uint32(0), uint32(3))
+	rules := mustRules(f, testRules) // immutable, so shared by every input
 	f.Fuzz(func(t *testing.T, domain, key, value string, n uint16, reqHits uint32, hits uint64, useHits bool, unit int32, mult, rpu uint32) {
-		srv, err := NewServer(Options{Store: window.NewMemory(), Rules: mustRules(t, testRules)})
+		srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules})
 		if err != nil {
 			t.Fatal(err)
 		}
 		req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: reqHits}
 		for i := range int(n % 2048) {
-			d := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}
+			d := desc(key, value)
 			if i%3 == 1 {
-				d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: "path", Value: value})
+				d = desc(key, value, "path", value)
 			}
 			if useHits {
 				d.HitsAddend = wrapperspb.UInt64(hits)
