@@ -21,8 +21,13 @@ import (
 // handler runs; Envoy then fails open, and a client could escape its limit
 // just by sending such bytes. Codec instead maps each invalid byte b to the
 // private-use rune U+F700+b (U+F780 to U+F7FF) and decodes again, so the
-// request is counted, distinct values keep distinct counters, and valid
-// requests cost nothing extra.
+// request is counted, and valid requests cost nothing extra.
+//
+// Distinct values keep distinct counters, but for one case: a valid value
+// that holds such a rune shares its counter with the invalid bytes that map
+// to it ("caf\uf7e9" with "caf\xe9"). That only merges counts, so more is
+// counted, never less, and a mapped value matches no rule that the valid
+// one would not: no limit can be escaped this way.
 type Codec struct {
 	proto encoding.CodecV2
 }

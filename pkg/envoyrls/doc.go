@@ -3,8 +3,10 @@
 // descriptor against them, and asks a counter store from package window to
 // check and count the matched limits in one atomic step.
 //
-// Files: rules.go decodes and validates rule files, match.go walks the
-// compiled tree, server.go answers ShouldRateLimit, response.go builds
-// Envoy's response, errors.go maps errors to gRPC codes, reload.go swaps
-// rules at run time.
+// Files: rules.go decodes and validates rule files, config.go renders them
+// as loaded (GET /rules), match.go walks the compiled tree, server.go
+// answers ShouldRateLimit, response.go builds Envoy's response, errors.go
+// maps errors to gRPC codes, codec.go decodes requests that are not valid
+// UTF-8, reload.go swaps rules at run time, metrics.go exports Prometheus
+// metrics, and http.go serves the health, rules and metrics endpoints.
 package envoyrls

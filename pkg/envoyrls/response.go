@@ -22,8 +22,10 @@ import (
 // decision is counted as near_limit.
 const nearLimitShare = 0.2
 
-// envoyUnits maps window units to the response's unit enum, whose numbers
-// differ from Envoy's RateLimitUnit (WEEK is 7 there).
+// envoyUnits maps window units to the response's unit enum. The numbers
+// differ: window.Unit has Week (5) between Day and Month, while the response
+// enum, which gained WEEK last, has MONTH 5, YEAR 6 and WEEK 7. (Envoy's
+// RateLimitUnit, of request overrides, has no WEEK; see overrideUnit.)
 var envoyUnits = map[window.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
 	window.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
 	window.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
@@ -139,8 +141,9 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 	s.obs.Decision(c.domain, l, lastValue(req, owner, l), outcome)
 }
 
-// lastValue is the descriptor's last value, given to metrics only for rules
-// that ask for detailed metrics.
+// lastValue is the value an Observer is given: the descriptor's last value
+// for a limit with DetailedMetric, else "". It is the one place that keeps
+// the Observer's promise about value.
 func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
 	if !l.DetailedMetric {
 		return ""
