@@ -142,8 +142,9 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 }
 
 // lastValue is the value an Observer is given: the descriptor's last value
-// for a limit with DetailedMetric, else "". It is the one place that keeps
-// the Observer's promise about value.
+// for a limit with DetailedMetric, else "", as Observer promises. (Metrics
+// blanks it again itself: its handle cache must not grow with client input
+// whoever calls it.)
 func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
 	if !l.DetailedMetric {
 		return ""
