@@ -53,7 +53,9 @@ func (l *Limit) proto() *rlsv3.RateLimitResponse_RateLimit {
 	return pb
 }
 
-// response builds the answer after a successful store call (or none needed).
+// response builds the answer from the store's results (or with none
+// needed). A counter the store failed for is left out, unless its failure
+// mode is deny: then it is over its limit until its window ends.
 func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
@@ -70,10 +72,17 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			continue // unlimited: OK without a current limit
 		}
 		r, res := &c.reqs[slot], c.res[slot]
-		if c.isFailed(slot) {
-			continue // nothing is known: its failure mode answers (failureResponse)
-		}
-		if res.Skipped {
+		var remaining uint64
+		var reset time.Duration
+		var over bool
+		switch {
+		case c.isFailed(slot) && l.FailureMode != FailDeny:
+			continue // nothing is known, and its failure mode lets it pass
+		case c.isFailed(slot):
+			// Fails closed: reported as a full counter until its window
+			// ends (failureResponse observed it).
+			reset, over = window.At(now, l.Size).Until(now.UnixMilli()), true
+		case res.Skipped:
 			// Not read: another counter of this denied request was known
 			// full. The limit itself is configuration, so report it, as
 			// Envoy lists it in x-ratelimit-limit whether or not the cache
@@ -83,11 +92,12 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 				st.CurrentLimit = l.proto()
 			}
 			continue
+		default:
+			remaining = r.Remaining(res, now)
+			reset = r.Reset(res, now)
+			over = res.Over && !l.Shadow
+			s.observe(req, c, k, res, remaining)
 		}
-		remaining := r.Remaining(res, now)
-		reset := r.Reset(res, now)
-		over := res.Over && !l.Shadow
-		s.observe(req, c, k, res, remaining)
 		st := resp.Statuses[c.owner[k]]
 		if tighter(st, over, remaining, reset) {
 			st.CurrentLimit = l.proto()
@@ -198,34 +208,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 	if !deny && unavailable {
 		return nil, grpcError(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
-	resp := s.response(req, c, now)
-	if !deny {
-		return resp, nil
-	}
-	retry, worst := time.Duration(0), (*Limit)(nil)
-	for k, l := range c.limits {
-		slot := c.slot[k]
-		if slot < 0 || !c.isFailed(slot) || l.FailureMode != FailDeny {
-			continue
-		}
-		reset := window.At(now, l.Size).Until(now.UnixMilli())
-		st := resp.Statuses[c.owner[k]]
-		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		st.CurrentLimit = l.proto()
-		st.LimitRemaining = 0
-		st.DurationUntilReset = durationpb.New(reset)
-		if reset >= retry {
-			retry, worst = reset, l
-		}
-	}
-	for _, st := range resp.Statuses {
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && st.DurationUntilReset.AsDuration() > retry {
-			retry = st.DurationUntilReset.AsDuration()
-		}
-	}
-	resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-	addTooManyRequests(resp, req.Domain, retry, worst)
-	return resp, nil
+	return s.response(req, c, now), nil
 }
 
 // tooManyRequests is the JSON body Envoy sends with its 429.
