@@ -148,6 +148,7 @@ func (s *Sentinel) FailoverClient(tb testing.TB) *redis.Client {
 	c := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:    s.MasterName,
 		SentinelAddrs: s.SentinelAddrs,
+		Protocol:      2,
 	})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
