@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	now, stopClock := time.Now, func() {} // the in-memory store is one replica: its clock is the clock
 	clockOffset := newClockOffsetGauge()
 	var poolStats func() *redis.PoolStats
+	var roundTrips func() uint64
 	breakerOpen := func() bool { return false }
 	goRedisLogger.log.Store(log)
 	if !cfg.usesRedis() {
@@ -75,16 +76,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		if p, ok := any(client).(interface{ PoolStats() *redis.PoolStats }); ok {
-			poolStats = p.PoolStats
-		}
+		poolStats = client.PoolStats
 		if now, stopClock, err = startClock(ctx, client, cfg.clockSync, log, clockOffset); err != nil {
 			client.Close()
 			return err
 		}
 		rs := newRedisStore(cfg, client, log)
-		store, closeStore = rs, func() error { return errors.Join(rs.Close(), client.Close()) }
-		breakerOpen = rs.BreakerOpen
+		// The server calls the outermost layer itself, not through rs.
+		store, closeStore = rs.Store, func() error { return errors.Join(rs.Close(), client.Close()) }
+		breakerOpen, roundTrips = rs.BreakerOpen, rs.RoundTrips
 	}
 	defer closeStore()
 	defer stopClock() // first: it uses the client
@@ -105,11 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})); err != nil {
 		return err
 	}
-	mo := envoyrls.MetricsOptions{Registerer: reg, PoolStats: poolStats}
-	if rt, ok := store.(interface{ RoundTrips() uint64 }); ok {
-		mo.RoundTrips = rt.RoundTrips
-	}
-	metrics, err := envoyrls.NewMetrics(mo)
+	metrics, err := envoyrls.NewMetrics(envoyrls.MetricsOptions{Registerer: reg, PoolStats: poolStats, RoundTrips: roundTrips})
 	if err != nil {
 		return err
 	}
@@ -142,6 +138,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("-grpc-addr: %w", err)
 	}
+	// From here on every return closes what run started (tests call run
+	// many times in one process). What the shutdown path below already
+	// stopped, these deferred calls find stopped: a second Close of the
+	// listener (gs.Serve closes it) and gs.Stop after GracefulStop do
+	// nothing.
+	defer grpcLis.Close()
 	// A pool of stream workers reuses goroutines whose stacks have already
 	// grown to what a decision needs; a new goroutine per call spent ~12% of
 	// the CPU growing and copying its stack (pprof, in-memory store).
@@ -151,6 +153,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// are counted, not refused with Internal, which Envoy fails open on.
 		grpc.ForceServerCodecV2(envoyrls.NewCodec()),
 	)
+	defer gs.Stop()
 	rlsv3.RegisterRateLimitServiceServer(gs, srv)
 	hs := health.NewServer()
 	draining := make(chan struct{})
@@ -164,32 +167,45 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
 	}
 	setServing(false)
+	ready := &readiness{draining: draining}
 
-	var ready atomic.Bool
-	var httpSrv *http.Server
+	// The HTTP servers: each return shuts them down and waits for their
+	// Serve calls, so their listeners are closed when run returns.
+	var httpSrvs []*http.Server
+	var httpServing sync.WaitGroup
+	serveHTTP := func(lis net.Listener, h http.Handler) {
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		httpSrvs = append(httpSrvs, s)
+		httpServing.Go(func() { s.Serve(lis) })
+	}
+	stopHTTP := func() {
+		for _, s := range httpSrvs {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if s.Shutdown(sctx) != nil {
+				s.Close() // a connection still busy, such as a pprof profile
+			}
+			cancel()
+		}
+		httpSrvs = nil
+		httpServing.Wait()
+	}
+	defer stopHTTP()
 	httpAddr := ""
 	if cfg.httpAddr != "" {
 		httpLis, err := listen(cfg.httpAddr)
 		if err != nil {
-			grpcLis.Close()
 			return fmt.Errorf("-http-addr: %w", err)
 		}
 		httpAddr = httpLis.Addr().String()
-		httpSrv = &http.Server{
-			Handler: envoyrls.NewHTTPHandler(srv, envoyrls.HTTPOptions{
-				Ready:       ready.Load,
-				RulesStatus: reloader.RulesStatus,
-				Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-			}),
-			ReadHeaderTimeout: 5 * time.Second,
-		}
-		go httpSrv.Serve(httpLis)
+		serveHTTP(httpLis, envoyrls.NewHTTPHandler(srv, envoyrls.HTTPOptions{
+			Ready:       ready.Ready,
+			RulesStatus: reloader.RulesStatus,
+			Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		}))
 	}
-	var debugSrv *http.Server
 	if cfg.debugAddr != "" {
 		debugLis, err := listen(cfg.debugAddr)
 		if err != nil {
-			grpcLis.Close()
 			return fmt.Errorf("-debug-addr: %w", err)
 		}
 		mux := http.NewServeMux()
@@ -198,8 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		debugSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go debugSrv.Serve(debugLis)
+		serveHTTP(debugLis, mux)
 		log.Info("serving pprof", zap.String("debug_addr", debugLis.Addr().String()))
 	}
 	grpcDone := make(chan error, 1)
@@ -236,6 +251,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// are, by now) and the store answers.
 	healthCtx, stopHealth := context.WithCancel(bgCtx)
 	healthDone := make(chan struct{})
+	defer func() { stopHealth(); <-healthDone }()
 	go func() {
 		defer close(healthDone)
 		t := time.NewTicker(cfg.healthInterval)
@@ -247,7 +263,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			if healthCtx.Err() != nil {
 				return
 			}
-			if ok := err == nil; ready.Swap(ok) != ok {
+			if ok := err == nil; ready.set(ok) {
 				setServing(ok)
 				if ok {
 					log.Info("store reachable: serving")
@@ -266,15 +282,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	select {
 	case <-ctx.Done():
 	case err := <-grpcDone:
-		stopHealth()
-		<-healthDone
 		return fmt.Errorf("grpc server: %w", err)
 	}
 
-	// NOT_SERVING first, so probes and Envoy move away at once; Shutdown
-	// also makes the health loop's later updates no-ops.
+	// NOT_SERVING first, so probes and Envoy move away at once. Neither
+	// comes back: Shutdown makes the health loop's later updates no-ops,
+	// and closing draining makes /readyz 503 for good, even if a ping in
+	// flight now succeeds.
 	hs.Shutdown()
-	ready.Store(false)
 	close(draining)
 	stopHealth()
 	<-healthDone
@@ -290,15 +305,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		gs.Stop()
 		<-stopped
 	}
-	for _, hs := range []*http.Server{httpSrv, debugSrv} {
-		if hs != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			hs.Shutdown(sctx)
-			cancel()
-		}
-	}
+	stopHTTP()
 	log.Info("stopped")
 	return nil
+}
+
+// readiness is what GET /readyz reports: the health loop's last word on the
+// store, until draining is closed; from then on false for good. Safe for
+// concurrent use.
+type readiness struct {
+	ok       atomic.Bool
+	draining <-chan struct{}
+}
+
+// set records whether the store answered and reports whether that changed.
+func (r *readiness) set(ok bool) (changed bool) { return r.ok.Swap(ok) != ok }
+
+// Ready reports whether the store answered the last ping and draining has
+// not begun.
+func (r *readiness) Ready() bool {
+	select {
+	case <-r.draining:
+		return false
+	default:
+		return r.ok.Load()
+	}
 }
 
 // healthServer is grpc-go's health server whose Watch streams end once

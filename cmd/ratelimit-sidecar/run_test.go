@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -305,5 +306,56 @@ func TestRunUnixSocket(t *testing.T) {
 	}
 	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("ShouldRateLimit over %s = %v, want OK", sock, resp.OverallCode)
+	}
+}
+
+// TestRunErrorClosesListeners: run fails on a busy -debug-addr after it
+// started the gRPC and HTTP listeners, and returns with both closed (a unix
+// listener removes its socket file on Close).
+func TestRunErrorClosesListeners(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir, err := os.MkdirTemp("", "rls") // short: socket paths max out near 100 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	grpcSock, httpSock := filepath.Join(dir, "grpc.sock"), filepath.Join(dir, "http.sock")
+	args := []string{"-config", writeRules(t, goodRules(5)), "-grpc-addr", "unix://" + grpcSock,
+		"-http-addr", "unix://" + httpSock, "-debug-addr", busy.Addr().String()}
+	if err := run(context.Background(), args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "-debug-addr") {
+		t.Fatalf("run with a busy -debug-addr = %v, want a -debug-addr error", err)
+	}
+	for _, sock := range []string{grpcSock, httpSock} {
+		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after run returned: stat %s = %v, want not exist (listener closed)", sock, err)
+		}
+	}
+}
+
+// TestReadinessEndsWithDraining: once draining is closed, no later success
+// of the health loop makes the sidecar ready again.
+func TestReadinessEndsWithDraining(t *testing.T) {
+	t.Parallel()
+	draining := make(chan struct{})
+	r := &readiness{draining: draining}
+	if r.Ready() {
+		t.Fatal("Ready() before any ping = true, want false")
+	}
+	if !r.set(true) || !r.Ready() {
+		t.Fatal("after set(true): Ready() = false, want true")
+	}
+	close(draining)
+	if r.Ready() {
+		t.Error("Ready() while draining = true, want false")
+	}
+	r.set(false)
+	r.set(true) // a ping in flight when draining began
+	if r.Ready() {
+		t.Error("Ready() after a ping succeeded while draining = true, want false")
 	}
 }
