@@ -31,6 +31,9 @@ type config struct {
 	overLimitCache  bool
 	debugAddr       string
 	limits          envoyrls.InputLimits
+	// redisGiven names the -redis-* flags given a value other than "",
+	// on the command line or by their RLS_ variable; see usesRedis.
+	redisGiven []string
 }
 
 // envName is the environment variable of a flag: RLS_ and the flag in upper
@@ -47,7 +50,7 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address for ratelimit.v3 and grpc.health.v1: host:port or unix:///path")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8082", "HTTP listen address for /healthz, /readyz, /rules and /metrics; empty disables")
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", 15*time.Millisecond, "bound on each store call; keep it below Envoy's filter timeout (20ms by default)")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", 15*time.Millisecond, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
 	c.redis.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", "ratelimit", "first part of every counter key")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -67,7 +70,7 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	set := map[string]bool{}
+	set := map[string]bool{} // on the command line or in the environment
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -75,9 +78,15 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 			return // the flag wins over the environment
 		}
 		if v := getenv(envName(f.Name)); v != "" {
+			set[f.Name] = true
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
 			}
+		}
+	})
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] && strings.HasPrefix(f.Name, "redis-") && f.Value.String() != "" {
+			c.redisGiven = append(c.redisGiven, "-"+f.Name)
 		}
 	})
 	if c.clockSync < 0 {

@@ -58,21 +58,21 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 1, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
 }
 
-// usesRedis reports whether the counters live in Redis: an address is set,
-// or a Redis-only flag that then needs one (so that a missing address is an
-// error, not a silent in-memory store).
-func (c *config) usesRedis() bool {
-	r := &c.redis
-	return c.redisURL != "" || r.addrs != "" || r.mode != "single" || r.masterName != "" ||
-		r.username != "" || r.password != "" || r.db != 0 || r.tls || r.tlsCA != "" || r.tlsInsecure
-}
+// usesRedis reports whether the counters live in Redis: some -redis-* flag
+// was given a value, on the command line or by its RLS_ variable, even one
+// equal to its default, such as -redis-timeout 15ms. An address is then
+// required (so that a Redis flag without one is an error, not a silent
+// in-memory store). An empty value selects nothing: -redis-url "" asks for
+// the in-memory store.
+func (c *config) usesRedis() bool { return len(c.redisGiven) > 0 }
 
 // redisOptions validates the Redis flags together and returns the options of
 // the one client behind the store, for redis.NewUniversalClient: a plain
 // client for single, a Sentinel failover client for sentinel (MasterName set)
 // and a cluster client for cluster (IsClusterMode). Whatever the flags, the
-// counting path gets no retries (a retried script can count twice) and
-// deadlines from the request's context.
+// counting path gets no retries (a retried script can count twice), and
+// ContextTimeoutEnabled, so the deadline the store puts on each call
+// (-redis-timeout, see window.RedisOptions) bounds it.
 func redisOptions(c *config) (*redis.UniversalOptions, error) {
 	r := &c.redis
 	var errs []error
@@ -166,7 +166,7 @@ func redisOptions(c *config) (*redis.UniversalOptions, error) {
 		fail("-redis-mode %q: want single, sentinel or cluster", r.mode)
 	}
 	if len(addrs) == 0 && r.mode == "single" {
-		fail("set -redis-url or -redis-addrs")
+		fail("set -redis-url or -redis-addrs (Redis flags given: %s)", strings.Join(c.redisGiven, " "))
 	}
 	if r.db < 0 {
 		fail("-redis-db %d: want 0 or more", r.db)
@@ -239,9 +239,10 @@ func newRedisClient(c *config) (redis.UniversalClient, error) {
 // the over-limit cache (a full counter is denied without Redis until its
 // window ends), the circuit breaker (a dead Redis costs microseconds), the
 // Lua store, which coalesces concurrent requests into one script call. Each
-// layer can be turned off by its flag.
+// layer can be turned off by its flag. It is not a store itself: the
+// server is handed Store, so a decision pays no extra call through it.
 type redisStore struct {
-	envoyrls.Store
+	Store   envoyrls.Store // the outermost layer
 	redis   *window.Redis
 	breaker *window.Breaker // nil without -redis-breaker-failures
 }

@@ -155,17 +155,43 @@ func TestRedisOptions(t *testing.T) {
 
 func TestUsesRedis(t *testing.T) {
 	t.Parallel()
-	if c := redisFlags(t, nil, nil); c.usesRedis() {
-		t.Errorf("usesRedis() with no Redis flag = true, want false (in-memory store)")
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{nil, nil},
+		{[]string{"-redis-url", ""}, nil}, // how bench/harness asks for memory
+		{[]string{"-over-limit-cache=false", "-clock-sync-interval", "0"}, nil},
+		{nil, map[string]string{"RLS_REDIS_URL": ""}},
+	} {
+		if c := redisFlags(t, tt.args, tt.env); c.usesRedis() {
+			t.Errorf("usesRedis() with %q %v = true (%v), want false (in-memory store)", tt.args, tt.env, c.redisGiven)
+		}
 	}
 	// A Redis flag without an address is a mistake to report, not a
-	// reason to count in memory.
-	c := redisFlags(t, nil, map[string]string{"RLS_REDIS_PASSWORD": "x"})
-	if !c.usesRedis() {
-		t.Fatalf("usesRedis() with only a password = false, want true")
-	}
-	if _, err := redisOptions(c); err == nil || !strings.Contains(err.Error(), "set -redis-url or -redis-addrs") {
-		t.Errorf("redisOptions with only a password = %v, want an error asking for an address", err)
+	// reason to count in memory, even when it repeats the default.
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		flag string
+	}{
+		{nil, map[string]string{"RLS_REDIS_PASSWORD": "x"}, "-redis-password"},
+		{[]string{"-redis-timeout", "15ms"}, nil, "-redis-timeout"},
+		{nil, map[string]string{"RLS_REDIS_TIMEOUT": "5ms"}, "-redis-timeout"},
+		{[]string{"-redis-pool-size", "20"}, nil, "-redis-pool-size"},
+		{[]string{"-redis-batch-workers", "0"}, nil, "-redis-batch-workers"},
+		{[]string{"-redis-breaker-failures", "0"}, nil, "-redis-breaker-failures"},
+		{[]string{"-redis-breaker-open-for", "2s"}, nil, "-redis-breaker-open-for"},
+		{[]string{"-redis-url", "", "-redis-tls=false"}, nil, "-redis-tls"},
+	} {
+		c := redisFlags(t, tt.args, tt.env)
+		if !c.usesRedis() {
+			t.Errorf("usesRedis() with %q %v = false, want true", tt.args, tt.env)
+			continue
+		}
+		if _, err := redisOptions(c); err == nil || !strings.Contains(err.Error(), "set -redis-url or -redis-addrs") || !strings.Contains(err.Error(), tt.flag) {
+			t.Errorf("redisOptions with %q %v = %v, want an error asking for an address and naming %s", tt.args, tt.env, err, tt.flag)
+		}
 	}
 }
 
@@ -186,7 +212,7 @@ func TestRedisStoreOverCluster(t *testing.T) {
 		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.redis.Batched(), store.breaker)
 	}
 	ctx := context.Background()
-	if err := store.Ping(ctx); err != nil {
+	if err := store.Store.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 	now := time.UnixMilli(1_763_800_020_000)
@@ -196,7 +222,7 @@ func TestRedisStoreOverCluster(t *testing.T) {
 		reqs = append(reqs, window.Request{Key: string(key), Limit: 2, Size: time.Minute, Hits: 1})
 	}
 	for i, want := range []bool{true, true, false} {
-		ok, err := store.Take(ctx, now, reqs, make([]window.Result, len(reqs)))
+		ok, err := store.Store.Take(ctx, now, reqs, make([]window.Result, len(reqs)))
 		if err != nil || ok != want {
 			t.Errorf("Take %d = %v, %v, want %v, nil", i, ok, err, want)
 		}
@@ -228,14 +254,14 @@ func TestRedisStoreLayers(t *testing.T) {
 			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.redis.Batched(), store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
 		}
 		ctx := context.Background()
-		if err := store.Ping(ctx); err != nil {
+		if err := store.Store.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
 		key := string(window.AppendKey(nil, "rl", "edge", []window.Entry{{Key: "k", Value: strings.Join(tt.args, "")}}, ""))
 		r := []window.Request{{Key: key, Limit: 1, Size: time.Minute, Hits: 1}}
 		before := store.RoundTrips()
 		for i, want := range []bool{true, false, false} {
-			ok, err := store.Take(ctx, time.UnixMilli(1_763_800_020_000), r, make([]window.Result, 1))
+			ok, err := store.Store.Take(ctx, time.UnixMilli(1_763_800_020_000), r, make([]window.Result, 1))
 			if err != nil || ok != want {
 				t.Errorf("%q Take %d = %v, %v, want %v", tt.args, i, ok, err, want)
 			}
