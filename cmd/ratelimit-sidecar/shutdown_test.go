@@ -6,13 +6,16 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -118,31 +121,46 @@ type callRecord struct {
 }
 
 // underLoad connects to a started process, waits until its health says
-// SERVING, and starts 8 callers; it returns the health stream, the channel
-// that stops the callers, and the function that waits for their records.
-func underLoad(t *testing.T, p *process) (health <-chan healthpb.HealthCheckResponse_ServingStatus, stop chan struct{}, wait func() []callRecord) {
+// SERVING, starts 8 callers and waits until they have had 80 answers; it
+// returns the health stream and the load.
+func underLoad(t *testing.T, p *process) (health <-chan healthpb.HealthCheckResponse_ServingStatus, l *load) {
 	t.Helper()
 	conn := dial(t, p.grpcAddr)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	health = watchHealth(t, ctx, healthpb.NewHealthClient(conn))
 	waitStatus(t, health, healthpb.HealthCheckResponse_SERVING, 5*time.Second)
-	stop = make(chan struct{})
-	return health, stop, hammer(rlsv3.NewRateLimitServiceClient(conn), 8, stop)
+	l = hammer(rlsv3.NewRateLimitServiceClient(conn), 8)
+	t.Cleanup(func() { l.finish() })
+	for deadline := time.Now().Add(5 * time.Second); l.answered.Load() < 80; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls answered 5s into the load, want 80; log:\n%s", l.answered.Load(), p.log)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return health, l
 }
 
-// hammer calls ShouldRateLimit from n goroutines until stop is closed.
-func hammer(c rlsv3.RateLimitServiceClient, n int, stop <-chan struct{}) func() []callRecord {
-	var mu sync.Mutex
-	var records []callRecord
-	var wg sync.WaitGroup
+// load is callers of ShouldRateLimit, running until finish.
+type load struct {
+	answered atomic.Int64 // calls that returned without an error
+	stop     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	records  []callRecord
+}
+
+// hammer calls ShouldRateLimit from n goroutines until the load's finish.
+func hammer(c rlsv3.RateLimitServiceClient, n int) *load {
+	l := &load{stop: make(chan struct{})}
 	for range n {
-		wg.Go(func() {
+		l.wg.Go(func() {
 			var mine []callRecord
-			defer func() { mu.Lock(); records = append(records, mine...); mu.Unlock() }()
+			defer func() { l.mu.Lock(); l.records = append(l.records, mine...); l.mu.Unlock() }()
 			for {
 				select {
-				case <-stop:
+				case <-l.stop:
 					return
 				default:
 				}
@@ -151,11 +169,21 @@ func hammer(c rlsv3.RateLimitServiceClient, n int, stop <-chan struct{}) func() 
 				_, r.err = askK(ctx, c)
 				r.end = time.Now()
 				cancel()
+				if r.err == nil {
+					l.answered.Add(1)
+				}
 				mine = append(mine, r)
 			}
 		})
 	}
-	return func() []callRecord { wg.Wait(); return records }
+	return l
+}
+
+// finish stops the callers and returns their records.
+func (l *load) finish() []callRecord {
+	l.once.Do(func() { close(l.stop) })
+	l.wg.Wait()
+	return l.records
 }
 
 // TestShutdownUnderLoad signals a real process while several goroutines
@@ -166,8 +194,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 	t.Parallel()
 	p := startProcess(t, "-config", writeRules(t, goodRules(1_000_000_000)),
 		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-shutdown-timeout", "10s")
-	health, stop, wait := underLoad(t, p)
-	time.Sleep(200 * time.Millisecond) // load builds up
+	health, l := underLoad(t, p)
 
 	sig := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -179,8 +206,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 	case <-time.After(5 * time.Second): // half the shutdown timeout: a Watch stream must not hold it
 		t.Fatalf("still running 5s after SIGTERM; log:\n%s", p.log)
 	}
-	close(stop)
-	records := wait()
+	records := l.finish()
 	if p.err != nil {
 		t.Errorf("exit: %v, want status 0; log:\n%s", p.err, p.log)
 	}
@@ -234,13 +260,30 @@ func TestShutdownDrainsRedisCalls(t *testing.T) {
 	p := startProcess(t, "-config", writeRules(t, goodRules(1_000_000_000)),
 		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0",
 		"-redis-url", rds.URL(), "-redis-timeout", "5s", "-health-interval", "1m", "-shutdown-timeout", "10s")
-	health, stop, wait := underLoad(t, p)
-	time.Sleep(100 * time.Millisecond)
+	health, l := underLoad(t, p)
 
-	// Redis sleeps 1s: every caller is now blocked inside ShouldRateLimit.
+	// Redis sleeps 1s. Once a PING goes unanswered for 100ms it is asleep,
+	// and every call in flight then is held inside ShouldRateLimit until
+	// after SIGTERM.
+	probe := redis.NewClient(&redis.Options{Addr: rds.Addr, Protocol: 2, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { probe.Close() })
+	if err := probe.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
 	slept := make(chan error, 1)
 	go func() { slept <- rds.Client(t).Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
-	time.Sleep(200 * time.Millisecond)
+	var asleep time.Time
+	for deadline := time.Now().Add(5 * time.Second); asleep.IsZero(); {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis still answers PING 5s after DEBUG SLEEP 1")
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		if probe.Ping(ctx).Err() != nil {
+			asleep = start
+		}
+		cancel()
+	}
 	sig := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -254,13 +297,12 @@ func TestShutdownDrainsRedisCalls(t *testing.T) {
 	if err := <-slept; err != nil {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
-	close(stop)
-	records := wait()
+	records := l.finish()
 	if p.err != nil {
 		t.Errorf("exit: %v, want status 0; log:\n%s", p.err, p.log)
 	}
-	// Calls started more than 150ms before SIGTERM were blocked in Redis.
-	if n := checkCalls(t, records, sig, 150*time.Millisecond); n == 0 {
+	// Calls in flight when the probe found Redis asleep were blocked there.
+	if n := checkCalls(t, records, sig, sig.Sub(asleep)); n == 0 {
 		t.Errorf("no call was in flight at SIGTERM; the test did not hold any")
 	}
 	if strings.Contains(p.log.String(), "shutdown timeout") {
@@ -268,12 +310,21 @@ func TestShutdownDrainsRedisCalls(t *testing.T) {
 	}
 }
 
-// TestSIGHUPReloads edits nothing and sends SIGHUP: the rules load again
-// (a new last_reload), and the process keeps serving.
+// TestSIGHUPReloads sends SIGHUP with the rules unchanged: they load again
+// (a new "rules loaded"), and the process keeps serving; then after a bad
+// edit: the error shows in /rules, and the process lives. -config is a
+// directory whose edge.yaml is a symlink to a file in another directory.
+// The watcher sees the directory's entries, not the file behind a link, so
+// the edit is loaded by SIGHUP alone.
 func TestSIGHUPReloads(t *testing.T) {
 	t.Parallel()
-	path := writeRules(t, goodRules(5))
-	p := startProcess(t, "-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0")
+	target := writeRules(t, goodRules(5))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "edge.yaml")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-log-level", "debug")
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -284,19 +335,27 @@ func TestSIGHUPReloads(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// A bad file and SIGHUP: the error shows in /rules, the process lives.
-	if err := os.WriteFile(path, []byte(badRules), 0o644); err != nil {
+	if err := os.WriteFile(target, []byte(badRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(2 * time.Second); ; {
 		_, body := httpGet(t, "http://"+p.httpAddr+"/rules")
 		if strings.Contains(body, path+":4:") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("GET /rules lacks the error 2s after a bad file and SIGHUP:\n%s", body)
+			t.Fatalf("GET /rules lacks the error 2s after a bad file and SIGHUP:\n%s\nlog:\n%s", body, p.log)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if n := p.log.count("SIGHUP: reloading rules"); n != 2 {
+		t.Errorf("%d \"SIGHUP: reloading rules\" lines, want 2; log:\n%s", n, p.log)
+	}
+	if n := p.log.count("rules changed"); n != 0 {
+		t.Errorf("the watcher saw %d changes, want 0 (the edit must reach the process by SIGHUP only); log:\n%s", n, p.log)
 	}
 	select {
 	case <-p.exited:
