@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +16,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 )
 
 // startTimeout bounds how long a sidecar may take to log "serving".
@@ -49,37 +48,11 @@ func writeRules(t *testing.T, data string) string {
 }
 
 // logBuffer collects a sidecar's log lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ sidecartest.Buffer }
 
 // serving finds the "serving" log line and returns its addresses.
 func (b *logBuffer) serving() (grpcAddr, httpAddr string, ok bool) {
-	sc := bufio.NewScanner(strings.NewReader(b.String()))
-	for sc.Scan() {
-		var line struct {
-			Msg      string `json:"msg"`
-			GRPCAddr string `json:"grpc_addr"`
-			HTTPAddr string `json:"http_addr"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-			return line.GRPCAddr, line.HTTPAddr, true
-		}
-	}
-	return "", "", false
+	return sidecartest.ServingAddrs(b.String())
 }
 
 // count returns how many log lines have msg.

@@ -3,13 +3,14 @@
 package e2e
 
 import (
-	"bytes"
 	"errors"
 	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 )
 
 // stopGrace is how long a process may take to exit after SIGTERM before its
@@ -22,9 +23,9 @@ const stopGrace = 5 * time.Second
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer   // stdout and stderr, interleaved
-	done chan struct{} // closed once the process has exited
-	err  error         // Wait's result, set before done is closed
+	out  *sidecartest.Buffer // stdout and stderr, interleaved
+	done chan struct{}       // closed once the process has exited
+	err  error               // Wait's result, set before done is closed
 
 	stopOnce sync.Once
 	stopErr  error
@@ -35,7 +36,7 @@ type proc struct {
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	out := &syncBuffer{}
+	out := &sidecartest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// A grandchild holding the output pipe must not block Wait forever.
@@ -92,23 +93,4 @@ func (p *proc) stop() error {
 		}
 	})
 	return p.stopErr
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a process's
-// stdout and stderr and for reads from the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

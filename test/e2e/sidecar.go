@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 )
 
 // startTimeout bounds how long a process may take to start serving.
@@ -62,7 +64,7 @@ func startSidecar(t *testing.T, name string, o sidecarOptions) *sidecar {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: no \"serving\" log line within %v", name, startTimeout)
 		}
-		s.GRPCAddr, s.HTTPAddr = servingAddrs(p.output())
+		s.GRPCAddr, s.HTTPAddr, _ = sidecartest.ServingAddrs(p.output())
 		time.Sleep(10 * time.Millisecond)
 	}
 	if s.HTTPAddr == "" {
@@ -70,23 +72,6 @@ func startSidecar(t *testing.T, name string, o sidecarOptions) *sidecar {
 	}
 	waitHTTP(t, name+" /readyz", "http://"+s.HTTPAddr+"/readyz", p, deadline)
 	return s
-}
-
-// servingAddrs finds the JSON log line {"msg":"serving",...} and returns its
-// grpc_addr and http_addr, or "" if it is not there yet.
-func servingAddrs(log string) (grpcAddr, httpAddr string) {
-	sc := bufio.NewScanner(strings.NewReader(log))
-	for sc.Scan() {
-		var line struct {
-			Msg      string `json:"msg"`
-			GRPCAddr string `json:"grpc_addr"`
-			HTTPAddr string `json:"http_addr"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-			return line.GRPCAddr, line.HTTPAddr
-		}
-	}
-	return "", ""
 }
 
 // waitHTTP polls url until it answers 200, p exits or deadline passes.
