@@ -166,6 +166,7 @@ func TestEnvoyRateLimit(t *testing.T) {
 				path := "/outage/" + tc.e.Name
 				var slowest time.Duration
 				var took []time.Duration
+				answered0, timedOut0 := rlsCalls(t, tc.e)
 				for range n {
 					r := c.get(t, tc.e, path, "key-outage")
 					slowest = max(slowest, r.Took)
@@ -181,6 +182,12 @@ func TestEnvoyRateLimit(t *testing.T) {
 					}
 				}
 				t.Logf("%d requests answered %d; slowest took %v (filter timeout %s); all: %v", n, tc.status, slowest, filterTimeout, took)
+				// The sidecar answered each call itself, before the filter
+				// timeout: its failure mode decided, not Envoy's timeout.
+				answered, timedOut := rlsCalls(t, tc.e)
+				if answered-answered0 != n || timedOut != timedOut0 {
+					t.Errorf("%d calls to the sidecar answered and %d timed out, want %d and 0", answered-answered0, timedOut-timedOut0, n)
+				}
 				want := 0
 				if tc.upstreamSees {
 					want = n
@@ -309,6 +316,16 @@ func checkJSONLogs(t *testing.T, st *stack) {
 			t.Errorf("%s -log-format json wrote %d non-JSON line(s) to stderr, e.g.\n%s", s.name, len(bad), strings.Join(bad[:min(3, len(bad))], "\n"))
 		}
 	}
+}
+
+// rlsCalls returns two counters of Envoy's calls to the sidecar (its
+// cluster "ratelimit"): answered, with HTTP/2 status 200, which carries any
+// gRPC status, the failure mode's Unavailable included; and timed out, when
+// the filter's timeout passed first.
+func rlsCalls(t *testing.T, e *envoy) (answered, timedOut int) {
+	t.Helper()
+	c := e.counters(t, "cluster.ratelimit.upstream_rq_")
+	return c["cluster.ratelimit.upstream_rq_200"], c["cluster.ratelimit.upstream_rq_timeout"]
 }
 
 // statPrefix and statNames are the ratelimit filter's counters in Envoy

@@ -18,8 +18,9 @@ const (
 	// filterTimeout is the ratelimit filter's timeout: above deploy's 0.02s so
 	// a busy shared machine does not turn decisions into timeouts.
 	filterTimeout = "0.05s"
-	// redisTimeout bounds each store call of a sidecar. While Redis is down a
-	// call takes all of it (go-redis keeps redialling), so it must leave the
+	// redisTimeout bounds each Redis call of a sidecar. A Redis that is down
+	// fails calls at once (one dial attempt, then the circuit breaker), but
+	// one that stalls holds a call for all of it, so it must leave the
 	// failure mode time to reach Envoy within filterTimeout; and it must
 	// leave a working Redis time to answer on a busy machine.
 	redisTimeout = 25 * time.Millisecond
