@@ -99,8 +99,9 @@ type batchCall struct {
 }
 
 // take queues one Take that must end by deadline and waits for its part of
-// a batch's reply. The wait is bounded: a batch's deadline is the latest of
-// its Takes'.
+// a batch's reply. The wait is bounded: first by the call in flight, whose
+// deadline came before this Take's (see send), then by this Take's batch,
+// whose deadline is the earliest of its Takes'.
 func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
 	c.ctx, c.deadline, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, deadline, nowMs, reqs, shortCall(reqs, nil), nil, nil
@@ -195,7 +196,11 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 			c.err = fmt.Errorf("%w: not sent: %w", ErrStore, err) // nothing counted
 			continue
 		}
-		if c.deadline.After(deadline) {
+		// The earliest deadline bounds the call: a Take must not wait past
+		// its own because others in the batch may wait longer. (Within one
+		// store the deadlines differ by little: the same Timeout, from
+		// arrivals no further apart than one call.)
+		if deadline.IsZero() || c.deadline.Before(deadline) {
 			deadline = c.deadline
 		}
 		live = append(live, c)

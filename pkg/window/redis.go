@@ -60,10 +60,11 @@ type sharded interface {
 //
 // Every Take is bounded by RedisOptions.Timeout (see callDeadline), so a
 // caller need not wrap its context in a timeout of its own. A batched Take
-// waits for the batch call in flight and then for its own, and a batch call
-// is bounded by the latest deadline of the Takes in it: against a stalled
-// Redis a Take can last up to about twice Timeout, even when its context's
-// deadline is sooner. Keep Timeout below what callers wait.
+// waits for the batch call in flight and then for its own; a batch call is
+// bounded by the earliest deadline of the Takes in it, and a Take whose
+// deadline passed before its batch went out is not sent. So against a
+// stalled Redis a Take ends about Timeout after it began; only a context
+// deadline sooner than Timeout can be overrun, by the call in flight.
 //
 // Script calls are never retried by go-redis (a retried script could count
 // twice), except after a NOSCRIPT error or a cluster redirection, when

@@ -66,3 +66,44 @@ func TestRedisTakeHonoursDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchedTakeEndsByItsTimeout: against a paused redis-server, a Take
+// that queues behind a call in flight, and then shares its batch with a
+// later Take, still ends about Timeout after it began: its batch is bounded
+// by the earliest deadline in it, not the latest. (With the latest, B would
+// wait for C's deadline: about 1.45 Timeouts.)
+func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, Protocol: 2})
+	t.Cleanup(func() { _ = client.Close() })
+	const timeout = 400 * time.Millisecond
+	s := window.NewBatchedRedis(client, window.RedisOptions{Timeout: timeout}, window.BatchOptions{})
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pid := srv.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	takeAfter := func(delay time.Duration, took *time.Duration, done chan<- struct{}) {
+		time.Sleep(delay) // orders the Takes; far from any bound
+		start := time.Now()
+		_, _ = s.Take(context.Background(), t0, []window.Request{req("paused", 10, 1)}, make([]window.Result, 1))
+		*took = time.Since(start)
+		done <- struct{}{}
+	}
+	var a, b, c time.Duration
+	done := make(chan struct{}, 3)
+	go takeAfter(0, &a, done)             // in flight until about timeout
+	go takeAfter(timeout/2, &b, done)     // queued behind a
+	go takeAfter(timeout*19/20, &c, done) // queued behind a, batched with b
+	for range 3 {
+		<-done
+	}
+	if b > timeout+timeout/4 {
+		t.Errorf("Take b took %v, want about the %v timeout (a took %v, c %v)", b, timeout, a, c)
+	}
+}
