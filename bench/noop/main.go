@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	ln, shown, err := listen(*addr)
+	ln, shown, err := listenShown(*addr)
 	if err != nil {
 		return err
 	}
@@ -73,25 +74,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// listen opens addr and returns the address to show: the real port for host:0, the URL for a unix socket.
-func listen(addr string) (net.Listener, string, error) {
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		if path == "" {
-			return nil, "", errors.New("unix:// address without a path")
-		}
-		// A socket file left by a killed run would make Listen fail with "address already in use".
-		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			_ = os.Remove(path)
-		}
-		ln, err := net.Listen("unix", path)
-		if err != nil {
-			return nil, "", err
-		}
-		return ln, "unix://" + path, nil
-	}
-	ln, err := net.Listen("tcp", addr)
+// listenShown opens addr (see listen.Listen) and returns the address to show: the real port for host:0, the URL for
+// a unix socket.
+func listenShown(addr string) (net.Listener, string, error) {
+	ln, err := listen.Listen(addr)
 	if err != nil {
 		return nil, "", err
+	}
+	if strings.HasPrefix(addr, "unix://") {
+		return ln, addr, nil
 	}
 	return ln, ln.Addr().String(), nil
 }

@@ -10,7 +10,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,20 +24,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
-
-// listen opens host:port or unix:///path; a stale socket file is replaced.
-func listen(addr string) (net.Listener, error) {
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		return net.Listen("unix", path)
-	}
-	return net.Listen("tcp", addr)
-}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "validate" {
@@ -134,7 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err // every problem, with file and line
 	}
 
-	grpcLis, err := listen(cfg.grpcAddr)
+	grpcLis, err := listen.Listen(cfg.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("-grpc-addr: %w", err)
 	}
@@ -192,7 +181,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer stopHTTP()
 	httpAddr := ""
 	if cfg.httpAddr != "" {
-		httpLis, err := listen(cfg.httpAddr)
+		httpLis, err := listen.Listen(cfg.httpAddr)
 		if err != nil {
 			return fmt.Errorf("-http-addr: %w", err)
 		}
@@ -204,7 +193,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}))
 	}
 	if cfg.debugAddr != "" {
-		debugLis, err := listen(cfg.debugAddr)
+		debugLis, err := listen.Listen(cfg.debugAddr)
 		if err != nil {
 			return fmt.Errorf("-debug-addr: %w", err)
 		}

@@ -290,9 +290,13 @@ func TestRunUnixSocket(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "rls.sock")
-	if err := os.WriteFile(sock, nil, 0o600); err != nil { // a stale file is replaced
+	// A socket file left by a process that died is replaced.
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
 		t.Fatal(err)
 	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
 	s := startSidecar(t, []string{"-config", writeRules(t, goodRules(5)), "-grpc-addr", "unix://" + sock, "-http-addr", ""}, nil)
 	if s.grpcAddr != sock {
 		t.Errorf("grpc_addr = %q, want %q", s.grpcAddr, sock)

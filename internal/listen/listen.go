@@ -1,0 +1,36 @@
+// Package listen opens the listeners of the sidecar and of the bench no-op
+// server from one address syntax: host:port, or unix:///path.
+package listen
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+)
+
+// Listen opens addr: a TCP host:port, or a unix socket for unix:///path. A
+// socket file left at path by a process that died is replaced; any other
+// file there is an error, never removed, so a mistyped path cannot delete a
+// file.
+func Listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if path == "" {
+		return nil, errors.New("unix:// address without a path")
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		// Left by a process that died: Listen would fail with "address
+		// already in use".
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	return net.Listen("unix", path)
+}
