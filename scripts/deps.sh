@@ -20,5 +20,5 @@ if ((${#missing[@]} > 0)); then
 	# The Debian package starts a system-wide redis on :6379; the tests never use it.
 fi
 
-"$root/scripts/envoy.sh" >/dev/null
-echo "deps.sh: $(redis-server --version | cut -d' ' -f1-3), envoy $("$("$root/scripts/envoy.sh")" --version 2>&1 | grep -o '1\.[0-9]*\.[0-9]*' | head -1)" >&2
+envoy=$("$root/scripts/envoy.sh")
+echo "deps.sh: $(redis-server --version | cut -d' ' -f1-3), envoy $("$envoy" --version 2>&1 | grep -o '1\.[0-9]*\.[0-9]*' | head -1)" >&2
