@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/race"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 )
 
@@ -145,7 +146,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "ratelimit-sidecar")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", race.BuildArgs("-o", binPath, ".")...).CombinedOutput()
 		if err != nil {
 			binErr = err
 			binPath = string(out)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/race"
 )
 
 // Built or found once per test binary by TestMain.
@@ -49,7 +51,8 @@ func setup(dir string) error {
 	}
 	repoRoot = filepath.Dir(gomod)
 	sidecarBin = filepath.Join(dir, "ratelimit-sidecar")
-	if _, err := command(repoRoot, "go", "build", "-o", sidecarBin, "./cmd/ratelimit-sidecar"); err != nil {
+	// Race-checked like the tests themselves when they run under -race.
+	if _, err := command(repoRoot, "go", race.BuildArgs("-o", sidecarBin, "./cmd/ratelimit-sidecar")...); err != nil {
 		return err
 	}
 	if envoyBin, err = command(repoRoot, filepath.Join(repoRoot, "scripts", "envoy.sh")); err != nil {
