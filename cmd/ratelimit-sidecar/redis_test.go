@@ -200,7 +200,10 @@ func TestUsesRedis(t *testing.T) {
 func TestRedisStoreOverCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
-	c := redisFlags(t, []string{"-redis-mode", "cluster", "-redis-addrs", strings.Join(cl.Addrs[:1], ",")}, nil)
+	// A generous -redis-timeout: this test is about counts, and the first
+	// calls to a new cluster (slot discovery, redirections) under -race on a
+	// shared machine can take longer than the 15 ms default.
+	c := redisFlags(t, []string{"-redis-mode", "cluster", "-redis-addrs", strings.Join(cl.Addrs[:1], ","), "-redis-timeout", "5s"}, nil)
 	client, err := newRedisClient(c)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +244,8 @@ func TestRedisStoreLayers(t *testing.T) {
 		{nil, true, true, true},
 		{[]string{"-redis-batch-workers", "0", "-redis-breaker-failures", "0", "-over-limit-cache=false"}, false, false, false},
 	} {
-		c := redisFlags(t, append([]string{"-redis-url", srv.URL()}, tt.args...), nil)
+		// -redis-timeout as in TestRedisStoreOverCluster: counts, not latency.
+		c := redisFlags(t, append([]string{"-redis-url", srv.URL(), "-redis-timeout", "5s"}, tt.args...), nil)
 		client, err := newRedisClient(c)
 		if err != nil {
 			t.Fatal(err)
