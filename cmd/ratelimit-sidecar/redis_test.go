@@ -128,6 +128,8 @@ func TestRedisOptions(t *testing.T) {
 		{name: "CA file missing", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-ca", "/nonexistent/ca.pem"}, wantErr: "-redis-tls-ca"},
 		{name: "CA file not PEM", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-ca", notPEM}, wantErr: "no PEM certificate"},
 		{name: "negative pool size", args: []string{"-redis-addrs", "h:1", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
+		{name: "negative batch linger", args: []string{"-redis-addrs", "h:1", "-redis-batch-linger", "-1ms"}, wantErr: "-redis-batch-linger"},
+		{name: "batch linger past the timeout", args: []string{"-redis-addrs", "h:1", "-redis-timeout", "5ms", "-redis-batch-linger", "5ms"}, wantErr: "less than -redis-timeout"},
 		{name: "breaker open for zero", args: []string{"-redis-addrs", "h:1", "-redis-breaker-open-for", "0s"}, wantErr: "-redis-breaker-open-for"},
 		{name: "every problem at once", args: []string{"-redis-mode", "sentinel", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
 	}
@@ -180,6 +182,7 @@ func TestUsesRedis(t *testing.T) {
 		{nil, map[string]string{"RLS_REDIS_TIMEOUT": "5ms"}, "-redis-timeout"},
 		{[]string{"-redis-pool-size", "20"}, nil, "-redis-pool-size"},
 		{[]string{"-redis-batch-workers", "0"}, nil, "-redis-batch-workers"},
+		{[]string{"-redis-batch-linger", "200us"}, nil, "-redis-batch-linger"},
 		{[]string{"-redis-breaker-failures", "0"}, nil, "-redis-breaker-failures"},
 		{[]string{"-redis-breaker-open-for", "2s"}, nil, "-redis-breaker-open-for"},
 		{[]string{"-redis-url", "", "-redis-tls=false"}, nil, "-redis-tls"},

@@ -66,3 +66,54 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchLinger drives a worker's linger step alone, with no Redis: it
+// must take in a request that arrives while it waits, wait no longer than
+// half the time to the batch's earliest deadline, and give up at Close.
+func TestBatchLinger(t *testing.T) {
+	t.Parallel()
+	newCall := func(deadline time.Time) *batchCall {
+		return &batchCall{ctx: context.Background(), deadline: deadline, done: make(chan struct{}, 1)}
+	}
+	far := time.Now().Add(time.Hour)
+	for _, tt := range []struct {
+		name     string
+		linger   time.Duration
+		deadline time.Time     // of the batch's first request
+		arrive   bool          // a second request is queued once linger runs
+		stop     bool          // the batcher is closed once linger runs
+		want     int           // requests in the batch linger returns
+		within   time.Duration // linger must return sooner than this
+	}{
+		// The timer cannot fire before a second has passed; the request
+		// is queued long before.
+		{name: "takes in a late request", linger: time.Second, deadline: far, arrive: true, want: 2, within: time.Hour},
+		// Half of the ~2 s left bounds a linger of an hour.
+		{name: "bounded by the deadline", linger: time.Hour, deadline: time.Now().Add(2 * time.Second), want: 1, within: 30 * time.Minute},
+		{name: "deadline passed", linger: time.Hour, deadline: time.Now().Add(-time.Second), want: 1, within: 30 * time.Minute},
+		{name: "ends at Close", linger: time.Hour, deadline: far, stop: true, want: 1, within: 30 * time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := &batcher{opts: BatchOptions{MaxBatch: 4, Linger: tt.linger}, queue: make(chan *batchCall, 4), stop: make(chan struct{})}
+			timer := time.NewTimer(time.Hour)
+			timer.Stop()
+			started := make(chan struct{})
+			go func() {
+				<-started
+				if tt.arrive {
+					b.queue <- newCall(far)
+				}
+				if tt.stop {
+					close(b.stop)
+				}
+			}()
+			start := time.Now()
+			close(started)
+			got := b.linger([]*batchCall{newCall(tt.deadline)}, timer, start)
+			if took := time.Since(start); len(got) != tt.want || took >= tt.within {
+				t.Errorf("linger returned %d requests after %v, want %d within %v", len(got), took, tt.want, tt.within)
+			}
+		})
+	}
+}

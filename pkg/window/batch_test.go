@@ -3,16 +3,18 @@ package window_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-func newBatched(t *testing.T) *window.Redis {
+func newBatched(t *testing.T, o window.BatchOptions) *window.Redis {
 	t.Helper()
 	srv := redistest.Start(t)
-	s := window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, window.BatchOptions{})
+	s := window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, o)
 	t.Cleanup(func() { s.Close() })
 	if !s.Batched() {
 		t.Fatal("NewBatchedRedis over one node is not batched")
@@ -23,9 +25,18 @@ func newBatched(t *testing.T) *window.Redis {
 	return s
 }
 
+// A lone request is sent at once, also with a linger: the batch before it
+// had no company. (Held, each call after the first would wait half the
+// default 1 s Timeout.)
 func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	s := newBatched(t)
+	s := newBatched(t, window.BatchOptions{Linger: time.Hour})
+	start := time.Now()
+	defer func() {
+		if took := time.Since(start); took >= 450*time.Millisecond {
+			t.Errorf("3 lone calls took %v: some were held for company", took)
+		}
+	}()
 	for i := range 3 {
 		ok, res := take(t, s, t0, req("lone", 2, 1))
 		if ok != (i < 2) || res[0].Count != uint64(min(i+1, 2)) {
@@ -39,22 +50,27 @@ func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
 
 func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 	t.Parallel()
-	s := newBatched(t)
-	const workers, each, limit = 32, 25, 300
-	admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("batched", limit, 1)}, s))
-	if admitted != limit {
-		t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
-	}
-	rt := s.RoundTrips()
-	t.Logf("%d decisions in %d round trips (%.3f per decision)", workers*each, rt, float64(rt)/float64(workers*each))
-	if rt >= workers*each {
-		t.Errorf("%d round trips for %d concurrent decisions: nothing was coalesced", rt, workers*each)
+	for _, o := range []window.BatchOptions{{}, {Linger: time.Millisecond}} {
+		t.Run(fmt.Sprintf("linger=%v", o.Linger), func(t *testing.T) {
+			t.Parallel()
+			s := newBatched(t, o)
+			const workers, each, limit = 32, 25, 300
+			admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("batched", limit, 1)}, s))
+			if admitted != limit {
+				t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
+			}
+			rt := s.RoundTrips()
+			t.Logf("%d decisions in %d round trips (%.3f per decision)", workers*each, rt, float64(rt)/float64(workers*each))
+			if rt >= workers*each {
+				t.Errorf("%d round trips for %d concurrent decisions: nothing was coalesced", rt, workers*each)
+			}
+		})
 	}
 }
 
 func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	t.Parallel()
-	s := newBatched(t)
+	s := newBatched(t, window.BatchOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Take(ctx, t0, []window.Request{req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
