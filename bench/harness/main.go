@@ -57,6 +57,9 @@ type options struct {
 	rules       string
 	redisServer string
 
+	engine string
+	ghz    string
+
 	publish bool
 	docs    string
 }
@@ -84,7 +87,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.standIn, "stand-in", false, "run the sidecar scenarios against the no-op server (tests the harness itself)")
 	fs.StringVar(&o.rules, "rules", "", "rules file for the sidecar (default: the bench rules the harness writes)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
-	fs.BoolVar(&o.publish, "publish", false, "also write <docs>/benchmarks.md and <docs>/benchmarks.png")
+	fs.StringVar(&o.engine, "engine", "loadgen", "who sends the calls: loadgen (bench/loadgen's own) or ghz ("+ghzVersion+", installed with go install unless -ghz names one)")
+	fs.StringVar(&o.ghz, "ghz", "", "prebuilt ghz binary for -engine ghz")
+	fs.BoolVar(&o.publish, "publish", false, "also write <docs>/benchmarks.md and <docs>/benchmarks.png (benchmarks-ghz.* with -engine ghz)")
 	fs.StringVar(&o.docs, "docs", "docs", "directory -publish writes to")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -115,6 +120,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 {
 		errs = append(errs, errors.New("-duration and -timeout must be positive, -warmup not negative"))
+	}
+	if o.engine != "loadgen" && o.engine != "ghz" {
+		errs = append(errs, fmt.Errorf("-engine %q: want loadgen or ghz", o.engine))
 	}
 	return o, errors.Join(errs...)
 }
@@ -155,6 +163,7 @@ type bench struct {
 	ticks    float64 // USER_HZ
 	noop     string
 	loadgen  string
+	ghz      string // with -engine ghz
 	sidecar  string
 	rules    string
 	redis    *redisServer
@@ -229,13 +238,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		if err := rep.publish(o); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "published %s and %s\n", filepath.Join(o.docs, "benchmarks.md"),
-			filepath.Join(o.docs, "benchmarks.png"))
+		fmt.Fprintf(stdout, "published %s and %s\n", filepath.Join(o.docs, o.docName()+".md"),
+			filepath.Join(o.docs, o.docName()+".png"))
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d runs failed (see results.json and %s)", failed, len(rep.Runs), b.logs)
 	}
 	return nil
+}
+
+// ghzVersion is the ghz release -engine ghz installs: the one the reference figures were measured with.
+const ghzVersion = "v0.121.0"
+
+// docName is the base name of the files -publish writes: each engine has its own page.
+func (o options) docName() string {
+	if o.engine == "ghz" {
+		return "benchmarks-ghz"
+	}
+	return "benchmarks"
 }
 
 func (b *bench) needsRedis() bool {
@@ -298,6 +318,20 @@ func (b *bench) build(ctx context.Context) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %w\n%s", t.pkg, err, out)
 		}
+	}
+	if b.o.engine == "ghz" {
+		if b.o.ghz != "" {
+			b.ghz = b.o.ghz
+			return nil
+		}
+		pkg := "github.com/bojand/ghz/cmd/ghz@" + ghzVersion
+		fmt.Fprintf(b.progress, "go install %s\n", pkg)
+		cmd := exec.CommandContext(ctx, "go", "install", pkg)
+		cmd.Dir, cmd.Env = b.tmp, append(os.Environ(), "GOBIN="+b.tmp)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go install %s: %w\n%s", pkg, err, out)
+		}
+		b.ghz = filepath.Join(b.tmp, "ghz")
 	}
 	return nil
 }

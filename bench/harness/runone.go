@@ -111,6 +111,9 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	args := []string{"-addr", t.addr, "-domain", t.domain, "-scenario", loadScenario, "-keys", strconv.Itoa(keys),
 		"-c", strconv.Itoa(b.o.c), "-conns", strconv.Itoa(b.o.conns), "-duration", b.o.duration.String(),
 		"-warmup", b.o.warmup.String(), "-timeout", b.o.timeout.String(), "-json", "-marks"}
+	if b.o.engine == "ghz" {
+		args = append(args, "-engine", "ghz", "-ghz", b.ghz)
+	}
 	rr.LoadgenCmd = b.display(b.loadgen, args...)
 
 	snap := func(lg *proc) sample {
@@ -170,6 +173,11 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}()
 	go func() { <-lg.done; stderrW.Close() }()
 
+	// ghz runs as the load generator's child, whose CPU /proc/PID/stat does not count while it runs.
+	gen := lg
+	if b.o.engine == "ghz" {
+		gen = nil
+	}
 	var start, end sample
 	for want := range 2 {
 		select {
@@ -182,9 +190,9 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 				return fail(fmt.Errorf("loadgen: %q out of order", m))
 			}
 			if want == 0 {
-				start = snap(lg)
+				start = snap(gen)
 			} else {
-				end = snap(lg)
+				end = snap(gen)
 			}
 		case <-ctx.Done():
 			return fail(ctx.Err())

@@ -6,6 +6,8 @@
 // being decoded, and each worker keeps its own histogram.
 //
 //	go run ./bench/loadgen -addr 127.0.0.1:8081 -scenario three -c 50 -duration 20s -json
+//
+// With -engine ghz it hands the same requests to ghz instead, for figures comparable with ghz's (see ghz.go).
 package main
 
 import (
@@ -54,6 +56,8 @@ type options struct {
 	timeout  time.Duration
 	json     bool
 	marks    bool
+	engine   string
+	ghz      string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -70,6 +74,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.keys, "keys", 0, "distinct descriptor values (0: 1000, or 100000 for distinct)")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of text")
+	fs.StringVar(&o.engine, "engine", "loadgen", "who sends the calls: loadgen (this program) or ghz (the binary -ghz names; bench/harness -engine ghz installs the release it was written for)")
+	fs.StringVar(&o.ghz, "ghz", "ghz", "ghz binary for -engine ghz")
 	fs.BoolVar(&o.marks, "marks", false, `write "mark start" and "mark end" to stderr at the measured interval's bounds`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -99,6 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.keys < 1 {
 		errs = append(errs, fmt.Errorf("-keys %d: want at least 1", o.keys))
 	}
+	if o.engine != "loadgen" && o.engine != "ghz" {
+		errs = append(errs, fmt.Errorf("-engine %q: want loadgen or ghz", o.engine))
+	}
 	if _, ok := scenarios[o.scenario]; !ok {
 		errs = append(errs, fmt.Errorf("-scenario %q: want one of %s", o.scenario, strings.Join(scenarioNames, ", ")))
 	}
@@ -109,6 +118,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.engine == "ghz" {
+		res, err := runGhz(ctx, o, stderr)
+		if err != nil {
+			return err
+		}
+		return report(stdout, o, res)
 	}
 	reqs, err := buildRequests(o.scenario, o.domain, o.keys)
 	if err != nil {
@@ -136,9 +152,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	return report(stdout, o, res)
+}
+
+// report prints res as JSON (-json) or text.
+func report(stdout io.Writer, o options, res result.Load) error {
 	if o.json {
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(res)
+		return json.NewEncoder(stdout).Encode(res)
 	}
 	printText(stdout, res)
 	return nil

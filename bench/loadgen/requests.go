@@ -55,6 +55,24 @@ type requests struct {
 type request struct{ wire mem.BufferSlice }
 
 func buildRequests(scenario, domain string, keys int) (*requests, error) {
+	msgs, err := buildMessages(scenario, domain, keys)
+	if err != nil {
+		return nil, err
+	}
+	r := &requests{msgs: make([]request, len(msgs))}
+	for i, msg := range msgs {
+		b, err := proto.Marshal(msg)
+		if err != nil {
+			return nil, fmt.Errorf("marshal request %d: %w", i, err)
+		}
+		r.msgs[i] = request{wire: mem.BufferSlice{mem.SliceBuffer(b)}}
+		r.descriptors = len(msg.Descriptors)
+	}
+	return r, nil
+}
+
+// buildMessages returns the requests of a scenario: -keys of them, or one for hot.
+func buildMessages(scenario, domain string, keys int) ([]*rlsv3.RateLimitRequest, error) {
 	shape, ok := scenarios[scenario]
 	if !ok {
 		return nil, fmt.Errorf("unknown scenario %q", scenario)
@@ -63,25 +81,19 @@ func buildRequests(scenario, domain string, keys int) (*requests, error) {
 	if scenario == "hot" {
 		n = 1
 	}
-	r := &requests{msgs: make([]request, n)}
+	msgs := make([]*rlsv3.RateLimitRequest, n)
 	for i := range n {
-		descs := shape(i)
 		msg := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1}
-		for _, d := range descs {
+		for _, d := range shape(i) {
 			pd := &commonv3.RateLimitDescriptor{}
 			for _, e := range d {
 				pd.Entries = append(pd.Entries, &commonv3.RateLimitDescriptor_Entry{Key: e.key, Value: e.value})
 			}
 			msg.Descriptors = append(msg.Descriptors, pd)
 		}
-		b, err := proto.Marshal(msg)
-		if err != nil {
-			return nil, fmt.Errorf("marshal request %d: %w", i, err)
-		}
-		r.msgs[i] = request{wire: mem.BufferSlice{mem.SliceBuffer(b)}}
-		r.descriptors = len(descs)
+		msgs[i] = msg
 	}
-	return r, nil
+	return msgs, nil
 }
 
 // RateLimitResponse overall codes (envoy.service.ratelimit.v3.RateLimitResponse.Code).
