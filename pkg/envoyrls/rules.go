@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -87,6 +88,7 @@ type Limit struct {
 
 	override bool                               // Envoy's per-request override, keyed apart
 	pb       *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
+	tooMany  atomic.Pointer[tooMany]            // the last 429 parts built for it; see addTooManyRequests
 }
 
 // Rules is a loaded, validated set of domains. It is immutable; a reload

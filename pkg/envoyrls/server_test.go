@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -686,5 +687,42 @@ func TestCachedDenialReportsLimits(t *testing.T) {
 	// The address was not counted by the cached denial.
 	if st := f.call(t, "api", desc("remote_address", "1.1.1.1")).Statuses[0]; st.LimitRemaining != 99 {
 		t.Errorf("address remaining = %d, want 99", st.LimitRemaining)
+	}
+}
+
+// TestTooManyRequestsReuse: a limit's denials share one prepared 429 body
+// while domain and retry-after stay the same, and get a new one, true to
+// both, when either changes.
+func TestTooManyRequestsReuse(t *testing.T) {
+	t.Parallel()
+	l := &Limit{Name: "per_key", RequestsPerUnit: 10, Unit: window.Hour, Multiplier: 1}
+	deny := func(domain string, retry time.Duration) *rlsv3.RateLimitResponse {
+		resp := &rlsv3.RateLimitResponse{}
+		addTooManyRequests(resp, domain, retry, l)
+		return resp
+	}
+	check := func(resp *rlsv3.RateLimitResponse, domain string, secs int64) {
+		t.Helper()
+		var body tooManyRequests
+		if err := json.Unmarshal(resp.RawBody, &body); err != nil {
+			t.Fatalf("body %q: %v", resp.RawBody, err)
+		}
+		want := tooManyRequests{Error: "too_many_requests", Message: "rate limit of 10 per hour exceeded (per_key)", RetryAfterSeconds: secs, Domain: domain}
+		if body != want || resp.ResponseHeadersToAdd[0].Value != strconv.FormatInt(secs, 10) {
+			t.Errorf("body %+v, retry-after %q; want %+v", body, resp.ResponseHeadersToAdd[0].Value, want)
+		}
+	}
+	first := deny("edge", 34500*time.Millisecond)
+	check(first, "edge", 35)
+	if again := deny("edge", 34100*time.Millisecond); &again.RawBody[0] != &first.RawBody[0] {
+		t.Error("a second denial in the same second built its body anew")
+	}
+	check(deny("other", 34100*time.Millisecond), "other", 35)
+	check(deny("other", 33*time.Second), "other", 33)
+	check(deny("edge", 0), "edge", 1)
+	resp := &rlsv3.RateLimitResponse{}
+	addTooManyRequests(resp, "edge", time.Second, nil)
+	if !strings.Contains(string(resp.RawBody), `"rate limit exceeded"`) {
+		t.Errorf("body without a limit = %s", resp.RawBody)
 	}
 }
