@@ -338,8 +338,8 @@ func engineNote(engine any) string {
 	if engine == "ghz" {
 		return "\nThe calls were sent by ghz " + ghzVersion + " (`-engine ghz`): `bench/loadgen -engine ghz` gives it the same " +
 			"requests, round-robin, as a JSON array, runs it once for the warm-up and once for the measured interval, " +
-			"and computes the latencies from its per-call report. ghz reads no responses, so OK and OVER_LIMIT are not " +
-			"told apart, and its CPU is not measured.\n"
+			"and computes the latencies from its per-call report. That report holds no response contents, so OK and " +
+			"OVER_LIMIT are not told apart; and ghz's CPU is not measured.\n"
 	}
 	return "\nThe calls were sent by `bench/loadgen`, which sends prebuilt request bytes and scans responses for two fields, " +
 		"so that as much of the machine as possible is left to the server.\n"

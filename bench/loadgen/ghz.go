@@ -28,8 +28,8 @@ import (
 // runGhz sends the scenario's requests with ghz (o.ghz) instead of this program's own calls, for figures
 // comparable with those measured with ghz elsewhere. ghz gets the same requests, round-robin, as a JSON array,
 // and the service's descriptors as a protoset, both written to a temporary directory. The warm-up is a ghz run of
-// its own; the measured interval is a second run, between the marks. ghz does not read responses, so calls are
-// only told apart by their gRPC status: OK counts as a call, anything else as an error, and OK and OVER_LIMIT
+// its own; the measured interval is a second run, between the marks. ghz's report holds no response contents, so
+// calls are only told apart by their gRPC status: OK counts as a call, anything else as an error, and OK and OVER_LIMIT
 // are not told apart.
 func runGhz(ctx context.Context, o options, stderr io.Writer) (result.Load, error) {
 	msgs, err := buildMessages(o.scenario, o.domain, o.keys)
