@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -344,6 +345,22 @@ func (s *Server) Pid() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// Pause freezes the process (SIGSTOP) until tb ends: connections stay open
+// but nothing is answered, as from a hung server, where a stopped one would
+// refuse connections at once. The process is resumed (SIGCONT) in
+// tb.Cleanup, so Stop and the temp dir's removal still work.
+func (s *Server) Pause(tb testing.TB) {
+	tb.Helper()
+	pid := s.Pid()
+	if pid == 0 {
+		tb.Fatal("redistest: Pause of a stopped server")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		tb.Fatalf("redistest: pause: %v", err)
+	}
+	tb.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 }
 
 // CommandStats returns INFO commandstats as command name (lower case, with

@@ -368,3 +368,28 @@ func TestSentinel(t *testing.T) {
 		t.Errorf("GET k after failover = %q, %v; want \"v\" (replicated before the kill)", got, err)
 	}
 }
+
+// TestPause: a paused server answers nothing, and answers again once the
+// test that paused it has ended.
+func TestPause(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	// The context's deadline, not go-redis's 3 s read timeout, ends a call.
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("paused", func(t *testing.T) {
+		s.Pause(t)
+		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if err := c.Ping(ctx).Err(); err == nil {
+			t.Error("PING to a paused server was answered")
+		}
+	})
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Errorf("PING after the pausing test ended: %v", err)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -489,11 +488,7 @@ func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 	// (SIGSTOP) rather than stops: a stopped one refuses connections at
 	// once, which would answer fast whatever the bound.
 	f.call(t, "api", desc("api_key", "warm"))
-	pid := srv.Pid()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	srv.Pause(t)
 	for _, tt := range []struct {
 		deadline time.Duration // of the caller's context; 0: none
 		want     time.Duration // the bound

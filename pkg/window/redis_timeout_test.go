@@ -2,7 +2,6 @@ package window_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,11 +31,7 @@ func TestRedisTakeHonoursDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pid := srv.Pid()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	srv.Pause(t)
 	for name, s := range stores {
 		for _, tt := range []struct {
 			ctxTimeout time.Duration // 0: no deadline
@@ -83,11 +78,7 @@ func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	pid := srv.Pid()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	srv.Pause(t)
 	takeAfter := func(delay time.Duration, took *time.Duration, done chan<- struct{}) {
 		time.Sleep(delay) // orders the Takes; far from any bound
 		start := time.Now()
