@@ -107,7 +107,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		if over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if reset >= retry {
+			if worst == nil || reset >= retry {
 				retry, worst = reset, l
 			}
 		}
@@ -227,44 +227,39 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 	if secs < 1 {
 		secs = 1
 	}
-	if l == nil {
-		t := newTooMany(domain, secs, nil)
-		resp.RawBody, resp.ResponseHeadersToAdd = t.body, t.headers
-		return
-	}
-	t := l.tooMany.Load()
-	if t == nil || t.secs != secs || t.domain != domain {
+	var t *tooMany
+	if l.override {
+		t = newTooMany(domain, secs, l) // made for this request alone
+	} else if t = l.tooMany.Load(); t == nil || t.secs != secs {
 		t = newTooMany(domain, secs, l)
 		l.tooMany.Store(t)
 	}
 	resp.RawBody, resp.ResponseHeadersToAdd = t.body, t.headers
 }
 
-// tooMany is the 429 body and headers of one limit's denials in one domain
-// with one retry-after. Every denial by a key under attack within that
-// second gets the same, so each limit keeps the last one it built (see
-// Limit.tooMany) and responses share it, as they share current_limit:
-// nothing writes a response's fields after it is built. Building them
-// anew, with JSON marshalling and Sprintf, was ~6% of the sidecar's CPU
-// when answering from the over-limit cache.
+// tooMany is the 429 body and headers of one limit's denials with one
+// retry-after. A configured limit belongs to one domain, and for a fixed
+// window every denial by a key under attack within that second gets the
+// same parts, so each limit keeps the last ones it built (Limit.tooMany)
+// and responses share them, as they share current_limit: nothing writes a
+// response's fields after it is built. Building them anew, with JSON
+// marshalling and Sprintf, was ~6% of the sidecar's CPU when answering from
+// the over-limit cache. (Sliding windows end at different times for
+// different keys; their denials rebuild whenever retry-after changes, as
+// every denial did before.)
 type tooMany struct {
-	domain  string
 	secs    int64
 	body    []byte
 	headers []*corev3.HeaderValue
 }
 
-// newTooMany builds the 429 parts; l may be nil when no limit is known.
 func newTooMany(domain string, secs int64, l *Limit) *tooMany {
-	msg := "rate limit exceeded"
-	if l != nil {
-		msg = fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
-		if l.Name != "" {
-			msg += " (" + l.Name + ")"
-		}
+	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
+	if l.Name != "" {
+		msg += " (" + l.Name + ")"
 	}
 	body, _ := json.Marshal(tooManyRequests{Error: "too_many_requests", Message: msg, RetryAfterSeconds: secs, Domain: domain})
-	return &tooMany{domain: domain, secs: secs, body: body, headers: []*corev3.HeaderValue{
+	return &tooMany{secs: secs, body: body, headers: []*corev3.HeaderValue{
 		{Key: "retry-after", Value: strconv.FormatInt(secs, 10)},
 		{Key: "content-type", Value: "application/json"},
 	}}

@@ -68,8 +68,10 @@ func parseAlgorithm(s string) (window.Algorithm, bool) {
 	return 0, false
 }
 
-// Limit is one compiled rate limit of a descriptor node. Limits are
-// immutable once loaded and shared by concurrent requests.
+// Limit is one compiled rate limit of a descriptor node. Its configuration
+// is immutable once loaded, and limits are shared by concurrent requests;
+// the one thing that changes is tooMany, a cache swapped atomically. Use it
+// by pointer.
 type Limit struct {
 	Name            string // rate_limit.name; "" when unnamed
 	RequestsPerUnit uint32

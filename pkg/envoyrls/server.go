@@ -224,7 +224,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	c.dropReplaced()
 	var key string // the last counter key built, for limits of the same descriptor
-	keyOwner, keyOverride := -1, false
+	keyOwner := -1
 	for k, l := range c.limits {
 		if l.Unlimited {
 			c.slot = append(c.slot, -1)
@@ -233,10 +233,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		c.slot = append(c.slot, len(c.reqs))
 		d := req.Descriptors[c.owner[k]]
 		hits, refund := hitsOf(req, d)
-		if c.owner[k] != keyOwner || l.override != keyOverride {
+		if c.owner[k] != keyOwner {
 			// Several limits of one descriptor (rate_limits) share its key.
+			// (A descriptor with an override has that one limit alone.)
 			c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l.override)
-			key, keyOwner, keyOverride = string(c.key), c.owner[k], l.override
+			key, keyOwner = string(c.key), c.owner[k]
 		}
 		c.reqs = append(c.reqs, window.Request{
 			Key:       key,

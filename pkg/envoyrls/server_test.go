@@ -121,15 +121,7 @@ func codes1(resp *rlsv3.RateLimitResponse) []rlsv3.RateLimitResponse_Code {
 }
 
 func sameCodes(got []rlsv3.RateLimitResponse_Code, want ...rlsv3.RateLimitResponse_Code) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(got, want)
 }
 
 // TestSemantics is the server's semantic suite, run over both stores.
@@ -685,39 +677,35 @@ func TestCachedDenialReportsLimits(t *testing.T) {
 	}
 }
 
-// TestTooManyRequestsReuse: a limit's denials share one prepared 429 body
-// while domain and retry-after stay the same, and get a new one, true to
-// both, when either changes.
+// TestTooManyRequestsReuse: denials by one limit share one prepared 429
+// body while retry-after stays the same, and get a new one, true to it,
+// when it changes.
 func TestTooManyRequestsReuse(t *testing.T) {
 	t.Parallel()
-	l := &Limit{Name: "per_key", RequestsPerUnit: 10, Unit: window.Hour, Multiplier: 1}
-	deny := func(domain string, retry time.Duration) *rlsv3.RateLimitResponse {
-		resp := &rlsv3.RateLimitResponse{}
-		addTooManyRequests(resp, domain, retry, l)
-		return resp
+	f := newFixture(t, window.NewOverLimitCache(window.NewMemory()), testRules)
+	for range 3 {
+		f.call(t, "api", desc("api_key", "mallory"))
 	}
-	check := func(resp *rlsv3.RateLimitResponse, domain string, secs int64) {
+	deny := func(wantSecs int64) *rlsv3.RateLimitResponse {
 		t.Helper()
+		resp := f.call(t, "api", desc("api_key", "mallory"))
 		var body tooManyRequests
 		if err := json.Unmarshal(resp.RawBody, &body); err != nil {
 			t.Fatalf("body %q: %v", resp.RawBody, err)
 		}
-		want := tooManyRequests{Error: "too_many_requests", Message: "rate limit of 10 per hour exceeded (per_key)", RetryAfterSeconds: secs, Domain: domain}
-		if body != want || resp.ResponseHeadersToAdd[0].Value != strconv.FormatInt(secs, 10) {
-			t.Errorf("body %+v, retry-after %q; want %+v", body, resp.ResponseHeadersToAdd[0].Value, want)
+		want := tooManyRequests{Error: "too_many_requests", Message: "rate limit of 3 per minute exceeded (per_key)", RetryAfterSeconds: wantSecs, Domain: "api"}
+		if resp.OverallCode != overCode || body != want || resp.ResponseHeadersToAdd[0].Value != strconv.FormatInt(wantSecs, 10) {
+			t.Fatalf("%v: body %+v, retry-after %q; want OVER_LIMIT, %+v", resp.OverallCode, body, resp.ResponseHeadersToAdd[0].Value, want)
 		}
+		return resp
 	}
-	first := deny("edge", 34500*time.Millisecond)
-	check(first, "edge", 35)
-	if again := deny("edge", 34100*time.Millisecond); &again.RawBody[0] != &first.RawBody[0] {
-		t.Error("a second denial in the same second built its body anew")
+	first := deny(45) // t0 is 15 s into its minute
+	f.advance(300 * time.Millisecond)
+	if again := deny(45); &again.RawBody[0] != &first.RawBody[0] {
+		t.Error("a second denial with the same retry-after built its body anew")
 	}
-	check(deny("other", 34100*time.Millisecond), "other", 35)
-	check(deny("other", 33*time.Second), "other", 33)
-	check(deny("edge", 0), "edge", 1)
-	resp := &rlsv3.RateLimitResponse{}
-	addTooManyRequests(resp, "edge", time.Second, nil)
-	if !strings.Contains(string(resp.RawBody), `"rate limit exceeded"`) {
-		t.Errorf("body without a limit = %s", resp.RawBody)
+	f.advance(time.Second)
+	if later := deny(44); &later.RawBody[0] == &first.RawBody[0] {
+		t.Error("a denial with a new retry-after reused the old body")
 	}
 }
