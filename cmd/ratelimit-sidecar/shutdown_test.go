@@ -15,7 +15,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -265,8 +264,7 @@ func TestShutdownDrainsRedisCalls(t *testing.T) {
 	// Redis sleeps 1s. Once a PING goes unanswered for 100ms it is asleep,
 	// and every call in flight then is held inside ShouldRateLimit until
 	// after SIGTERM.
-	probe := redis.NewClient(&redis.Options{Addr: rds.Addr, Protocol: 2, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { probe.Close() })
+	probe := rds.BoundedClient(t)
 	if err := probe.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}

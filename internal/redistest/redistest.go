@@ -293,6 +293,17 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
+// BoundedClient is Client with the options the sidecar's counting path
+// uses: no retries, and the context's deadline, not go-redis's own read
+// and write timeouts, bounds each call. For tests of how long calls to a
+// slow or hung server take.
+func (s *Server) BoundedClient(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Stop kills the process (SIGKILL, so nothing is flushed) and waits until it
 // has exited. It is idempotent and safe to call concurrently.
 func (s *Server) Stop() {

@@ -375,8 +375,7 @@ func TestPause(t *testing.T) {
 	t.Parallel()
 	s := Start(t)
 	// The context's deadline, not go-redis's 3 s read timeout, ends a call.
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	c := s.BoundedClient(t)
 	ctx := context.Background()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -473,8 +472,7 @@ func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	// As the sidecar makes its client: deadlines bound calls, no retries.
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.BoundedClient(t)
 	f := newFixture(t, window.NewRedis(client, window.RedisOptions{Timeout: 30 * time.Millisecond}), testRules)
 	// A first call leaves a pooled connection. Then the server hangs
 	// (SIGSTOP) rather than stops: a stopped one refuses connections at

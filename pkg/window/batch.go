@@ -29,8 +29,9 @@ type BatchOptions struct {
 	// earliest deadline in the batch. Larger batches cost Redis, whose one
 	// thread all replicas share, less CPU per decision; each request waits
 	// up to Linger longer. The worker sleeps while it lingers (requests
-	// queue without waking it) and Go's timers round a sleep of an idle
-	// process up to a millisecond, which bounds the extra wait. Zero (the
+	// queue without waking it). Go's timers round a sleep shorter than a
+	// millisecond up to about one when the process is otherwise idle, so
+	// a sub-millisecond Linger can hold a batch that long. Zero (the
 	// default) never holds a batch.
 	Linger time.Duration
 }
@@ -168,8 +169,9 @@ func (b *batcher) work() {
 	defer b.wg.Done()
 	batch := make([]*batchCall, 0, b.opts.MaxBatch)
 	buf := &sendBuf{live: make([]*batchCall, 0, b.opts.MaxBatch)}
-	var timer *time.Timer // for Linger; made on first use
-	last := 0             // requests in the previous batch
+	timer := time.NewTimer(time.Hour) // for Linger; stopped until it lingers
+	timer.Stop()
+	last := 0 // requests in the previous batch
 	for {
 		select {
 		case c := <-b.queue:
@@ -179,11 +181,7 @@ func (b *batcher) work() {
 		}
 		batch = b.fill(batch)
 		if b.opts.Linger > 0 && last > 1 && len(batch) < b.opts.MaxBatch {
-			if timer == nil {
-				timer = time.NewTimer(time.Hour)
-				timer.Stop()
-			}
-			batch = b.linger(batch, timer, time.Now())
+			batch = b.linger(batch, timer, b.lingerFor(batch, time.Now()))
 		}
 		last = len(batch)
 		b.send(batch, buf)
@@ -206,15 +204,21 @@ func (b *batcher) fill(batch []*batchCall) []*batchCall {
 	return batch
 }
 
-// linger sleeps for Linger, or half the time from now to the batch's
-// earliest deadline if that is sooner, or until Close, and then fills the
-// batch. It sleeps rather than waking for each request that arrives: a
-// wake per request cost the sidecar more CPU than the larger batch saved.
-func (b *batcher) linger(batch []*batchCall, timer *time.Timer, now time.Time) []*batchCall {
+// lingerFor is how long a batch may wait for company at now: Linger, or
+// half the time left to its earliest deadline if that is sooner; not more
+// than zero when a deadline has passed.
+func (b *batcher) lingerFor(batch []*batchCall, now time.Time) time.Duration {
 	wait := b.opts.Linger
 	for _, c := range batch {
 		wait = min(wait, c.deadline.Sub(now)/2)
 	}
+	return wait
+}
+
+// linger sleeps for wait (from lingerFor), or until Close, and then fills
+// the batch. It sleeps rather than waking for each request that arrives: a
+// wake per request cost the sidecar more CPU than the larger batch saved.
+func (b *batcher) linger(batch []*batchCall, timer *time.Timer, wait time.Duration) []*batchCall {
 	if wait <= 0 {
 		return batch
 	}
@@ -245,9 +249,9 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 			continue
 		}
 		// The earliest deadline bounds the call: a Take must not wait past
-		// its own because others in the batch may wait longer. (Within one
-		// store the deadlines differ by little: the same Timeout, from
-		// arrivals no further apart than one call.)
+		// its own because others in the batch may wait longer. That can cut
+		// the call short for the others: a Take that queued long, or whose
+		// caller had little time left, shares its deadline with the batch.
 		if deadline.IsZero() || c.deadline.Before(deadline) {
 			deadline = c.deadline
 		}

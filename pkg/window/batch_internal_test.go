@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,8 +12,9 @@ import (
 // TestBatchDecidesEachRequestAlone sends one hand-built batch, so the
 // requests are certain to share one script call, and checks they are decided
 // one by one as separate calls would be: a denied request counts nothing and
-// does not deny its neighbours, and a corrupt counter fails only its own
-// request.
+// does not deny its neighbours, a corrupt counter fails only its own
+// request, and a Take whose deadline passed while it queued is not sent and
+// counts nothing.
 func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -37,19 +39,32 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		{r("other", 5, 1), r("full", 1, 1)}, // denied as a whole: other not counted
 		{r("corrupt", 5, 1)},                // fails alone
 		{r("other", 5, 1)},                  // counted: 1
+		{r("expired", 5, 1)},                // its deadline passed: not sent
 	}
+	const expired = 5
 	var batch []*batchCall
-	for _, reqs := range calls {
-		batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Second), nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil)})
+	for i, reqs := range calls {
+		deadline := time.Now().Add(time.Second)
+		if i == expired {
+			deadline = time.Now().Add(-time.Millisecond)
+		}
+		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil)})
 	}
 	before := s.RoundTrips()
 	buf := &sendBuf{}
 	s.batch.send(batch, buf)
-	if len(buf.live) != len(calls) || s.RoundTrips()-before != 1 {
-		t.Fatalf("sent %d calls in %d round trips, want %d in 1", len(buf.live), s.RoundTrips()-before, len(calls))
+	if len(buf.live) != len(calls)-1 || s.RoundTrips()-before != 1 {
+		t.Fatalf("sent %d calls in %d round trips, want %d in 1", len(buf.live), s.RoundTrips()-before, len(calls)-1)
+	}
+	if err := batch[expired].err; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrStore) {
+		t.Errorf("expired call: err %v, want ErrStore wrapping context.DeadlineExceeded", err)
+	}
+	expiredKey := string(AppendWindow([]byte("test:{expired}"), At(now, time.Minute)))
+	if n, err := client.Exists(ctx, expiredKey).Result(); err != nil || n != 0 {
+		t.Errorf("the expired call's counter exists (%d, %v): it was counted", n, err)
 	}
 	wantOK := []bool{true, false, false, false, true}
-	for i, c := range batch {
+	for i, c := range batch[:expired] {
 		res := make([]Result, len(calls[i]))
 		allowed, err := false, c.err
 		if err == nil {
@@ -67,53 +82,68 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	}
 }
 
-// TestBatchLinger drives a worker's linger step alone, with no Redis: it
-// must take in a request that arrives while it waits, wait no longer than
-// half the time to the batch's earliest deadline, and give up at Close.
+// TestBatchLingerFor: a batch waits Linger, or half the time left to its
+// earliest deadline if that is sooner, and not at all once one has passed.
+func TestBatchLingerFor(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1_763_800_035_000)
+	b := &batcher{opts: BatchOptions{Linger: 200 * time.Microsecond}}
+	for _, tt := range []struct {
+		name      string
+		deadlines []time.Duration // from now, one per request
+		want      time.Duration
+	}{
+		{"far deadlines", []time.Duration{time.Second, time.Hour}, 200 * time.Microsecond},
+		{"one deadline near", []time.Duration{time.Second, 300 * time.Microsecond}, 150 * time.Microsecond},
+		{"one deadline passed", []time.Duration{time.Second, -time.Millisecond}, -500 * time.Microsecond},
+	} {
+		var batch []*batchCall
+		for _, d := range tt.deadlines {
+			batch = append(batch, &batchCall{deadline: now.Add(d)})
+		}
+		if got := b.lingerFor(batch, now); got != tt.want {
+			t.Errorf("%s: lingerFor = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestBatchLinger drives a worker's linger step alone, with no Redis: after
+// its wait it takes in what queued meanwhile; with no time to wait it
+// returns the batch as it is; Close ends the wait.
 func TestBatchLinger(t *testing.T) {
 	t.Parallel()
-	newCall := func(deadline time.Time) *batchCall {
-		return &batchCall{ctx: context.Background(), deadline: deadline, done: make(chan struct{}, 1)}
+	newBatcher := func() *batcher {
+		return &batcher{opts: BatchOptions{MaxBatch: 4}, queue: make(chan *batchCall, 4), stop: make(chan struct{})}
 	}
-	far := time.Now().Add(time.Hour)
-	for _, tt := range []struct {
-		name     string
-		linger   time.Duration
-		deadline time.Time     // of the batch's first request
-		arrive   bool          // a second request is queued once linger runs
-		stop     bool          // the batcher is closed once linger runs
-		want     int           // requests in the batch linger returns
-		within   time.Duration // linger must return sooner than this
-	}{
-		// The timer cannot fire before a second has passed; the request
-		// is queued long before.
-		{name: "takes in a late request", linger: time.Second, deadline: far, arrive: true, want: 2, within: time.Hour},
-		// Half of the ~2 s left bounds a linger of an hour.
-		{name: "bounded by the deadline", linger: time.Hour, deadline: time.Now().Add(2 * time.Second), want: 1, within: 30 * time.Minute},
-		{name: "deadline passed", linger: time.Hour, deadline: time.Now().Add(-time.Second), want: 1, within: 30 * time.Minute},
-		{name: "ends at Close", linger: time.Hour, deadline: far, stop: true, want: 1, within: 30 * time.Minute},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			b := &batcher{opts: BatchOptions{MaxBatch: 4, Linger: tt.linger}, queue: make(chan *batchCall, 4), stop: make(chan struct{})}
-			timer := time.NewTimer(time.Hour)
-			timer.Stop()
-			started := make(chan struct{})
-			go func() {
-				<-started
-				if tt.arrive {
-					b.queue <- newCall(far)
-				}
-				if tt.stop {
-					close(b.stop)
-				}
-			}()
-			start := time.Now()
-			close(started)
-			got := b.linger([]*batchCall{newCall(tt.deadline)}, timer, start)
-			if took := time.Since(start); len(got) != tt.want || took >= tt.within {
-				t.Errorf("linger returned %d requests after %v, want %d within %v", len(got), took, tt.want, tt.within)
-			}
-		})
+	stopped := func() *time.Timer {
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		return timer
+	}
+	first, late := &batchCall{}, &batchCall{}
+
+	b := newBatcher()
+	b.queue <- late
+	if got := b.linger([]*batchCall{first}, stopped(), time.Millisecond); len(got) != 2 || got[1] != late {
+		t.Errorf("after its wait, linger returned %d requests, want 2: the one queued meanwhile too", len(got))
+	}
+
+	b = newBatcher()
+	b.queue <- late
+	if got := b.linger([]*batchCall{first}, stopped(), 0); len(got) != 1 {
+		t.Errorf("with no time to wait, linger returned %d requests, want the batch as it was", len(got))
+	}
+
+	b = newBatcher()
+	close(b.stop)
+	done := make(chan int)
+	go func() { done <- len(b.linger([]*batchCall{first}, stopped(), time.Hour)) }()
+	select {
+	case n := <-done:
+		if n != 1 {
+			t.Errorf("linger at Close returned %d requests, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("linger of an hour did not end at Close")
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -196,8 +194,7 @@ func TestBreakerIgnoresPartialAndCancelled(t *testing.T) {
 func TestBreakerOverStoppedRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.BoundedClient(t)
 	const openFor = 200 * time.Millisecond
 	clk := newClock()
 	b := window.NewBreaker(window.NewRedis(client, window.RedisOptions{}),

@@ -9,7 +9,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
-func TestEncodePicksShortFormOnlyForPlainCounters(t *testing.T) {
+func TestShortCallOnlyForPlainCounters(t *testing.T) {
 	t.Parallel()
 	base := Request{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
 	other := Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}

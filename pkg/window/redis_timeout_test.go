@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -18,8 +16,7 @@ import (
 func TestRedisTakeHonoursDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.BoundedClient(t)
 	ro := window.RedisOptions{Timeout: 50 * time.Millisecond}
 	stores := map[string]*window.Redis{
 		"plain":   window.NewRedis(client, ro),
@@ -70,8 +67,7 @@ func TestRedisTakeHonoursDeadline(t *testing.T) {
 func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, Protocol: 2})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.BoundedClient(t)
 	const timeout = 400 * time.Millisecond
 	s := window.NewBatchedRedis(client, window.RedisOptions{Timeout: timeout}, window.BatchOptions{})
 	t.Cleanup(func() { _ = s.Close() })

@@ -25,9 +25,8 @@
 -- The short form is for Redis's CPU, which the script is most of: it counts
 -- first and undoes on denial (one call per counter, where the full form
 -- first GETs every counter), makes no Lua tables and returns one value per
--- counter instead of three. Measured with batches of 12 counters, 3 runs,
--- Redis CPU per counter went from 7.3-8.3 to 4.3-5.1 us in requests of one
--- counter, and from 6.1-6.3 to 3.9-4.8 us in requests of three.
+-- counter instead of three. (The README's Benchmarks section lists what it
+-- saved when it came in, against the full form as that was then.)
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
 -- is never extended.
