@@ -15,8 +15,8 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		// The heap is small (tens of MiB) and churns per request, so at
 		// the default GOGC=100 the collector runs constantly: 400 cut CPU
-		// per decision from 34.1 to 29.1 us (medians of alternating runs
-		// with bench/loadgen against Redis; see README). Set
+		// per decision by about 15% when it was measured (README,
+		// Benchmarks, with the figures of that run). Set
 		// GOMEMLIMIT near the container's limit to keep GC from letting the
 		// heap grow into it (deploy/k8s does).
 		debug.SetGCPercent(400)

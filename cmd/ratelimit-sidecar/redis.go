@@ -57,7 +57,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", 250*time.Millisecond, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", time.Second, "how long the open circuit fails calls at once before it lets one probe through")
 	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 1, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
-	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when the previous batch carried more than one request, how long a batch waits for more before it is sent (at most half the time to its earliest deadline): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
+	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when the previous batch carried more than one request, how long a batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
 }
 
 // usesRedis reports whether the counters live in Redis: some -redis-* flag
@@ -185,8 +185,13 @@ func redisOptions(c *config) (*redis.UniversalOptions, error) {
 	if c.redisTimeout <= 0 {
 		fail("-redis-timeout %v: want more than 0", c.redisTimeout)
 	}
-	if r.batchLinger < 0 || r.batchLinger >= c.redisTimeout {
-		fail("-redis-batch-linger %v: want 0 (off) or more, and less than -redis-timeout %v", r.batchLinger, c.redisTimeout)
+	// A batch never waits more than half the time to its earliest
+	// deadline (window.BatchOptions.Linger), so more would not be waited.
+	if r.batchLinger < 0 || r.batchLinger > c.redisTimeout/2 {
+		fail("-redis-batch-linger %v: want 0 (off) to half of -redis-timeout (%v)", r.batchLinger, c.redisTimeout/2)
+	}
+	if r.batchLinger > 0 && (r.batchWorkers == 0 || r.mode == "cluster") {
+		fail("-redis-batch-linger needs batching: not with -redis-batch-workers 0 or -redis-mode cluster")
 	}
 
 	if (r.tlsCA != "" || r.tlsInsecure) && !r.tls && !urlTLS {
@@ -263,6 +268,11 @@ func (s *redisStore) BreakerOpen() bool {
 // Close stops the batch workers; the client is closed by its owner.
 func (s *redisStore) Close() error { return s.redis.Close() }
 
+// batchOptions are the batched store's options from the flags.
+func (r *redisConfig) batchOptions() window.BatchOptions {
+	return window.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
+}
+
 // newRedisStore returns the store over client; see redisStore. The
 // breaker's changes are logged.
 func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *redisStore {
@@ -271,7 +281,7 @@ func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *re
 	if c.redis.batchWorkers > 0 {
 		// Not batched on a cluster, where requests of different slots
 		// cannot share a script; see window.NewBatchedRedis.
-		rs.redis = window.NewBatchedRedis(client, ro, window.BatchOptions{Workers: c.redis.batchWorkers, Linger: c.redis.batchLinger})
+		rs.redis = window.NewBatchedRedis(client, ro, c.redis.batchOptions())
 	} else {
 		rs.redis = window.NewRedis(client, ro)
 	}

@@ -129,7 +129,9 @@ func TestRedisOptions(t *testing.T) {
 		{name: "CA file not PEM", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-ca", notPEM}, wantErr: "no PEM certificate"},
 		{name: "negative pool size", args: []string{"-redis-addrs", "h:1", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
 		{name: "negative batch linger", args: []string{"-redis-addrs", "h:1", "-redis-batch-linger", "-1ms"}, wantErr: "-redis-batch-linger"},
-		{name: "batch linger past the timeout", args: []string{"-redis-addrs", "h:1", "-redis-timeout", "5ms", "-redis-batch-linger", "5ms"}, wantErr: "less than -redis-timeout"},
+		{name: "batch linger past half the timeout", args: []string{"-redis-addrs", "h:1", "-redis-timeout", "5ms", "-redis-batch-linger", "3ms"}, wantErr: "half of -redis-timeout"},
+		{name: "batch linger unbatched", args: []string{"-redis-addrs", "h:1", "-redis-batch-workers", "0", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
+		{name: "batch linger on a cluster", args: []string{"-redis-mode", "cluster", "-redis-addrs", "h:1", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
 		{name: "breaker open for zero", args: []string{"-redis-addrs", "h:1", "-redis-breaker-open-for", "0s"}, wantErr: "-redis-breaker-open-for"},
 		{name: "every problem at once", args: []string{"-redis-mode", "sentinel", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
 	}
@@ -282,5 +284,17 @@ func TestRedisStoreLayers(t *testing.T) {
 		if got := store.RoundTrips() - before; got != want {
 			t.Errorf("%q: %d round trips for 3 calls, want %d", tt.args, got, want)
 		}
+	}
+}
+
+// TestBatchOptions: the batch flags reach the batched store's options.
+func TestBatchOptions(t *testing.T) {
+	t.Parallel()
+	c := redisFlags(t, []string{"-redis-addrs", "h:1", "-redis-batch-workers", "2", "-redis-batch-linger", "200us"}, nil)
+	if _, err := redisOptions(c); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.redis.batchOptions(), (window.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
+		t.Errorf("batchOptions() = %+v, want %+v", got, want)
 	}
 }

@@ -289,14 +289,7 @@ func TestRunUnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "rls.sock")
-	// A socket file left by a process that died is replaced.
-	stale, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale.(*net.UnixListener).SetUnlinkOnClose(false)
-	stale.Close()
+	sock := filepath.Join(dir, "rls.sock") // stale sockets: internal/listen's test
 	s := startSidecar(t, []string{"-config", writeRules(t, goodRules(5)), "-grpc-addr", "unix://" + sock, "-http-addr", ""}, nil)
 	if s.grpcAddr != sock {
 		t.Errorf("grpc_addr = %q, want %q", s.grpcAddr, sock)

@@ -11,9 +11,11 @@ import (
 )
 
 // Listen opens addr: a TCP host:port, or a unix socket for unix:///path. A
-// socket file left at path by a process that died is replaced; any other
-// file there is an error, never removed, so a mistyped path cannot delete a
-// file.
+// socket file left at path by a process that died (nothing accepts on it)
+// is replaced; a socket something still serves on is an error, as a busy
+// port would be, so a second sidecar cannot take over the first one's
+// address; any other file there is an error, never removed, so a mistyped
+// path cannot delete a file.
 func Listen(addr string) (net.Listener, error) {
 	path, ok := strings.CutPrefix(addr, "unix://")
 	if !ok {
@@ -25,6 +27,10 @@ func Listen(addr string) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: a server is listening on it", path)
 		}
 		// Left by a process that died: Listen would fail with "address
 		// already in use".

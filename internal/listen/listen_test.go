@@ -28,6 +28,19 @@ func TestListen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("over a stale socket: %v", err)
 	}
+
+	// A socket still served on is not taken over.
+	if second, err := Listen("unix://" + stale); err == nil || !strings.Contains(err.Error(), "listening") {
+		if second != nil {
+			second.Close()
+		}
+		t.Errorf("over a live socket: err = %v, want a server is listening", err)
+	}
+	if c, err := net.Dial("unix", stale); err != nil {
+		t.Errorf("the first listener lost its socket: %v", err)
+	} else {
+		c.Close()
+	}
 	ln.Close()
 
 	// Any other file is left alone.
