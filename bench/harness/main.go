@@ -124,6 +124,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.engine != "loadgen" && o.engine != "ghz" {
 		errs = append(errs, fmt.Errorf("-engine %q: want loadgen or ghz", o.engine))
 	}
+	if o.ghz != "" && o.engine != "ghz" {
+		errs = append(errs, errors.New("-ghz is for -engine ghz"))
+	}
 	return o, errors.Join(errs...)
 }
 

@@ -168,7 +168,7 @@ func (r *report) table() string {
 		return fmt.Sprintf("%.2f×", *x / *base)
 	}
 	f := func(p *float64, prec int) string { return fmtOpt(p, prec) }
-	fmt.Fprintln(&sb, "| scenario | decisions/s | vs noop | p50 µs | p99 µs | p99 vs noop | p99.9 µs | server CPU µs/decision | Redis CPU µs/decision | Redis commands/decision | round trips/decision | server RSS MiB (end) | errors |")
+	fmt.Fprintln(&sb, "| scenario | decisions/s | vs noop | p50 µs | p99 µs | p99 vs noop | p99.9 µs | server CPU µs/decision | Redis CPU µs/decision | Redis commands/decision | round trips/decision | server RSS MiB (end) | errors (all runs) |")
 	fmt.Fprintln(&sb, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range r.Summary {
 		var nd, np *float64
@@ -328,7 +328,8 @@ Commands of the last repetition (`+"`$BIN`"+` is the harness's build directory, 
   OK or OVER_LIMIT, but error (the default, and the bench rules') answers Unavailable, which counts in the
   errors column. The sidecar's logs in the harness's logs/ directory say why.
 
-Every figure is the median of the runs; results.json in the harness's output directory has each run.
+Every figure but the errors (summed over all runs) is the median of the runs; "vs noop" is the scenario's median
+over the no-op's. results.json in the harness's output directory has each run.
 `)
 	return sb.String()
 }
@@ -339,7 +340,8 @@ func engineNote(engine any) string {
 		return "\nThe calls were sent by ghz " + ghzVersion + " (`-engine ghz`): `bench/loadgen -engine ghz` gives it the same " +
 			"requests, round-robin, as a JSON array, runs it once for the warm-up and once for the measured interval, " +
 			"and computes the latencies from its per-call report. That report holds no response contents, so OK and " +
-			"OVER_LIMIT are not told apart; and ghz's CPU is not measured.\n"
+			"OVER_LIMIT are not told apart. ghz's CPU counts as the load generator's (it is a child that bench/loadgen " +
+			"waits for), including its start-up and the writing of its report.\n"
 	}
 	return "\nThe calls were sent by `bench/loadgen`, which sends prebuilt request bytes and scans responses for two fields, " +
 		"so that as much of the machine as possible is left to the server.\n"

@@ -173,11 +173,6 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}()
 	go func() { <-lg.done; stderrW.Close() }()
 
-	// ghz runs as the load generator's child, whose CPU /proc/PID/stat does not count while it runs.
-	gen := lg
-	if b.o.engine == "ghz" {
-		gen = nil
-	}
 	var start, end sample
 	for want := range 2 {
 		select {
@@ -190,9 +185,9 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 				return fail(fmt.Errorf("loadgen: %q out of order", m))
 			}
 			if want == 0 {
-				start = snap(gen)
+				start = snap(lg)
 			} else {
-				end = snap(gen)
+				end = snap(lg)
 			}
 		case <-ctx.Done():
 			return fail(ctx.Err())

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -52,7 +53,8 @@ func runGhz(ctx context.Context, o options, stderr io.Writer) (result.Load, erro
 		return []string{"--insecure", "--protoset", protoset,
 			"--call", "envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit",
 			"-c", strconv.Itoa(o.c), "--connections", strconv.Itoa(o.conns), "-t", o.timeout.String(),
-			"-D", data, "--disable-template-data", "-z", d.String(), "--format", "json", o.addr}
+			"-D", data, "--disable-template-data", "-z", d.String(), "--duration-stop", "ignore",
+			"--format", "json", o.addr}
 	}
 	ghz := func(d time.Duration, out io.Writer) error {
 		cmd := exec.CommandContext(ctx, o.ghz, args(d)...)
@@ -78,13 +80,10 @@ func runGhz(ctx context.Context, o options, stderr io.Writer) (result.Load, erro
 	if err != nil {
 		return result.Load{}, err
 	}
-	res, err := parseGhz(out.Bytes())
-	if err != nil {
+	res := o.load()
+	if err := parseGhz(out.Bytes(), &res, len(msgs[0].Descriptors)); err != nil {
 		return result.Load{}, err
 	}
-	res.Addr, res.Domain, res.Scenario, res.Concurrency, res.Conns, res.Keys = o.addr, o.domain, o.scenario, o.c, o.conns, o.keys
-	res.WarmupS = o.warmup.Seconds()
-	res.DescriptorsPerS = res.DecisionsPerS * float64(len(msgs[0].Descriptors))
 	return res, nil
 }
 
@@ -130,58 +129,44 @@ func writeProtoset(path string, fd protoreflect.FileDescriptor) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// ghzReport is the part of ghz's JSON report (--format json) that parseGhz reads. Details holds every call, from
-// which the latency quantiles are computed as bench/loadgen computes its own (ghz's summary has no p99.9).
+// ghzReport is the part of ghz's JSON report (--format json) that parseGhz reads. Calls cut by the end of -z
+// are not in it (--duration-stop ignore), as bench/loadgen does not count them either.
 type ghzReport struct {
-	Count   uint64 `json:"count"`
-	Total   int64  `json:"total"` // ns
+	Count  uint64            `json:"count"`
+	Total  int64             `json:"total"` // ns
+	Status map[string]uint64 `json:"statusCodeDistribution"`
+	Errors map[string]uint64 `json:"errorDistribution"`
+	// Details are the calls one by one, for latencies computed as bench/loadgen computes its own (ghz's summary
+	// has no p99.9). ghz keeps at most its first million.
 	Details []struct {
 		Latency int64  `json:"latency"` // ns
-		Error   string `json:"error"`
 		Status  string `json:"status"`
 	} `json:"details"`
 }
 
-// cutByGhz reports whether a call failed because ghz closed its connection at the end of -z: such calls were cut
-// by the end of the measured interval, which bench/loadgen does not count either.
-func cutByGhz(err string) bool {
-	return strings.Contains(err, "the client connection is closing") || strings.Contains(err, "use of closed network connection")
-}
-
-// parseGhz turns ghz's JSON report into a result.Load.
-func parseGhz(b []byte) (result.Load, error) {
+// parseGhz fills res from ghz's JSON report: counts from its totals, latencies from the answered calls among
+// its details.
+func parseGhz(b []byte, res *result.Load, descriptors int) error {
 	var r ghzReport
 	if err := json.Unmarshal(b, &r); err != nil {
-		return result.Load{}, fmt.Errorf("ghz report: %w", err)
+		return fmt.Errorf("ghz report: %w", err)
 	}
-	if r.Total <= 0 || len(r.Details) == 0 {
-		return result.Load{}, errors.New("ghz report: no calls")
+	if r.Total <= 0 || r.Count == 0 || len(r.Details) == 0 {
+		return errors.New("ghz report: no calls")
 	}
-	if uint64(len(r.Details)) != r.Count {
-		return result.Load{}, fmt.Errorf("ghz report: %d calls but details of %d", r.Count, len(r.Details))
-	}
-	var res result.Load
 	res.MeasuredS = time.Duration(r.Total).Seconds()
+	res.Calls = r.Status["OK"]
+	res.Errors = r.Count - res.Calls
+	for _, e := range slices.Sorted(maps.Keys(r.Errors)) {
+		res.FirstError = e // one of them; ghz does not say which came first
+		break
+	}
 	var h hist.Histogram
 	for _, d := range r.Details {
-		if d.Status != "OK" && cutByGhz(d.Error) {
-			continue
+		if d.Status == "OK" {
+			h.Record(uint64(max(d.Latency, 0)))
 		}
-		if d.Status != "OK" {
-			res.Errors++
-			if res.FirstError == "" {
-				res.FirstError = d.Status + ": " + d.Error
-			}
-			continue
-		}
-		res.Calls++
-		h.Record(uint64(max(d.Latency, 0)))
 	}
-	res.DecisionsPerS = float64(res.Calls) / res.MeasuredS
-	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
-	res.P50Us, res.P99Us, res.P999Us, res.MaxUs = us(h.Quantile(0.50)), us(h.Quantile(0.99)), us(h.Quantile(0.999)), us(h.Max())
-	if h.Count() > 0 {
-		res.MeanUs = h.Mean() / 1e3
-	}
-	return res, nil
+	res.Finish(&h, descriptors)
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -64,26 +65,29 @@ func TestGhzInputs(t *testing.T) {
 
 func TestParseGhz(t *testing.T) {
 	t.Parallel()
-	const report = `{"count":5,"total":2000000000,"rps":2,
+	// Five calls, of which ghz kept the details of four (it keeps at most a million).
+	const report = `{"count":5,"total":2000000000,
+		"statusCodeDistribution":{"OK":4,"DeadlineExceeded":1},
+		"errorDistribution":{"rpc error: code = DeadlineExceeded desc = context deadline exceeded":1},
 		"details":[{"latency":1000000,"status":"OK"},{"latency":3000000,"status":"OK"},
-		{"latency":2000000,"status":"OK"},{"latency":9000000,"error":"deadline","status":"DeadlineExceeded"},
-		{"latency":5000000,"error":"rpc error: code = Canceled desc = grpc: the client connection is closing","status":"Canceled"}]}`
-	got, err := parseGhz([]byte(report))
-	if err != nil {
+		{"latency":2000000,"status":"OK"},{"latency":9000000,"status":"DeadlineExceeded"}]}`
+	var got result.Load
+	if err := parseGhz([]byte(report), &got, 3); err != nil {
 		t.Fatal(err)
 	}
-	if got.Calls != 3 || got.Errors != 1 || got.MeasuredS != 2 || got.DecisionsPerS != 1.5 {
-		t.Errorf("calls %d errors %d over %vs (%v/s), want 3, 1 (the call ghz cut at its end is neither), 2s, 1.5/s", got.Calls, got.Errors, got.MeasuredS, got.DecisionsPerS)
+	if got.Calls != 4 || got.Errors != 1 || got.MeasuredS != 2 || got.DecisionsPerS != 2 || got.DescriptorsPerS != 6 {
+		t.Errorf("calls %d errors %d over %vs (%v/s, %v descriptors/s), want 4, 1, 2s, 2/s, 6/s",
+			got.Calls, got.Errors, got.MeasuredS, got.DecisionsPerS, got.DescriptorsPerS)
 	}
 	if !strings.Contains(got.FirstError, "DeadlineExceeded") {
-		t.Errorf("first error %q, want the failed call's status", got.FirstError)
+		t.Errorf("first error %q, want the failed call's", got.FirstError)
 	}
-	// The histogram never under-reports and is accurate to 1/128.
+	// The histogram never under-reports and is accurate to 1/128; the failed call is not timed.
 	if got.P50Us < 2000 || got.P50Us > 2000*1.01 || got.MaxUs < 3000 || got.MaxUs > 3000*1.01 {
-		t.Errorf("p50 %v µs, max %v µs; want 2000 and 3000 (errors not timed)", got.P50Us, got.MaxUs)
+		t.Errorf("p50 %v µs, max %v µs; want 2000 and 3000", got.P50Us, got.MaxUs)
 	}
-	for _, bad := range []string{`{`, `{"count":0,"total":0,"details":[]}`, `{"count":5,"total":1,"details":[{"latency":1,"status":"OK"}]}`} {
-		if _, err := parseGhz([]byte(bad)); err == nil {
+	for _, bad := range []string{`{`, `{"count":0,"total":0,"details":[]}`, `{"count":5,"total":1,"details":[]}`} {
+		if err := parseGhz([]byte(bad), &result.Load{}, 1); err == nil {
 			t.Errorf("parseGhz(%s) = nil error", bad)
 		}
 	}

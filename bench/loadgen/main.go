@@ -248,10 +248,8 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 	}
 	wg.Wait()
 
-	res := result.Load{
-		Addr: o.addr, Domain: o.domain, Scenario: o.scenario, Concurrency: o.c, Conns: len(conns), Keys: o.keys,
-		WarmupS: o.warmup.Seconds(), MeasuredS: end.Sub(start).Seconds(),
-	}
+	res := o.load()
+	res.Conns, res.MeasuredS = len(conns), end.Sub(start).Seconds()
 	var h hist.Histogram
 	var firstAt time.Time
 	for i := range workers {
@@ -266,17 +264,14 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 			res.FirstError, firstAt = ws.firstErr.Error(), ws.firstErrAt
 		}
 	}
-	res.DecisionsPerS = float64(res.Calls) / res.MeasuredS
-	res.DescriptorsPerS = res.DecisionsPerS * float64(reqs.descriptors)
-	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
-	res.P50Us = us(h.Quantile(0.50))
-	res.P99Us = us(h.Quantile(0.99))
-	res.P999Us = us(h.Quantile(0.999))
-	res.MaxUs = us(h.Max())
-	if h.Count() > 0 {
-		res.MeanUs = h.Mean() / 1e3
-	}
+	res.Finish(&h, reqs.descriptors)
 	return res
+}
+
+// load is a result with the run's settings filled in.
+func (o options) load() result.Load {
+	return result.Load{Addr: o.addr, Domain: o.domain, Scenario: o.scenario, Concurrency: o.c, Conns: o.conns,
+		Keys: o.keys, WarmupS: o.warmup.Seconds()}
 }
 
 // markAt writes line to w at t, so that a harness sampling the server's counters can align its samples with the
@@ -295,7 +290,11 @@ func printText(w io.Writer, r result.Load) {
 	fmt.Fprintf(w, "target      %s  domain=%s  scenario=%s  c=%d  conns=%d  keys=%d\n",
 		r.Addr, r.Domain, r.Scenario, r.Concurrency, r.Conns, r.Keys)
 	fmt.Fprintf(w, "measured    %.2fs after %.2fs warm-up\n", r.MeasuredS, r.WarmupS)
-	fmt.Fprintf(w, "calls       %d  (OK %d, OVER_LIMIT %d, other %d)\n", r.Calls, r.OK, r.OverLimit, r.Unknown)
+	if r.OK+r.OverLimit+r.Unknown == r.Calls {
+		fmt.Fprintf(w, "calls       %d  (OK %d, OVER_LIMIT %d, other %d)\n", r.Calls, r.OK, r.OverLimit, r.Unknown)
+	} else {
+		fmt.Fprintf(w, "calls       %d  (answers not read: OK and OVER_LIMIT not told apart)\n", r.Calls)
+	}
 	fmt.Fprintf(w, "errors      %d", r.Errors)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "  first: %s", r.FirstError)

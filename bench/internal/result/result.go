@@ -2,6 +2,8 @@
 // generator writes.
 package result
 
+import "github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/hist"
+
 // Load is one load-generator run. Latencies are in microseconds, rates per second of the measured interval
 // (warm-up excluded). A call counts when it started inside the measured interval and finished before its end.
 type Load struct {
@@ -28,4 +30,15 @@ type Load struct {
 	P999Us          float64 `json:"p999_us"`
 	MaxUs           float64 `json:"max_us"`
 	MeanUs          float64 `json:"mean_us"`
+}
+
+// Finish sets the rates from Calls and MeasuredS, and the latencies from h (nanoseconds per answered call).
+func (l *Load) Finish(h *hist.Histogram, descriptors int) {
+	l.DecisionsPerS = float64(l.Calls) / l.MeasuredS
+	l.DescriptorsPerS = l.DecisionsPerS * float64(descriptors)
+	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
+	l.P50Us, l.P99Us, l.P999Us, l.MaxUs = us(h.Quantile(0.50)), us(h.Quantile(0.99)), us(h.Quantile(0.999)), us(h.Max())
+	if h.Count() > 0 {
+		l.MeanUs = h.Mean() / 1e3
+	}
 }
