@@ -160,9 +160,10 @@ func (b *batcher) close() error {
 // sendBuf is a worker's memory for building its script calls, reused from
 // one batch to the next.
 type sendBuf struct {
-	live  []*batchCall
-	args  []any
-	arena []byte
+	live    []*batchCall
+	args    []any
+	arena   []byte
+	triples triples
 }
 
 func (b *batcher) work() {
@@ -261,14 +262,15 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 		return
 	}
 	// One call: every request's keys, then every request's arguments.
-	args, arena := append(buf.args[:0], "evalsha", takeHash, 0), buf.arena[:0]
+	args, arena := callStart(buf.args), buf.arena[:0]
 	for _, c := range live {
 		args, arena = appendKeys(args, arena, c.nowMs, c.reqs, nil)
 	}
-	args[2] = len(args) - 3
+	args, head := callArgs(args)
 	for _, c := range live {
-		args = appendArgs(args, c.short, c.nowMs, c.reqs, nil)
+		args = appendArgs(args, &buf.triples, c.short, c.nowMs, c.reqs, nil)
 	}
+	args = buf.triples.appendTo(args, head)
 	defer func() {
 		clear(args) // let go of the keys
 		buf.args, buf.arena = args[:0], arena[:0]

@@ -13,8 +13,9 @@ import (
 // requests are certain to share one script call, and checks they are decided
 // one by one as separate calls would be: a denied request counts nothing and
 // does not deny its neighbours, a corrupt counter fails only its own
-// request, and a Take whose deadline passed while it queued is not sent and
-// counts nothing.
+// request, each counter gets its own rule's limit and hits though the call
+// lists each rule once, and a Take whose deadline passed while it queued is
+// not sent and counts nothing.
 func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -39,9 +40,11 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		{r("other", 5, 1), r("full", 1, 1)}, // denied as a whole: other not counted
 		{r("corrupt", 5, 1)},                // fails alone
 		{r("other", 5, 1)},                  // counted: 1
+		{r("three", 9, 3), r("more", 9, 4)}, // rules of their own: counted 3 and 4
+		{r("three", 9, 7)},                  // denied: 3 + 7 > 9
 		{r("expired", 5, 1)},                // its deadline passed: not sent
 	}
-	const expired = 5
+	const expired = 7
 	var batch []*batchCall
 	for i, reqs := range calls {
 		deadline := time.Now().Add(time.Second)
@@ -63,7 +66,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	if n, err := client.Exists(ctx, expiredKey).Result(); err != nil || n != 0 {
 		t.Errorf("the expired call's counter exists (%d, %v): it was counted", n, err)
 	}
-	wantOK := []bool{true, false, false, false, true}
+	wantOK := []bool{true, false, false, false, true, true, false}
 	for i, c := range batch[:expired] {
 		res := make([]Result, len(calls[i]))
 		allowed, err := false, c.err
@@ -78,6 +81,12 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		}
 		if i == 4 && res[0].Count != 1 {
 			t.Errorf("other count = %d, want 1: the denied call 2 must not count it", res[0].Count)
+		}
+		if i == 5 && (res[0].Count != 3 || res[1].Count != 4) {
+			t.Errorf("counts %+v, want 3 and 4: each counter takes its own rule's hits", res)
+		}
+		if i == 6 && (res[0].Count != 3 || !res[0].Over) {
+			t.Errorf("result %+v, want count 3 over the limit of 9", res[0])
 		}
 	}
 }

@@ -213,8 +213,8 @@ var takeHash = takeScript.Hash()
 // The script's arguments are built by the functions below straight into the
 // []any that go-redis writes: numbers as integers (go-redis formats them into
 // its write buffer, no strings) and keys as slices of one byte arena. The
-// batch worker reuses the list and the arena from call to call; what is left
-// per counter is boxing its key slice and each number of 256 or more.
+// batch worker reuses the list, the arena and its triples from call to call;
+// what is left per counter is boxing its key slice.
 
 // callSize is how many requests a call of reqs[idx] (all of reqs when idx
 // is nil) carries.
@@ -255,10 +255,78 @@ func shortCall(reqs []Request, idx []int) bool {
 // the hash, the key count, the keys and the arguments. Keys are appended to
 // arena, which is returned for reuse once the call is done.
 func appendCall(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int) ([]any, []byte) {
-	dst = append(dst[:0], "evalsha", takeHash, 0)
-	dst, arena = appendKeys(dst, arena, nowMs, reqs, idx)
+	dst, arena = appendKeys(callStart(dst), arena, nowMs, reqs, idx)
+	dst, head := callArgs(dst)
+	var t triples
+	dst = appendArgs(dst, &t, shortCall(reqs, idx), nowMs, reqs, idx)
+	return t.appendTo(dst, head), arena
+}
+
+// callStart begins a call in dst[:0]: EVALSHA, the hash and a place for the
+// key count. The keys follow (appendKeys), then callArgs.
+func callStart(dst []any) []any { return append(dst[:0], "evalsha", takeHash, 0) }
+
+// callArgs ends the keys of a call begun by callStart and begins its
+// arguments with a place for the count of triples, at head (see
+// triples.appendTo). The requests' arguments follow (appendArgs).
+func callArgs(dst []any) (_ []any, head int) {
 	dst[2] = len(dst) - 3
-	return appendArgs(dst, shortCall(reqs, idx), nowMs, reqs, idx), arena
+	return append(dst, 0), len(dst)
+}
+
+// triples gathers the distinct (limit, hits, TTL) triples of a call's
+// short-form counters. Each such counter names its triple by number, and
+// the triples go once at the end of the call: under load most counters of a
+// batch share a rule, so Redis reads one argument per counter instead of
+// three (see take.lua). The zero value holds none; it is not safe for
+// concurrent use.
+type triples struct{ list []triple }
+
+type triple struct {
+	limit, hits uint64
+	ttl         int64 // milliseconds
+}
+
+// number returns the number, from 1, of r's triple, adding it if new. A
+// linear search: a call rarely holds more than a few rules.
+func (t *triples) number(r *Request) int {
+	want := triple{r.Limit, r.Hits, r.ttl()}
+	for i, have := range t.list {
+		if have == want {
+			return i + 1
+		}
+	}
+	t.list = append(t.list, want)
+	return len(t.list)
+}
+
+// appendTo ends a call: it appends the triples to dst, writes their count
+// to dst[head], the call's first argument, and empties t for the next call.
+func (t *triples) appendTo(dst []any, head int) []any {
+	dst[head] = len(t.list)
+	for _, have := range t.list {
+		dst = append(dst, have.limit, have.hits, have.ttl)
+	}
+	t.list = t.list[:0]
+	return dst
+}
+
+// shortHeads are the short form's request heads -1, -2, ... boxed once: a
+// negative integer would otherwise be boxed anew for every request.
+var shortHeads = func() []any {
+	h := make([]any, 16)
+	for i := range h {
+		h[i] = -(i + 1)
+	}
+	return h
+}()
+
+// shortHead returns the boxed head of a short-form request of n counters.
+func shortHead(n int) any {
+	if n >= 1 && n <= len(shortHeads) {
+		return shortHeads[n-1]
+	}
+	return -n
 }
 
 // appendKeys appends the script keys of a call of reqs[idx] to dst, each a
@@ -282,16 +350,16 @@ func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int)
 	return dst, arena
 }
 
-// appendArgs appends the script arguments of a call of reqs[idx] to dst:
-// minus the request count and three values per request in the short form
-// (short, from shortCall), else the count and five values per request.
-func appendArgs(dst []any, short bool, nowMs int64, reqs []Request, idx []int) []any {
+// appendArgs appends the script arguments of one request of a call of
+// reqs[idx] to dst: in the short form (short, from shortCall) minus the
+// counter count and per counter the number of its triple, added to t; else
+// the count and five values per counter.
+func appendArgs(dst []any, t *triples, short bool, nowMs int64, reqs []Request, idx []int) []any {
 	n := callSize(reqs, idx)
 	if short {
-		dst = append(dst, -n)
+		dst = append(dst, shortHead(n))
 		for j := range n {
-			r := callReq(reqs, idx, j)
-			dst = append(dst, r.Limit, r.Hits, r.ttl())
+			dst = append(dst, t.number(callReq(reqs, idx, j)))
 		}
 		return dst
 	}

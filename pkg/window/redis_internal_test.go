@@ -15,33 +15,37 @@ func TestShortCallOnlyForPlainCounters(t *testing.T) {
 	other := Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
 	longer := Request{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
 	tests := []struct {
-		name  string
-		reqs  []Request
-		short bool
+		name    string
+		reqs    []Request
+		short   bool
+		triples int // distinct (limit, hits, TTL) in the short form
 	}{
-		{"one fixed counter", []Request{base}, true},
-		{"hits above one", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true},
-		{"two counters", []Request{base, other}, true},
-		{"one descriptor, two windows", []Request{base, longer}, true},
-		{"the same counter twice", []Request{base, other, base}, false},
-		{"shadow", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false},
-		{"refund request", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false},
-		{"check only (hits 0)", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false},
-		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false},
-		{"a plain counter and a shadow", []Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false},
+		{"one fixed counter", []Request{base}, true, 1},
+		{"hits above one", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1},
+		{"two counters, one rule", []Request{base, other}, true, 1},
+		{"one descriptor, two windows", []Request{base, longer}, true, 2},
+		{"the same counter twice", []Request{base, other, base}, false, 0},
+		{"shadow", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
+		{"refund request", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0},
+		{"check only (hits 0)", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0},
+		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false, 0},
+		{"a plain counter and a shadow", []Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
 	}
 	for _, tt := range tests {
 		if got := shortCall(tt.reqs, nil); got != tt.short {
 			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
 		}
 		call, _ := appendCall(nil, nil, 1_763_800_035_000, tt.reqs, nil)
-		args := call[3+call[2].(int):] // after EVALSHA, the hash, the key count and the keys
-		wantHead, wantLen := len(tt.reqs), 1+5*len(tt.reqs)
+		// After EVALSHA, the hash, the key count and the keys: the count of
+		// triples, the request, the triples.
+		args := call[3+call[2].(int):]
+		n := len(tt.reqs)
+		wantHead, wantLen := n, 2+5*n
 		if tt.short {
-			wantHead, wantLen = -len(tt.reqs), 1+3*len(tt.reqs)
+			wantHead, wantLen = -n, 2+n+3*tt.triples
 		}
-		if args[0] != any(wantHead) || len(args) != wantLen {
-			t.Errorf("%s: arguments %v, want %d values headed %d", tt.name, args, wantLen, wantHead)
+		if args[0] != any(tt.triples) || args[1] != any(wantHead) || len(args) != wantLen {
+			t.Errorf("%s: arguments %v, want %d values: %d triples, then a request headed %d", tt.name, args, wantLen, tt.triples, wantHead)
 		}
 	}
 }
@@ -97,8 +101,8 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 				reqs[j] = Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
 			}
 			args, _ := appendCall(nil, nil, now.UnixMilli(), reqs, nil)
-			if form == 1 { // the same call in the full form: flags 0, weight 0
-				args = append(args[:3+len(reqs)], len(reqs))
+			if form == 1 { // the same call in the full form: no triples, flags 0, weight 0
+				args = append(args[:3+len(reqs)], 0, len(reqs))
 				for _, r := range reqs {
 					args = append(args, r.Limit, r.Hits, r.ttl(), 0, 0)
 				}

@@ -8,14 +8,18 @@
 --
 -- KEYS: per counter, its current window's key; for a sliding window also the
 --       previous window's key right after it.
--- ARGV: per request: n, then per counter five values: limit, hits, ttl (ms),
---       flags, weight.
+-- ARGV: m, the number of triples at the end; then the requests; then m
+--       triples of limit, hits, ttl (ms), which short-form counters name.
+--       Per request: n, then per counter five values: limit, hits,
+--       ttl (ms), flags, weight.
 --       flags: 1 shadow (never denies), 2 refund (hits are given back),
 --              4 sliding (estimate = previous * weight + current).
 --       A negative n, -m, heads the short form of the most common request:
 --       m fixed-window counters on distinct keys, none a shadow, each
---       taking hits >= 1. Three values per counter follow: limit, hits,
---       ttl (ms).
+--       taking hits >= 1. One value per counter follows: the number (from
+--       1) of its triple. Under load most counters of a call share a rule,
+--       so Redis reads one argument per counter instead of three, and Lua
+--       converts each limit and hits to a number once per call.
 -- Returns, per request: status (1 allowed, 0 denied, -1 a counter holds a
 -- non-integer: nothing written), then per counter: current, previous, over.
 -- A short-form request gets one value per counter instead: when allowed,
@@ -24,8 +28,8 @@
 --
 -- The short form is for Redis's CPU, which the script is most of: it counts
 -- first and undoes on denial (one call per counter, where the full form
--- first GETs every counter), makes no Lua tables and returns one value per
--- counter instead of three. (The README's Benchmarks section lists what it
+-- first GETs every counter), makes no Lua tables per request and returns
+-- one value per counter instead of three. (The README's Benchmarks section lists what it
 -- saved when it came in, against the full form as that was then.)
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
@@ -45,39 +49,44 @@ end
 
 local out = {}
 
--- short decides a short-form request of n counters whose values start at
--- ARGV[a] and whose first key is KEYS[ki]. It counts first and undoes on
--- denial, one call per counter instead of a GET and an INCRBY: no other
--- client sees what happens in between. A counter that a denial takes back
--- to 0 is deleted: it was new (or already 0, which a missing key means too).
+-- triples holds the call's triples by the ARGV string that names them
+-- ("1", "2", ...): {limit, hits, hits as a string, ttl as a string}.
+local triples = {}
+
+-- short decides a short-form request of n counters whose triple numbers
+-- start at ARGV[a] and whose first key is KEYS[ki]. It counts first and
+-- undoes on denial, one call per counter instead of a GET and an INCRBY: no
+-- other client sees what happens in between. A counter that a denial takes
+-- back to 0 is deleted: it was new (or already 0, which a missing key means
+-- too).
 local function short(n, a, ki)
   local st = #out + 1
   local status, failed = 1, n + 1 -- failed: the counter that is no integer
   out[st] = status -- first, so out stays a sequence as it grows
   for i = 1, n do
-    local b, k = a + (i - 1) * 3, KEYS[ki + i - 1]
-    local v = redis.pcall('INCRBY', k, ARGV[b + 1])
+    local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
+    local v = redis.pcall('INCRBY', k, t[3])
     if type(v) ~= 'number' then
       status, failed = -1, i
       break
     end
-    if v == tonumber(ARGV[b + 1]) then redis.call('PEXPIRE', k, ARGV[b + 2]) end
-    if v > tonumber(ARGV[b]) then status = 0 end
+    if v == t[2] then redis.call('PEXPIRE', k, t[4]) end
+    if v > t[1] then status = 0 end
     out[st + i] = v
   end
   if status ~= 1 then
     for i = failed - 1, 1, -1 do
-      local b, k = a + (i - 1) * 3, KEYS[ki + i - 1]
-      if redis.call('DECRBY', k, ARGV[b + 1]) == 0 then redis.call('DEL', k) end
+      local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
+      if redis.call('DECRBY', k, t[3]) == 0 then redis.call('DEL', k) end
       local v = out[st + i]
-      local before = v - tonumber(ARGV[b + 1])
-      if v > tonumber(ARGV[b]) then before = -1 - before end
+      local before = v - t[2]
+      if v > t[1] then before = -1 - before end
       out[st + i] = before
     end
     for i = failed, n do out[st + i] = 0 end
   end
   out[st] = status
-  return a + 3 * n, ki + n
+  return a + n, ki + n
 end
 
 -- full decides a request of n counters whose values start at ARGV[a] and
@@ -148,10 +157,15 @@ local function full(n, a, ki)
   return a + 5 * n, ki
 end
 
-local a, ki = 1, 1
-local nargs = #ARGV
-while a <= nargs do
-  local n = tonumber(ARGV[a])
+local last = #ARGV - 3 * tonumber(ARGV[1]) -- the requests end here
+for b = last + 1, #ARGV, 3 do
+  triples[tostring((b - last + 2) / 3)] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 1], ARGV[b + 2]}
+end
+-- heads spares the commonest request heads a conversion.
+local heads = {['-1'] = -1, ['-2'] = -2, ['-3'] = -3}
+local a, ki = 2, 1
+while a <= last do
+  local n = heads[ARGV[a]] or tonumber(ARGV[a])
   if n < 0 then
     a, ki = short(-n, a + 1, ki)
   else
