@@ -6,20 +6,22 @@ import (
 	"testing"
 )
 
-// TestEngineFlags: -engine picks who sends the calls and where -publish
-// writes; -ghz goes with -engine ghz only.
+// TestEngineFlags: -engine picks who sends the calls, where the results go
+// unless -out says, and where -publish writes; -ghz goes with -engine ghz
+// only.
 func TestEngineFlags(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		args    []string
+		out     string
 		doc     string
 		wantErr string
 	}{
-		{nil, "benchmarks", ""},
-		{[]string{"-engine", "ghz"}, "benchmarks-ghz", ""},
-		{[]string{"-engine", "ghz", "-ghz", "/opt/ghz"}, "benchmarks-ghz", ""},
-		{[]string{"-engine", "wrk"}, "", "-engine"},
-		{[]string{"-ghz", "/opt/ghz"}, "", "-ghz is for -engine ghz"},
+		{nil, "bench/out", "benchmarks", ""},
+		{[]string{"-engine", "ghz"}, "bench/out-ghz", "benchmarks-ghz", ""},
+		{[]string{"-engine", "ghz", "-ghz", "/opt/ghz", "-out", "elsewhere"}, "elsewhere", "benchmarks-ghz", ""},
+		{[]string{"-engine", "wrk"}, "", "", "-engine"},
+		{[]string{"-ghz", "/opt/ghz"}, "", "", "-ghz is for -engine ghz"},
 	} {
 		o, err := parseFlags(tt.args, io.Discard)
 		if tt.wantErr != "" {
@@ -28,8 +30,8 @@ func TestEngineFlags(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || o.docName() != tt.doc {
-			t.Errorf("parseFlags(%q): %v, docName %q; want %q", tt.args, err, o.docName(), tt.doc)
+		if err != nil || o.docName() != tt.doc || o.out != tt.out {
+			t.Errorf("parseFlags(%q): %v, docName %q, out %q; want %q, %q", tt.args, err, o.docName(), o.out, tt.doc, tt.out)
 		}
 		if md := (&report{Options: optionsJSON(o)}).markdown(tt.doc + ".png"); !strings.Contains(md, "("+tt.doc+".png)") ||
 			strings.Contains(md, "ghz "+ghzVersion) != (o.engine == "ghz") {

@@ -69,7 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var scenarios string
 	fs := flag.NewFlagSet("harness", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.out, "out", "bench/out", "directory for results.json, table.md, benchmarks.png and logs/")
+	fs.StringVar(&o.out, "out", "", "directory for results.json, table.md, benchmarks.png and logs/ (default bench/out, bench/out-ghz with -engine ghz)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured interval of each run")
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "unmeasured load before each measured interval")
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of the whole scenario list; figures are medians over them")
@@ -126,6 +126,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.ghz != "" && o.engine != "ghz" {
 		errs = append(errs, errors.New("-ghz is for -engine ghz"))
+	}
+	if o.out == "" { // each engine's results apart, as its published page
+		o.out = filepath.Join("bench", "out")
+		if o.engine == "ghz" {
+			o.out += "-ghz"
+		}
 	}
 	return o, errors.Join(errs...)
 }

@@ -11,29 +11,27 @@ import (
 	"strings"
 )
 
-// parseStatTicks returns utime+stime+cutime+cstime, in clock ticks, from the contents of /proc/<pid>/stat: the
-// process's CPU and that of the children it has waited for, so that ghz, which bench/loadgen -engine ghz runs and
-// waits for, counts as the load generator's. The command name (field 2) is in parentheses and may itself hold
-// spaces and parentheses, so fields are counted from the last ')'.
+// parseStatTicks returns utime+stime, in clock ticks, from the contents of /proc/<pid>/stat. The command name
+// (field 2) is in parentheses and may itself hold spaces and parentheses, so fields are counted from the last ')'.
 func parseStatTicks(b []byte) (uint64, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, errors.New("proc stat: no ')' after the command name")
 	}
-	// After ") " come field 3 (state), 4, ...; utime, stime, cutime and cstime are fields 14 to 17.
+	// After ") " come field 3 (state), 4, ...; utime and stime are fields 14 and 15.
 	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 15 {
-		return 0, fmt.Errorf("proc stat: %d fields after the command name, want at least 15", len(fields))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("proc stat: %d fields after the command name, want at least 13", len(fields))
 	}
-	var sum uint64
-	for j, name := range []string{"utime", "stime", "cutime", "cstime"} {
-		v, err := strconv.ParseUint(fields[11+j], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("proc stat: %s: %w", name, err)
-		}
-		sum += v
+	utime, err := strconv.ParseUint(fields[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("proc stat: utime: %w", err)
 	}
-	return sum, nil
+	stime, err := strconv.ParseUint(fields[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("proc stat: stime: %w", err)
+	}
+	return utime + stime, nil
 }
 
 // parseVmRSS returns the resident set size, in bytes, from the contents of /proc/<pid>/status.

@@ -340,8 +340,9 @@ func engineNote(engine any) string {
 		return "\nThe calls were sent by ghz " + ghzVersion + " (`-engine ghz`): `bench/loadgen -engine ghz` gives it the same " +
 			"requests, round-robin, as a JSON array, runs it once for the warm-up and once for the measured interval, " +
 			"and computes the latencies from its per-call report. That report holds no response contents, so OK and " +
-			"OVER_LIMIT are not told apart. ghz's CPU counts as the load generator's (it is a child that bench/loadgen " +
-			"waits for), including its start-up and the writing of its report.\n"
+			"OVER_LIMIT are not told apart. The marks, and so the server's and Redis's samples, bracket ghz's measured " +
+			"interval; ghz's own CPU, which bench/loadgen reports, is added to the load generator's, and includes its " +
+			"start-up and the writing of its report.\n"
 	}
 	return "\nThe calls were sent by `bench/loadgen`, which sends prebuilt request bytes and scans responses for two fields, " +
 		"so that as much of the machine as possible is left to the server.\n"

@@ -220,7 +220,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		rr.ServerCPUUsPerDecision = perDecision(float64(end.serverTicks-start.serverTicks) / b.ticks * 1e6)
 	}
 	if start.haveLoadgen && end.haveLoadgen {
-		rr.LoadgenCPUUsPerDecision = perDecision(float64(end.loadgenTicks-start.loadgenTicks) / b.ticks * 1e6)
+		rr.LoadgenCPUUsPerDecision = perDecision((float64(end.loadgenTicks-start.loadgenTicks)/b.ticks + l.ChildCPUS) * 1e6)
 	}
 	rr.ServerRSSBefore, rr.ServerRSSEnd = pre.serverRSS, end.serverRSS
 	if start.redis != nil && end.redis != nil {

@@ -56,27 +56,40 @@ func runGhz(ctx context.Context, o options, stderr io.Writer) (result.Load, erro
 			"-D", data, "--disable-template-data", "-z", d.String(), "--duration-stop", "ignore",
 			"--format", "json", o.addr}
 	}
-	ghz := func(d time.Duration, out io.Writer) error {
+	// ghz runs ghz for d. With mark, the marks bracket d itself: ghz writes its report for seconds after d is
+	// up, and the harness's samples of the server and Redis must not take that in. It returns ghz's CPU time.
+	ghz := func(d time.Duration, out io.Writer, mark bool) (time.Duration, error) {
 		cmd := exec.CommandContext(ctx, o.ghz, args(d)...)
 		cmd.Stdout, cmd.Stderr = out, stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %w", o.ghz, err)
+		start := time.Now()
+		if mark {
+			fmt.Fprintln(stderr, "mark start")
 		}
-		return nil
+		if err := cmd.Start(); err != nil {
+			return 0, fmt.Errorf("%s: %w", o.ghz, err)
+		}
+		running, exited := context.WithCancel(ctx)
+		defer exited()
+		waited := make(chan error, 1)
+		go func() {
+			waited <- cmd.Wait()
+			exited() // an early exit ends the wait for the end mark
+		}()
+		if mark {
+			markAt(running, start.Add(d), stderr, "mark end")
+		}
+		if err := <-waited; err != nil {
+			return 0, fmt.Errorf("%s: %w", o.ghz, err)
+		}
+		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 	}
 	if o.warmup > 0 {
-		if err := ghz(o.warmup, io.Discard); err != nil {
+		if _, err := ghz(o.warmup, io.Discard, false); err != nil {
 			return result.Load{}, err
 		}
 	}
-	if o.marks {
-		fmt.Fprintln(stderr, "mark start")
-	}
 	var out bytes.Buffer
-	err = ghz(o.duration, &out)
-	if o.marks {
-		fmt.Fprintln(stderr, "mark end")
-	}
+	cpu, err := ghz(o.duration, &out, o.marks)
 	if err != nil {
 		return result.Load{}, err
 	}
@@ -84,6 +97,7 @@ func runGhz(ctx context.Context, o options, stderr io.Writer) (result.Load, erro
 	if err := parseGhz(out.Bytes(), &res, len(msgs[0].Descriptors)); err != nil {
 		return result.Load{}, err
 	}
+	res.ChildCPUS = cpu.Seconds()
 	return res, nil
 }
 
@@ -157,9 +171,8 @@ func parseGhz(b []byte, res *result.Load, descriptors int) error {
 	res.MeasuredS = time.Duration(r.Total).Seconds()
 	res.Calls = r.Status["OK"]
 	res.Errors = r.Count - res.Calls
-	for _, e := range slices.Sorted(maps.Keys(r.Errors)) {
-		res.FirstError = e // one of them; ghz does not say which came first
-		break
+	if len(r.Errors) > 0 {
+		res.FirstError = slices.Min(slices.Collect(maps.Keys(r.Errors))) // one of them; ghz does not say which came first
 	}
 	var h hist.Histogram
 	for _, d := range r.Details {

@@ -30,6 +30,11 @@ type Load struct {
 	P999Us          float64 `json:"p999_us"`
 	MaxUs           float64 `json:"max_us"`
 	MeanUs          float64 `json:"mean_us"`
+
+	// ChildCPUS is the CPU time, user plus system, in seconds, of the program that sent the measured
+	// interval's calls when it is not the generator itself (ghz, with -engine ghz), from its start-up to the
+	// end of its report: the generator's own CPU does not include it. Zero when the generator sent them.
+	ChildCPUS float64 `json:"child_cpu_s,omitempty"`
 }
 
 // Finish sets the rates from Calls and MeasuredS, and the latencies from h (nanoseconds per answered call).
