@@ -16,6 +16,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -284,11 +285,7 @@ func TestRunServes(t *testing.T) {
 
 func TestRunUnixSocket(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "rls") // short: socket paths max out near 100 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := sidecartest.SocketDir(t)
 	sock := filepath.Join(dir, "rls.sock") // stale sockets: internal/listen's test
 	s := startSidecar(t, []string{"-config", writeRules(t, goodRules(5)), "-grpc-addr", "unix://" + sock, "-http-addr", ""}, nil)
 	if s.grpcAddr != sock {
@@ -316,11 +313,7 @@ func TestRunErrorClosesListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	dir, err := os.MkdirTemp("", "rls") // short: socket paths max out near 100 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := sidecartest.SocketDir(t)
 	grpcSock, httpSock := filepath.Join(dir, "grpc.sock"), filepath.Join(dir, "http.sock")
 	args := []string{"-config", writeRules(t, goodRules(5)), "-grpc-addr", "unix://" + grpcSock,
 		"-http-addr", "unix://" + httpSock, "-debug-addr", busy.Addr().String()}

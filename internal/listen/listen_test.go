@@ -6,15 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 )
 
 func TestListen(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "listen") // short: socket paths max out near 100 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := sidecartest.SocketDir(t)
 
 	// A socket file left behind is replaced.
 	stale := filepath.Join(dir, "stale.sock")

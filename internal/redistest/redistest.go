@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,13 +92,7 @@ func startServer(tb testing.TB, opts Options, withBus bool) *Server {
 	bin := lookPath(tb, "redis-server")
 	var sock string
 	if opts.UnixSocket {
-		// tb.TempDir can exceed the ~100-byte sun_path limit.
-		sdir, err := os.MkdirTemp("", "rt")
-		if err != nil {
-			tb.Fatalf("redistest: socket dir: %v", err)
-		}
-		tb.Cleanup(func() { _ = os.RemoveAll(sdir) })
-		sock = filepath.Join(sdir, "redis.sock")
+		sock = filepath.Join(sidecartest.SocketDir(tb), "redis.sock")
 	}
 	dir := tb.TempDir()
 	return start(tb, bin, dir, withBus, func(port int) ([]string, error) {

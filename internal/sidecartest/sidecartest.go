@@ -1,15 +1,31 @@
 // Package sidecartest holds what the command's tests and the end-to-end
-// tests both need to watch a ratelimit-sidecar run: a buffer for its log and
-// a reader of its "serving" log line.
+// tests both need to watch a ratelimit-sidecar run: a buffer for its log, a
+// reader of its "serving" log line, and a directory for unix sockets.
 package sidecartest
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"sync"
+	"testing"
 )
+
+// SocketDir returns a new directory for unix sockets, removed when tb ends.
+// It is made directly under the system's temporary directory, because a
+// socket path must fit in about 100 bytes and tb.TempDir's paths, which hold
+// the test's name, can be longer.
+func SocketDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "sock")
+	if err != nil {
+		tb.Fatalf("socket dir: %v", err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
 
 // Buffer is a bytes.Buffer for a sidecar's output, safe for concurrent use:
 // a process's stdout and stderr, or a logger, write while the test reads.
