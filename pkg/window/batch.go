@@ -23,9 +23,10 @@ type BatchOptions struct {
 	// bounds how long one call holds Redis's single thread.
 	MaxBatch int
 	// Linger is how long a worker holds a batch for more requests before
-	// sending it, once the store is busy: only when its previous batch
-	// carried more than one request, so a lone request under light load is
-	// never held. It never takes more than half the time left to the
+	// sending it, while the store is busy: only when the batch's first
+	// request was already waiting for the worker and the previous batch
+	// carried more than one, so a lone request under light load is never
+	// held, however busy the store was before. It never takes more than half the time left to the
 	// earliest deadline in the batch. Larger batches cost Redis, whose one
 	// thread all replicas share, less CPU per decision; each request waits
 	// up to Linger longer. The worker sleeps while it lingers (requests
@@ -174,15 +175,9 @@ func (b *batcher) work() {
 	timer.Stop()
 	last := 0 // requests in the previous batch
 	for {
-		select {
-		case c := <-b.queue:
-			batch = append(batch[:0], c)
-		case <-b.stop:
+		var ok bool
+		if batch, ok = b.next(batch, last, timer); !ok {
 			return
-		}
-		batch = b.fill(batch)
-		if b.opts.Linger > 0 && last > 1 && len(batch) < b.opts.MaxBatch {
-			batch = b.linger(batch, timer, b.lingerFor(batch, time.Now()))
 		}
 		last = len(batch)
 		b.send(batch, buf)
@@ -190,6 +185,33 @@ func (b *batcher) work() {
 			c.done <- struct{}{}
 		}
 	}
+}
+
+// next returns the next batch, in batch[:0]: the first request to come and
+// those already waiting behind it (up to MaxBatch), and with Linger those
+// that come while it lingers. It lingers only when the first request was
+// waiting already and the previous batch held last > 1 requests: a worker
+// that had to wait is idle, whatever its previous batch. ok is false once
+// the batcher is closed.
+func (b *batcher) next(batch []*batchCall, last int, timer *time.Timer) (_ []*batchCall, ok bool) {
+	batch, busy := batch[:0], true
+	select {
+	case c := <-b.queue:
+		batch = append(batch, c)
+	default:
+		busy = false
+		select {
+		case c := <-b.queue:
+			batch = append(batch, c)
+		case <-b.stop:
+			return batch, false
+		}
+	}
+	batch = b.fill(batch)
+	if busy && b.opts.Linger > 0 && last > 1 && len(batch) < b.opts.MaxBatch {
+		batch = b.linger(batch, timer, b.lingerFor(batch, time.Now()))
+	}
+	return batch, true
 }
 
 // fill adds the requests already waiting to batch, up to MaxBatch.

@@ -116,6 +116,65 @@ func TestBatchLingerFor(t *testing.T) {
 	}
 }
 
+// TestBatchNext: a worker lingers when its first request was already
+// waiting and its previous batch held more than one, and takes in what comes
+// meanwhile; a worker that had to wait for its first request is idle and
+// sends it at once, however large its previous batch was.
+func TestBatchNext(t *testing.T) {
+	t.Parallel()
+	const linger = 10 * time.Second // never waited out: a held batch fails the test's timing
+	far := time.Now().Add(time.Hour)
+	newBatcher := func(linger time.Duration) *batcher {
+		return &batcher{opts: BatchOptions{MaxBatch: 8, Linger: linger}, queue: make(chan *batchCall, 8), stop: make(chan struct{})}
+	}
+	stopped := time.NewTimer(time.Hour)
+	stopped.Stop()
+
+	t.Run("busy", func(t *testing.T) {
+		b := newBatcher(300 * time.Millisecond)
+		b.queue <- &batchCall{deadline: far}
+		b.queue <- &batchCall{deadline: far}
+		late := &batchCall{deadline: far}
+		go func() {
+			// Once the worker has taken both, it lingers; what comes now
+			// joins only if it does.
+			for len(b.queue) > 0 {
+				time.Sleep(time.Millisecond)
+			}
+			b.queue <- late
+		}()
+		got, ok := b.next(nil, 2, stopped)
+		if !ok || len(got) != 3 || got[2] != late {
+			t.Errorf("next = %d requests (ok %v), want 3: the one that came while it lingered too", len(got), ok)
+		}
+	})
+
+	t.Run("idle after a large batch", func(t *testing.T) {
+		b := newBatcher(linger)
+		done := make(chan []*batchCall, 1)
+		go func() {
+			got, _ := b.next(nil, 5, stopped)
+			done <- got
+		}()
+		// Long enough for next to find the queue empty and wait on it.
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		b.queue <- &batchCall{deadline: far}
+		got := <-done
+		if took := time.Since(start); len(got) != 1 || took > linger/2 {
+			t.Errorf("next = %d requests, %v after the request came, want 1 at once", len(got), took)
+		}
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		b := newBatcher(linger)
+		close(b.stop)
+		if _, ok := b.next(nil, 5, stopped); ok {
+			t.Error("next on a closed batcher: ok, want not ok")
+		}
+	})
+}
+
 // TestBatchLinger drives a worker's linger step alone, with no Redis: after
 // its wait it takes in what queued meanwhile; with no time to wait it
 // returns the batch as it is; Close ends the wait.
