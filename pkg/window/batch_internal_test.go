@@ -14,8 +14,9 @@ import (
 // one by one as separate calls would be: a denied request counts nothing and
 // does not deny its neighbours, a corrupt counter fails only its own
 // request, each counter gets its own rule's limit and hits though the call
-// lists each rule once, and a Take whose deadline passed while it queued is
-// not sent and counts nothing.
+// lists each rule once, requests in the script's full form (sliding, shadow)
+// between short-form ones are decided alike, and a Take whose deadline
+// passed while it queued is not sent and counts nothing.
 func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -30,6 +31,8 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	r := func(key string, limit, hits uint64) Request {
 		return Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
 	}
+	sliding := Request{Key: "test:{sliding}", Limit: 5, Size: time.Minute, Hits: 2, Algorithm: SlidingWindow}
+	shadow := Request{Key: "test:{other}", Limit: 1, Size: time.Minute, Hits: 1, Shadow: true}
 	corrupt := string(AppendWindow([]byte("test:{corrupt}"), At(now, time.Minute)))
 	if err := client.Set(ctx, corrupt, "not a number", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -40,11 +43,13 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		{r("other", 5, 1), r("full", 1, 1)}, // denied as a whole: other not counted
 		{r("corrupt", 5, 1)},                // fails alone
 		{r("other", 5, 1)},                  // counted: 1
+		{sliding},                           // full form: counted 2
+		{shadow},                            // full form: over its limit, allowed, counted: 2
 		{r("three", 9, 3), r("more", 9, 4)}, // rules of their own: counted 3 and 4
 		{r("three", 9, 7)},                  // denied: 3 + 7 > 9
 		{r("expired", 5, 1)},                // its deadline passed: not sent
 	}
-	const expired = 7
+	const expired = 9
 	var batch []*batchCall
 	for i, reqs := range calls {
 		deadline := time.Now().Add(time.Second)
@@ -66,7 +71,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	if n, err := client.Exists(ctx, expiredKey).Result(); err != nil || n != 0 {
 		t.Errorf("the expired call's counter exists (%d, %v): it was counted", n, err)
 	}
-	wantOK := []bool{true, false, false, false, true, true, false}
+	wantOK := []bool{true, false, false, false, true, true, true, true, false}
 	for i, c := range batch[:expired] {
 		res := make([]Result, len(calls[i]))
 		allowed, err := false, c.err
@@ -82,10 +87,16 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		if i == 4 && res[0].Count != 1 {
 			t.Errorf("other count = %d, want 1: the denied call 2 must not count it", res[0].Count)
 		}
-		if i == 5 && (res[0].Count != 3 || res[1].Count != 4) {
+		if i == 5 && res[0].Count != 2 {
+			t.Errorf("sliding count = %d, want 2", res[0].Count)
+		}
+		if i == 6 && (res[0].Count != 2 || !res[0].Over) {
+			t.Errorf("shadow result %+v, want count 2, over its limit of 1", res[0])
+		}
+		if i == 7 && (res[0].Count != 3 || res[1].Count != 4) {
 			t.Errorf("counts %+v, want 3 and 4: each counter takes its own rule's hits", res)
 		}
-		if i == 6 && (res[0].Count != 3 || !res[0].Over) {
+		if i == 8 && (res[0].Count != 3 || !res[0].Over) {
 			t.Errorf("result %+v, want count 3 over the limit of 9", res[0])
 		}
 	}

@@ -98,8 +98,7 @@ type Breaker struct {
 	probing bool       // a half-open probe is in flight
 }
 
-// NewBreaker returns a closed Breaker around store (a *Redis, a *Memory or
-// anything with the same Take and Ping).
+// NewBreaker returns a closed Breaker around store.
 func NewBreaker(store Store, opts BreakerOptions) *Breaker {
 	b := &Breaker{store: store, threshold: opts.FailureThreshold, failFor: opts.FailFor, openFor: opts.OpenFor, now: opts.Now, onChange: opts.OnStateChange}
 	if b.threshold <= 0 {

@@ -12,18 +12,18 @@ import (
 
 // countingStore counts the calls that reach the wrapped store.
 type countingStore struct {
-	store
+	window.Store
 	calls atomic.Int64
 }
 
 func (c *countingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	c.calls.Add(1)
-	return c.store.Take(ctx, now, reqs, res)
+	return c.Store.Take(ctx, now, reqs, res)
 }
 
 func TestOverLimitCache(t *testing.T) {
 	t.Parallel()
-	inner := &countingStore{store: window.NewMemory()}
+	inner := &countingStore{Store: window.NewMemory()}
 	c := window.NewOverLimitCache(inner)
 	full := req("full", 2, 1)
 	other := req("other", 10, 1)

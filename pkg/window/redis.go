@@ -280,23 +280,50 @@ func callArgs(dst []any) (_ []any, head int) {
 // batch share a rule, so Redis reads one argument per counter instead of
 // three (see take.lua). The zero value holds none; it is not safe for
 // concurrent use.
-type triples struct{ list []triple }
+type triples struct {
+	list []triple
+	// index numbers the triples once there are more than triplesScanned:
+	// hits (and, with overrides, limits) come from requests, so a batch can
+	// hold as many triples as counters, and a scan would cost the one batch
+	// worker quadratic time. Kept, cleared, from call to call.
+	index   map[triple]int
+	indexed bool
+}
+
+// triplesScanned is how many triples number finds by scanning the list.
+const triplesScanned = 8
 
 type triple struct {
 	limit, hits uint64
 	ttl         int64 // milliseconds
 }
 
-// number returns the number, from 1, of r's triple, adding it if new. A
-// linear search: a call rarely holds more than a few rules.
+// number returns the number, from 1, of r's triple, adding it if new.
 func (t *triples) number(r *Request) int {
 	want := triple{r.Limit, r.Hits, r.ttl()}
-	for i, have := range t.list {
-		if have == want {
-			return i + 1
+	if !t.indexed {
+		for i, have := range t.list {
+			if have == want {
+				return i + 1
+			}
 		}
+		if len(t.list) < triplesScanned {
+			t.list = append(t.list, want)
+			return len(t.list)
+		}
+		if t.index == nil {
+			t.index = make(map[triple]int)
+		}
+		for i, have := range t.list {
+			t.index[have] = i + 1
+		}
+		t.indexed = true
+	}
+	if n, ok := t.index[want]; ok {
+		return n
 	}
 	t.list = append(t.list, want)
+	t.index[want] = len(t.list)
 	return len(t.list)
 }
 
@@ -308,6 +335,10 @@ func (t *triples) appendTo(dst []any, head int) []any {
 		dst = append(dst, have.limit, have.hits, have.ttl)
 	}
 	t.list = t.list[:0]
+	if t.indexed {
+		clear(t.index)
+		t.indexed = false
+	}
 	return dst
 }
 
@@ -496,7 +527,7 @@ func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res 
 			r.Refund, r.Algorithm = true, FixedWindow
 			undo[i] = r
 		}
-		back := make([]Result, len(reqs))
+		back := slices.Clone(res) // a request that took no hits needs no undo and keeps its count
 		s.runGroups(ctx, nowMs, undo, back, groups, func(g *slotGroup) []int {
 			if !g.taken {
 				return nil
@@ -510,9 +541,7 @@ func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res 
 			return idx
 		}, func(g *slotGroup, _ bool) {
 			for _, i := range g.take {
-				if reqs[i].Hits > 0 {
-					res[i].Count = back[i].Count // the count as it was before this call
-				}
+				res[i].Count = back[i].Count // the count as it was before this call
 			}
 		})
 		return false, partial(groups, len(reqs))

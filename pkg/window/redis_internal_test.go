@@ -50,6 +50,34 @@ func TestShortCallOnlyForPlainCounters(t *testing.T) {
 	}
 }
 
+// TestTriples: equal triples share a number and new ones get the next,
+// past the point where number stops scanning and indexes; a call's triples
+// come out in number order, and the next call starts from 1 again.
+func TestTriples(t *testing.T) {
+	t.Parallel()
+	var tr triples
+	for call := range 2 {
+		const distinct = 3 * triplesScanned
+		var want []any
+		for i := range distinct {
+			r := &Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}
+			if got := tr.number(r); got != i+1 {
+				t.Fatalf("call %d: triple %d numbered %d, want %d", call, i, got, i+1)
+			}
+			want = append(want, r.Limit, r.Hits, r.ttl())
+		}
+		for i := distinct - 1; i >= 0; i-- { // again, from both sides of the switch to the index
+			if got := tr.number(&Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}); got != i+1 {
+				t.Fatalf("call %d: triple %d again numbered %d, want %d", call, i, got, i+1)
+			}
+		}
+		dst := tr.appendTo([]any{"head"}, 0)
+		if dst[0] != any(distinct) || fmt.Sprint(dst[1:]) != fmt.Sprint(want) {
+			t.Fatalf("call %d: appendTo = %v, want count %d then %v", call, dst, distinct, want)
+		}
+	}
+}
+
 // TestShortFormDecidesAsTheFullForm runs the same call against the same
 // counter states in both of the script's forms, on a real Redis, and wants
 // the same decision, the same Results and the same counters afterwards.

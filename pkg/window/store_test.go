@@ -12,18 +12,12 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// store is what both stores offer; the suite below runs against each.
-type store interface {
-	Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error)
-	Ping(ctx context.Context) error
-}
-
 // stores returns a constructor per store kind. Every Redis test gets its own
 // redis-server.
-func stores() map[string]func(t *testing.T) store {
-	return map[string]func(t *testing.T) store{
-		"memory": func(t *testing.T) store { return window.NewMemory() },
-		"redis": func(t *testing.T) store {
+func stores() map[string]func(t *testing.T) window.Store {
+	return map[string]func(t *testing.T) window.Store{
+		"memory": func(t *testing.T) window.Store { return window.NewMemory() },
+		"redis": func(t *testing.T) window.Store {
 			srv := redistest.Start(t)
 			s := window.NewRedis(srv.Client(t), window.RedisOptions{})
 			if err := s.Ping(context.Background()); err != nil {
@@ -32,7 +26,7 @@ func stores() map[string]func(t *testing.T) store {
 			return s
 		},
 		// The sidecar's default: the same script, several Takes per call.
-		"redis-batched": func(t *testing.T) store {
+		"redis-batched": func(t *testing.T) window.Store {
 			srv := redistest.Start(t)
 			s := window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, window.BatchOptions{})
 			t.Cleanup(func() { _ = s.Close() })
@@ -41,7 +35,7 @@ func stores() map[string]func(t *testing.T) store {
 			}
 			return s
 		},
-		"cluster": func(t *testing.T) store {
+		"cluster": func(t *testing.T) window.Store {
 			c := redistest.StartCluster(t, 3)
 			s := window.NewRedis(c.Client(t), window.RedisOptions{})
 			if err := s.Ping(context.Background()); err != nil {
@@ -59,7 +53,7 @@ func req(key string, limit uint64, hits uint64) window.Request {
 	return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
 }
 
-func take(t *testing.T, s store, now time.Time, reqs ...window.Request) (bool, []window.Result) {
+func take(t *testing.T, s window.Store, now time.Time, reqs ...window.Request) (bool, []window.Result) {
 	t.Helper()
 	res := make([]window.Result, len(reqs))
 	ok, err := s.Take(context.Background(), now, reqs, res)
@@ -323,7 +317,7 @@ func admitConcurrently(t *testing.T, workers, each int, take func(worker int) (b
 
 // taking returns a take for admitConcurrently that sends reqs at t0 through
 // the stores in turn, by worker number (replicas sharing one Redis).
-func taking[S store](reqs []window.Request, stores ...S) func(int) (bool, error) {
+func taking[S window.Store](reqs []window.Request, stores ...S) func(int) (bool, error) {
 	return func(w int) (bool, error) {
 		return stores[w%len(stores)].Take(context.Background(), t0, reqs, make([]window.Result, len(reqs)))
 	}

@@ -8,14 +8,14 @@
 --
 -- KEYS: per counter, its current window's key; for a sliding window also the
 --       previous window's key right after it.
--- ARGV: m, the number of triples at the end; then the requests; then m
+-- ARGV: t, the number of triples at the end; then the requests; then t
 --       triples of limit, hits, ttl (ms), which short-form counters name.
 --       Per request: n, then per counter five values: limit, hits,
 --       ttl (ms), flags, weight.
 --       flags: 1 shadow (never denies), 2 refund (hits are given back),
 --              4 sliding (estimate = previous * weight + current).
---       A negative n, -m, heads the short form of the most common request:
---       m fixed-window counters on distinct keys, none a shadow, each
+--       A negative n, -c, heads the short form of the most common request:
+--       c fixed-window counters on distinct keys, none a shadow, each
 --       taking hits >= 1. One value per counter follows: the number (from
 --       1) of its triple. Under load most counters of a call share a rule,
 --       so Redis reads one argument per counter instead of three, and Lua
@@ -29,8 +29,9 @@
 -- The short form is for Redis's CPU, which the script is most of: it counts
 -- first and undoes on denial (one call per counter, where the full form
 -- first GETs every counter), makes no Lua tables per request and returns
--- one value per counter instead of three. (The README's Benchmarks section lists what it
--- saved when it came in, against the full form as that was then.)
+-- one value per counter instead of three. (The README's Benchmarks section
+-- lists what it saved when it came in, against the full form as that was
+-- then.)
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
 -- is never extended.
@@ -159,13 +160,12 @@ end
 
 local last = #ARGV - 3 * tonumber(ARGV[1]) -- the requests end here
 for b = last + 1, #ARGV, 3 do
-  triples[tostring((b - last + 2) / 3)] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 1], ARGV[b + 2]}
+  triples[tostring((b - last + 2) / 3)] =
+    {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 1], ARGV[b + 2]}
 end
--- heads spares the commonest request heads a conversion.
-local heads = {['-1'] = -1, ['-2'] = -2, ['-3'] = -3}
 local a, ki = 2, 1
 while a <= last do
-  local n = heads[ARGV[a]] or tonumber(ARGV[a])
+  local n = tonumber(ARGV[a])
   if n < 0 then
     a, ki = short(-n, a + 1, ki)
   else
