@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"context"
-	"os"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -26,7 +25,7 @@ type roundTripper interface{ RoundTrips() uint64 }
 // over 1,000 API keys: allocations per decision and, for Redis, round trips
 // per decision (rt/op).
 func BenchmarkShouldRateLimit(b *testing.B) {
-	rules, err := os.ReadFile(benchRulesFile)
+	rules, err := LoadRules(benchRulesFile)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,7 +54,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		for _, n := range []int{1, 3} {
 			b.Run(st.name+"/"+strconv.Itoa(n)+"desc", func(b *testing.B) {
 				store := st.make(b)
-				srv, err := NewServer(Options{Store: store, Rules: mustRules(b, string(rules))})
+				srv, err := NewServer(Options{Store: store, Rules: rules})
 				if err != nil {
 					b.Fatal(err)
 				}

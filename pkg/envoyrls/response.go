@@ -228,8 +228,12 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 		secs = 1
 	}
 	var t *tooMany
-	if l.override {
-		t = newTooMany(domain, secs, l) // made for this request alone
+	if l.override || l.Algorithm != window.FixedWindow {
+		// Made for this denial alone: an override belongs to one request,
+		// and a sliding window's retry-after differs from key to key, so a
+		// cache would be rewritten, by a write all requests share, at
+		// almost every denial.
+		t = newTooMany(domain, secs, l)
 	} else if t = l.tooMany.Load(); t == nil || t.secs != secs {
 		t = newTooMany(domain, secs, l)
 		l.tooMany.Store(t)
@@ -244,9 +248,8 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 // and responses share them, as they share current_limit: nothing writes a
 // response's fields after it is built. Building them anew, with JSON
 // marshalling and Sprintf, was ~6% of the sidecar's CPU when answering from
-// the over-limit cache. (Sliding windows end at different times for
-// different keys; their denials rebuild whenever retry-after changes, as
-// every denial did before.)
+// the over-limit cache. Only fixed windows keep them: sliding windows end at
+// different times for different keys, so their denials build their own.
 type tooMany struct {
 	secs    int64
 	body    []byte

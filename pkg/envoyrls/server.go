@@ -190,7 +190,9 @@ func (c *call) reset() {
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
 // Malformed requests get InvalidArgument and count nothing; a failed store
-// gets each limit's failure mode.
+// gets each limit's failure mode. Responses share read-only parts with each
+// other and with the rules (current_limit, the 429 body and headers):
+// callers must not modify a response.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.now()
 	if err := s.validate(req); err != nil {

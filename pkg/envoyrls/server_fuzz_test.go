@@ -26,7 +26,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	f.Add("", "", "", uint16(0), uint32(0), uint64(0), false, int32(0), uint32(0), uint32(0))
 	f.Add("api", "multi", strings.Repeat("v", 2000), uint16(5000), ^uint32(0), ^uint64(0), true, int32(6), ^uint32(0), ^uint32(0))
 	f.Add("api", "sliding", "s", uint16(2), uint32(4294967295), uint64(1)<<53, false, int32(9), uint32(0), uint32(3))
-	rules := mustRules(f, testRules) // immutable, so shared by every input
+	rules := mustRules(f, testRules) // safe for concurrent use, so shared by every input
 	f.Fuzz(func(t *testing.T, domain, key, value string, n uint16, reqHits uint32, hits uint64, useHits bool, unit int32, mult, rpu uint32) {
 		srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules})
 		if err != nil {
