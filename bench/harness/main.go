@@ -57,8 +57,9 @@ type options struct {
 	rules       string
 	redisServer string
 
-	engine string
-	ghz    string
+	engine    string
+	ghz       string
+	reference string
 
 	publish bool
 	docs    string
@@ -78,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e")
 	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
-	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e", "scenarios to run, in order (noop, a-e; -target adds target)")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,ref", "scenarios to run, in order (noop, a-e, ref; -target adds target)")
 	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
 	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
 	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.engine, "engine", "loadgen", "who sends the calls: loadgen (bench/loadgen's own) or ghz ("+ghzVersion+", installed with go install unless -ghz names one)")
 	fs.StringVar(&o.ghz, "ghz", "", "prebuilt ghz binary for -engine ghz")
+	fs.StringVar(&o.reference, "reference", "", "prebuilt envoyproxy/ratelimit binary for scenario ref (default: go install "+referencePkg+")")
 	fs.BoolVar(&o.publish, "publish", false, "also write <docs>/benchmarks.md and <docs>/benchmarks.png (benchmarks-ghz.* with -engine ghz)")
 	fs.StringVar(&o.docs, "docs", "docs", "directory -publish writes to")
 	if err := fs.Parse(args); err != nil {
@@ -140,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 type scenario struct {
 	Name   string `json:"name"`
 	Label  string `json:"label"`
-	Server string `json:"server"` // noop, sidecar or target
+	Server string `json:"server"` // noop, sidecar, reference (envoyproxy/ratelimit) or target
 	Store  string `json:"store"`  // redis, memory or "" when the server keeps no counters
 	Load   string `json:"load"`   // loadgen -scenario
 }
@@ -152,6 +154,7 @@ var allScenarios = []scenario{
 	{"c", "(c) 3 descriptors, Redis", "sidecar", "redis", "three"},
 	{"d", "(d) distinct keys, Redis", "sidecar", "redis", "distinct"},
 	{"e", "(e) allowed, in-memory store", "sidecar", "memory", "allowed"},
+	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed"},
 	{"target", "external server (-target)", "target", "", ""},
 }
 
@@ -165,18 +168,19 @@ func scenarioByName(name string) (scenario, bool) {
 
 // bench is one harness invocation: its options, binaries and the Redis every scenario shares.
 type bench struct {
-	o        options
-	root     string // module root, where go build runs
-	tmp      string
-	logs     string
-	ticks    float64 // USER_HZ
-	noop     string
-	loadgen  string
-	ghz      string // with -engine ghz
-	sidecar  string
-	rules    string
-	redis    *redisServer
-	progress io.Writer
+	o         options
+	root      string // module root, where go build runs
+	tmp       string
+	logs      string
+	ticks     float64 // USER_HZ
+	noop      string
+	loadgen   string
+	ghz       string // with -engine ghz
+	sidecar   string
+	reference string // envoyproxy/ratelimit, for scenario ref
+	rules     string
+	redis     *redisServer
+	progress  io.Writer
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -297,19 +301,13 @@ func (b *bench) build(ctx context.Context) error {
 		dst *string
 		pkg string
 	}{{&b.noop, "./bench/noop"}, {&b.loadgen, "./bench/loadgen"}}
-	needSidecar := !b.o.standIn && slices.ContainsFunc(b.o.scenarios, func(n string) bool {
-		sc, _ := scenarioByName(n)
-		return sc.Server == "sidecar"
-	})
-	if needSidecar {
-		if b.o.sidecar != "" {
-			b.sidecar = b.o.sidecar
-		} else {
-			targets = append(targets, struct {
-				dst *string
-				pkg string
-			}{&b.sidecar, "./cmd/ratelimit-sidecar"})
-		}
+	serves := func(server string) bool {
+		return !b.o.standIn && slices.ContainsFunc(b.o.scenarios, func(n string) bool {
+			sc, _ := scenarioByName(n)
+			return sc.Server == server
+		})
+	}
+	if serves("sidecar") || serves("reference") {
 		if b.o.rules != "" {
 			b.rules = b.o.rules
 		} else {
@@ -317,6 +315,16 @@ func (b *bench) build(ctx context.Context) error {
 			if err := os.WriteFile(b.rules, []byte(benchRules), 0o644); err != nil {
 				return err
 			}
+		}
+	}
+	if serves("sidecar") {
+		if b.o.sidecar != "" {
+			b.sidecar = b.o.sidecar
+		} else {
+			targets = append(targets, struct {
+				dst *string
+				pkg string
+			}{&b.sidecar, "./cmd/ratelimit-sidecar"})
 		}
 	}
 	for _, t := range targets {
@@ -328,22 +336,39 @@ func (b *bench) build(ctx context.Context) error {
 			return fmt.Errorf("go build %s: %w\n%s", t.pkg, err, out)
 		}
 	}
+	var err error
 	if b.o.engine == "ghz" {
-		if b.o.ghz != "" {
-			b.ghz = b.o.ghz
-			return nil
+		if b.ghz, err = b.install(ctx, b.o.ghz, "github.com/bojand/ghz/cmd/ghz@"+ghzVersion); err != nil {
+			return err
 		}
-		pkg := "github.com/bojand/ghz/cmd/ghz@" + ghzVersion
-		fmt.Fprintf(b.progress, "go install %s\n", pkg)
-		cmd := exec.CommandContext(ctx, "go", "install", pkg)
-		cmd.Dir, cmd.Env = b.tmp, append(os.Environ(), "GOBIN="+b.tmp)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go install %s: %w\n%s", pkg, err, out)
+	}
+	if serves("reference") {
+		if b.reference, err = b.install(ctx, b.o.reference, referencePkg); err != nil {
+			return err
 		}
-		b.ghz = filepath.Join(b.tmp, "ghz")
 	}
 	return nil
 }
+
+// install returns prebuilt when it is set, else go installs pkg (path@version, from the module proxy) into
+// the build directory and returns the binary, which go install names after the package's last element.
+func (b *bench) install(ctx context.Context, prebuilt, pkg string) (string, error) {
+	if prebuilt != "" {
+		return prebuilt, nil
+	}
+	fmt.Fprintf(b.progress, "go install %s\n", pkg)
+	cmd := exec.CommandContext(ctx, "go", "install", pkg)
+	cmd.Dir, cmd.Env = b.tmp, append(os.Environ(), "GOBIN="+b.tmp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install %s: %w\n%s", pkg, err, out)
+	}
+	path, _, _ := strings.Cut(pkg, "@")
+	return filepath.Join(b.tmp, filepath.Base(path)), nil
+}
+
+// referencePkg is the envoyproxy/ratelimit build scenario ref runs: its main package at the newest commit the
+// Go module proxy serves (3fb7025 of 2026-01-22; the project tags no releases since v1.4.0 of 2020).
+const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
 
 // benchRules is the rules file for domain bench (envoyproxy/ratelimit's format, which the sidecar reads).
 // Every limit but the hot key's is far above what one machine can send, so scenarios a, c, d and e measure

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
@@ -15,5 +19,47 @@ func TestBenchRulesParse(t *testing.T) {
 	}
 	if r.Domain("bench") == nil {
 		t.Fatal("bench.yaml does not define domain bench")
+	}
+}
+
+// TestStandInRun runs the harness end to end with the no-op server standing
+// in for the sidecar and for envoyproxy/ratelimit: every scenario must be
+// loaded and measured, and neither Redis nor a go install (the network) may
+// be needed, so the harness itself is tested on any machine.
+func TestStandInRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the harness's binaries")
+	}
+	out := t.TempDir()
+	var stdout, stderr strings.Builder
+	err := run(t.Context(), []string{"-stand-in", "-scenarios", "noop,a,ref", "-runs", "1", "-duration", "1s",
+		"-warmup", "0s", "-c", "4", "-redis-server", "/nonexistent/redis-server", "-out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "go install") {
+		t.Errorf("a stand-in run installed something:\n%s", stderr.String())
+	}
+	var rep report
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.StandIn || len(rep.Runs) != 3 {
+		t.Fatalf("stand_in %v, %d runs; want true, 3", rep.StandIn, len(rep.Runs))
+	}
+	for _, r := range rep.Runs {
+		if r.Error != "" || r.Load == nil || r.Load.Calls == 0 || r.ServerCPUUsPerDecision == nil {
+			t.Errorf("scenario %s: error %q, load %+v, server CPU %v", r.Scenario, r.Error, r.Load, r.ServerCPUUsPerDecision)
+		}
+		if !strings.Contains(r.ServerCmd, "noop") {
+			t.Errorf("scenario %s was served by %q, want the no-op server", r.Scenario, r.ServerCmd)
+		}
+	}
+	if !strings.Contains(stdout.String(), "(ref) envoyproxy/ratelimit") {
+		t.Errorf("the table has no ref row:\n%s", stdout.String())
 	}
 }

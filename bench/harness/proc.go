@@ -27,7 +27,15 @@ type proc struct {
 
 // startProc starts bin with args; its stdout goes to stdout (or the log when nil), its stderr to the log.
 func startProc(name string, log io.Writer, stdout io.Writer, bin string, args ...string) (*proc, error) {
+	return startProcEnv(name, log, stdout, nil, bin, args...)
+}
+
+// startProcEnv is startProc with env added to the harness's environment (later entries win).
+func startProcEnv(name string, log io.Writer, stdout io.Writer, env []string, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if stdout == nil {
 		stdout = log
 	}

@@ -241,7 +241,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 // startServer starts the server sc loads and waits until it serves.
 func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (target, error) {
 	server := sc.Server
-	if server == "sidecar" && b.o.standIn {
+	if (server == "sidecar" || server == "reference") && b.o.standIn {
 		server = "noop"
 	}
 	switch server {
@@ -291,6 +291,9 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		}
 		return target{addr: grpcAddr, domain: "bench", pid: p.pid(), metricsURL: "http://" + httpAddr + "/metrics",
 			cmd: b.display(b.sidecar, args...), stop: func() { p.stop(10 * time.Second) }}, nil
+
+	case "reference":
+		return b.startReference(ctx, log)
 	}
 	return target{}, fmt.Errorf("scenario %s: unknown server %q", sc.Name, server)
 }
@@ -324,4 +327,52 @@ func fmtOpt(v *float64, prec int) string {
 		return "n/a"
 	}
 	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+// startReference starts envoyproxy/ratelimit on the harness's Redis with the bench rules, configured as its
+// image runs by default (no Redis pipelining, a pool of 10 connections, per-request limit checks) except for
+// what a loopback run needs: TCP to Redis, free ports on 127.0.0.1, rules read once, and Prometheus metrics
+// instead of statsd (the sidecar's own metrics are Prometheus too). Its /healthcheck answers 200 once it serves.
+func (b *bench) startReference(ctx context.Context, log io.Writer) (target, error) {
+	var ports [4]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return target{}, err
+		}
+		ports[i] = p
+	}
+	// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/*.yaml are its rules.
+	root := filepath.Join(b.tmp, "reference-runtime")
+	if err := os.MkdirAll(filepath.Join(root, "current", "config"), 0o755); err != nil {
+		return target{}, err
+	}
+	rules, err := os.ReadFile(b.rules)
+	if err != nil {
+		return target{}, err
+	}
+	if err := os.WriteFile(filepath.Join(root, "current", "config", "bench.yaml"), rules, 0o644); err != nil {
+		return target{}, err
+	}
+	env := []string{
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.addr, "CACHE_KEY_PREFIX=bench:",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[0]),
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
+		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(ports[3]),
+		"LOG_LEVEL=warn", "LOG_FORMAT=json",
+	}
+	p, err := startProcEnv("envoyproxy/ratelimit", log, nil, env, b.reference)
+	if err != nil {
+		return target{}, err
+	}
+	httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+	if err := waitReady(ctx, p, "http://"+httpAddr+"/healthcheck", 30*time.Second); err != nil {
+		p.stop(2 * time.Second)
+		return target{}, err
+	}
+	return target{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), domain: "bench", pid: p.pid(),
+		cmd:  b.sanitize(strings.Join(env, " ")) + " " + b.display(b.reference),
+		stop: func() { p.stop(10 * time.Second) }}, nil
 }
