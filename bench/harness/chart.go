@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/pngfile"
 	"gonum.org/v1/plot"
@@ -16,7 +17,7 @@ import (
 // chartNames are the x-axis names: the table's labels are too long to sit under a bar.
 var chartNames = map[string]string{
 	"noop": "noop", "a": "a allowed", "b": "b hot", "c": "c 3 desc", "d": "d distinct", "e": "e memory",
-	"target": "target",
+	"ref": "ref envoyproxy", "target": "target",
 }
 
 // chart draws two panels into one PNG: decisions/s per scenario with one bar per run (so the spread shows),
@@ -66,6 +67,7 @@ func (r *report) chart(path string) error {
 	tp.Legend.Top = true
 	tp.NominalX(names...)
 	tp.Y.Max *= 1.2 // room for the legend above the tallest bar
+	tp.Y.Tick.Marker = wholeTicks{}
 
 	lp := plot.New()
 	lp.Title.Text = "Latency, median of runs (lower is better)"
@@ -98,6 +100,7 @@ func (r *report) chart(path string) error {
 	lp.Legend.Left = true
 	lp.NominalX(names...)
 	lp.Y.Max *= 1.25
+	lp.Y.Tick.Marker = wholeTicks{}
 
 	img := vgimg.New(vg.Points(1100), vg.Points(420))
 	dc := draw.New(img)
@@ -109,4 +112,25 @@ func (r *report) chart(path string) error {
 	lp.Draw(canvases[0][1])
 
 	return pngfile.Write(path, img)
+}
+
+// wholeTicks label the axis at about five round values (1, 2 or 5 times a power of ten apart) as whole
+// numbers: for some ranges plot.DefaultTicks labels only two ticks, with decimals ("25000.00").
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(min, max float64) []plot.Tick {
+	if !(max > min) {
+		return []plot.Tick{{Value: min, Label: strconv.FormatFloat(min, 'f', 0, 64)}}
+	}
+	base, step := math.Pow(10, math.Floor(math.Log10((max-min)/5))), 0.0
+	for _, m := range []float64{1, 2, 5, 10} {
+		if step = base * m; (max-min)/step <= 6 {
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(min/step) * step; v <= max; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
+	}
+	return ticks
 }

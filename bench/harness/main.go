@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -62,6 +63,7 @@ type options struct {
 	reference string
 
 	publish bool
+	replot  bool
 	docs    string
 }
 
@@ -93,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.reference, "reference", "", "prebuilt envoyproxy/ratelimit binary for scenario ref (default: go install "+referencePkg+")")
 	fs.BoolVar(&o.publish, "publish", false, "also write <docs>/benchmarks.md and <docs>/benchmarks.png (benchmarks-ghz.* with -engine ghz)")
 	fs.StringVar(&o.docs, "docs", "docs", "directory -publish writes to")
+	fs.BoolVar(&o.replot, "replot", false, "run nothing: rewrite table.md and benchmarks.png (and with -publish the page) from -out's results.json")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -188,6 +191,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
+	if o.replot {
+		return replot(o, stdout)
+	}
 	b := &bench{o: o, progress: stderr}
 	if b.root, err = moduleRoot(ctx); err != nil {
 		return err
@@ -257,6 +263,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if failed > 0 {
 		return fmt.Errorf("%d of %d runs failed (see results.json and %s)", failed, len(rep.Runs), b.logs)
 	}
+	return nil
+}
+
+// replot rewrites what a run wrote from its results.json, for a change to the table, chart or page that
+// needs no new measurement; the page keeps the command that measured it.
+func replot(o options, stdout io.Writer) error {
+	b, err := os.ReadFile(filepath.Join(o.out, "results.json"))
+	if err != nil {
+		return err
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(o.out, "results.json"), err)
+	}
+	rep.summarize()
+	if err := rep.write(o); err != nil {
+		return err
+	}
+	if o.publish {
+		if err := rep.publish(o); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "rewrote %s\n", o.out)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,5 +62,46 @@ func TestStandInRun(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "(ref) envoyproxy/ratelimit") {
 		t.Errorf("the table has no ref row:\n%s", stdout.String())
+	}
+
+	// -replot rewrites the table and chart from results.json alone.
+	for _, f := range []string{"table.md", "benchmarks.png"} {
+		if err := os.Remove(filepath.Join(out, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := run(t.Context(), []string{"-replot", "-out", out}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("replot: %v", err)
+	}
+	table, err := os.ReadFile(filepath.Join(out, "table.md"))
+	if err != nil || !strings.Contains(string(table), "(ref) envoyproxy/ratelimit") || !strings.Contains(string(table), "Medians of 1 run(s)") {
+		t.Errorf("replot wrote table.md %q (%v)", table, err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "benchmarks.png")); err != nil {
+		t.Errorf("replot wrote no chart: %v", err)
+	}
+}
+
+// TestChartNames: every scenario has a short name under its bars.
+func TestChartNames(t *testing.T) {
+	for _, sc := range allScenarios {
+		if chartNames[sc.Name] == "" {
+			t.Errorf("scenario %s has no chart name", sc.Name)
+		}
+	}
+}
+
+// TestWholeTicks: three to six labelled round values inside the range.
+func TestWholeTicks(t *testing.T) {
+	for _, r := range [][2]float64{{0, 25000}, {0, 42000}, {0, 7.5}, {0, 1}, {0, 130000}} {
+		ticks := wholeTicks{}.Ticks(r[0], r[1])
+		if len(ticks) < 3 || len(ticks) > 7 {
+			t.Errorf("%v: %d ticks %v", r, len(ticks), ticks)
+		}
+		for _, tk := range ticks {
+			if tk.Value < r[0] || tk.Value > r[1] || tk.Label == "" {
+				t.Errorf("%v: tick %+v", r, tk)
+			}
+		}
 	}
 }

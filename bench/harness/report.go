@@ -185,7 +185,7 @@ func (r *report) table() string {
 			f(s.RSSEnd, 1), s.Errors)
 	}
 	fmt.Fprintln(&sb)
-	fmt.Fprintf(&sb, "Medians of %d run(s) per scenario; %s measured after %s warm-up, %s calls in flight over %s gRPC connection(s).\n",
+	fmt.Fprintf(&sb, "Medians of %v run(s) per scenario; %s measured after %s warm-up, %s calls in flight over %s gRPC connection(s).\n",
 		r.Options["runs"], r.Options["duration"], r.Options["warmup"], fmt.Sprint(r.Options["c"]), fmt.Sprint(r.Options["conns"]))
 	for _, s := range r.Summary {
 		if s.Name == "d" && (s.RedisMemE != nil || s.RSSEnd != nil) {
