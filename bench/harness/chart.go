@@ -114,22 +114,21 @@ func (r *report) chart(path string) error {
 	return pngfile.Write(path, img)
 }
 
-// wholeTicks label the axis at about five round values (1, 2 or 5 times a power of ten apart) as whole
-// numbers: for some ranges plot.DefaultTicks labels only two ticks, with decimals ("25000.00").
+// wholeTicks label the axis at up to six round values (1, 2 or 5 times a power of ten apart, at least 1)
+// as whole numbers: for some ranges plot.DefaultTicks labels only two ticks, with decimals ("25000.00"). gonum
+// hands Ticks a range with max > min.
 type wholeTicks struct{}
 
 func (wholeTicks) Ticks(min, max float64) []plot.Tick {
-	if !(max > min) {
-		return []plot.Tick{{Value: min, Label: strconv.FormatFloat(min, 'f', 0, 64)}}
-	}
 	base, step := math.Pow(10, math.Floor(math.Log10((max-min)/5))), 0.0
 	for _, m := range []float64{1, 2, 5, 10} {
-		if step = base * m; (max-min)/step <= 6 {
+		if step = math.Max(base*m, 1); (max-min)/step <= 5 {
 			break
 		}
 	}
 	var ticks []plot.Tick
-	for v := math.Ceil(min/step) * step; v <= max; v += step {
+	for k := math.Ceil(min / step); k*step <= max; k++ {
+		v := k * step
 		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
 	}
 	return ticks

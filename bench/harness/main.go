@@ -181,9 +181,11 @@ type bench struct {
 	ghz       string // with -engine ghz
 	sidecar   string
 	reference string // envoyproxy/ratelimit, for scenario ref
-	rules     string
-	redis     *redisServer
-	progress  io.Writer
+	// referenceRoot is its RUNTIME_ROOT: the bench rules at current/config/bench.yaml.
+	referenceRoot string
+	rules         string
+	redis         *redisServer
+	progress      io.Writer
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -277,6 +279,10 @@ func replot(o options, stdout io.Writer) error {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(o.out, "results.json"), err)
 	}
+	// The page is the engine's that measured, whatever -engine says.
+	if engine, ok := rep.Options["engine"].(string); ok {
+		o.engine = engine
+	}
 	rep.summarize()
 	if err := rep.write(o); err != nil {
 		return err
@@ -301,16 +307,16 @@ func (o options) docName() string {
 	return "benchmarks"
 }
 
+// uses reports whether a scenario in the list, as run (a stand-in run serves only the no-op), has is true.
+func (b *bench) uses(is func(scenario) bool) bool {
+	return !b.o.standIn && slices.ContainsFunc(b.o.scenarios, func(n string) bool {
+		sc, _ := scenarioByName(n)
+		return is(sc)
+	})
+}
+
 func (b *bench) needsRedis() bool {
-	if b.o.standIn {
-		return false
-	}
-	for _, name := range b.o.scenarios {
-		if sc, _ := scenarioByName(name); sc.Store == "redis" {
-			return true
-		}
-	}
-	return false
+	return b.uses(func(sc scenario) bool { return sc.Store == "redis" })
 }
 
 func moduleRoot(ctx context.Context) (string, error) {
@@ -331,12 +337,7 @@ func (b *bench) build(ctx context.Context) error {
 		dst *string
 		pkg string
 	}{{&b.noop, "./bench/noop"}, {&b.loadgen, "./bench/loadgen"}}
-	serves := func(server string) bool {
-		return !b.o.standIn && slices.ContainsFunc(b.o.scenarios, func(n string) bool {
-			sc, _ := scenarioByName(n)
-			return sc.Server == server
-		})
-	}
+	serves := func(server string) bool { return b.uses(func(sc scenario) bool { return sc.Server == server }) }
 	if serves("sidecar") || serves("reference") {
 		if b.o.rules != "" {
 			b.rules = b.o.rules
@@ -375,6 +376,19 @@ func (b *bench) build(ctx context.Context) error {
 	if serves("reference") {
 		if b.reference, err = b.install(ctx, b.o.reference, referencePkg); err != nil {
 			return err
+		}
+		// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/*.yaml are its rules.
+		b.referenceRoot = filepath.Join(b.tmp, "reference-runtime")
+		config := filepath.Join(b.referenceRoot, "current", "config")
+		rules, err := os.ReadFile(b.rules)
+		if err == nil {
+			err = os.MkdirAll(config, 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(config, "bench.yaml"), rules, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("rules for envoyproxy/ratelimit: %w", err)
 		}
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -80,6 +82,14 @@ func TestStandInRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "benchmarks.png")); err != nil {
 		t.Errorf("replot wrote no chart: %v", err)
 	}
+	// The page is the measuring engine's, whatever -engine says.
+	docs := t.TempDir()
+	if err := run(t.Context(), []string{"-replot", "-publish", "-engine", "ghz", "-out", out, "-docs", docs}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("replot -publish: %v", err)
+	}
+	if pages, _ := filepath.Glob(filepath.Join(docs, "*.md")); len(pages) != 1 || filepath.Base(pages[0]) != "benchmarks.md" {
+		t.Errorf("replot of a loadgen run published %v, want benchmarks.md", pages)
+	}
 }
 
 // TestChartNames: every scenario has a short name under its bars.
@@ -91,17 +101,31 @@ func TestChartNames(t *testing.T) {
 	}
 }
 
-// TestWholeTicks: three to six labelled round values inside the range.
+// TestWholeTicks: round, distinct, whole-number labels inside the range.
 func TestWholeTicks(t *testing.T) {
-	for _, r := range [][2]float64{{0, 25000}, {0, 42000}, {0, 7.5}, {0, 1}, {0, 130000}} {
-		ticks := wholeTicks{}.Ticks(r[0], r[1])
-		if len(ticks) < 3 || len(ticks) > 7 {
-			t.Errorf("%v: %d ticks %v", r, len(ticks), ticks)
-		}
-		for _, tk := range ticks {
-			if tk.Value < r[0] || tk.Value > r[1] || tk.Label == "" {
-				t.Errorf("%v: tick %+v", r, tk)
+	for _, tt := range []struct {
+		min, max float64
+		want     []float64
+	}{
+		{0, 25000, []float64{0, 5000, 10000, 15000, 20000, 25000}},
+		{0, 30000, []float64{0, 10000, 20000, 30000}},
+		{0, 54000, []float64{0, 20000, 40000}},
+		{0, 42050, []float64{0, 10000, 20000, 30000, 40000}},
+		{0, 3, []float64{0, 1, 2, 3}},
+		{0, 1, []float64{0, 1}},
+		{-1, 1, []float64{-1, 0, 1}},
+	} {
+		var got []float64
+		labels := map[string]bool{}
+		for _, tk := range (wholeTicks{}).Ticks(tt.min, tt.max) {
+			got = append(got, tk.Value)
+			if tk.Label != strconv.FormatFloat(tk.Value, 'f', -1, 64) || labels[tk.Label] {
+				t.Errorf("%v..%v: tick %v labelled %q", tt.min, tt.max, tk.Value, tk.Label)
 			}
+			labels[tk.Label] = true
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%v..%v: ticks %v, want %v", tt.min, tt.max, got, tt.want)
 		}
 	}
 }

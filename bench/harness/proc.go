@@ -25,17 +25,11 @@ type proc struct {
 	err  error         // Wait's result, set before done is closed
 }
 
-// startProc starts bin with args; its stdout goes to stdout (or the log when nil), its stderr to the log.
-func startProc(name string, log io.Writer, stdout io.Writer, bin string, args ...string) (*proc, error) {
-	return startProcEnv(name, log, stdout, nil, bin, args...)
-}
-
-// startProcEnv is startProc with env added to the harness's environment (later entries win).
-func startProcEnv(name string, log io.Writer, stdout io.Writer, env []string, bin string, args ...string) (*proc, error) {
+// startProc starts bin with args and env added to the harness's environment (later entries win); its stdout
+// goes to stdout (or the log when nil), its stderr to the log.
+func startProc(name string, log io.Writer, stdout io.Writer, env []string, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = append(os.Environ(), env...)
 	if stdout == nil {
 		stdout = log
 	}
@@ -107,15 +101,20 @@ func clockTicks(ctx context.Context) float64 {
 	return 100
 }
 
-// freePort returns a loopback TCP port that was free a moment ago. Another process could take it before the
-// child binds it; on a benchmark machine that is not worth more machinery.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n distinct loopback TCP ports that were free a moment ago: all n are held open until
+// the last is picked. Another process could take one before the child binds it; on a benchmark machine that
+// is not worth more machinery.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // waitListening reads the child's stdout until its "listening on ADDR" line and returns ADDR; the rest of the

@@ -20,16 +20,17 @@ type redisServer struct {
 }
 
 func startRedis(ctx context.Context, bin, logDir string) (*redisServer, error) {
-	port, err := freePort()
+	ports, err := freePorts(1)
 	if err != nil {
 		return nil, err
 	}
+	port := ports[0]
 	log, err := os.Create(filepath.Join(logDir, "redis.log"))
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close() // the child holds its own descriptor
-	p, err := startProc("redis-server", log, nil, bin,
+	p, err := startProc("redis-server", log, nil, nil, bin,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if err != nil {
 		return nil, err

@@ -321,7 +321,8 @@ Commands of the last repetition (`+"`$BIN`"+` is the harness's build directory, 
   Commands run by a Lua script are counted by Redis as well as the EVALSHA that ran them.
 - **round trips/decision**: change in the sidecar's `+"`"+roundTripsMetric+"`"+` on /metrics; n/a when it does not export it.
 - **server RSS**: VmRSS from /proc/PID/status at the end mark.
-- **Load generator CPU** is measured the same way as the server's. On a small machine the generator, the server
+- **Load generator CPU** is measured the same way as the server's; with `+"`-engine ghz`"+`, ghz's whole-process CPU is
+  added (see How it was run). On a small machine the generator, the server
   and Redis share the cores, so decisions/s is bounded by their CPU per decision added up; the server's CPU per
   decision is the figure that carries over to other machines.
 - A sidecar whose store call fails or times out applies the rule's failure mode: allow and deny still answer

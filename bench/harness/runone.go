@@ -147,7 +147,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 
 	var stdout bytes.Buffer
 	stderrR, stderrW := io.Pipe()
-	lg, err := startProc("loadgen", stderrW, &stdout, b.loadgen, args...)
+	lg, err := startProc("loadgen", stderrW, &stdout, nil, b.loadgen, args...)
 	if err != nil {
 		return fail(err)
 	}
@@ -251,7 +251,7 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 	case "noop":
 		args := []string{"-addr", "127.0.0.1:0"}
 		pr, pw := io.Pipe()
-		p, err := startProc("noop", log, pw, b.noop, args...)
+		p, err := startProc("noop", log, pw, nil, b.noop, args...)
 		if err != nil {
 			return target{}, err
 		}
@@ -265,11 +265,7 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 			stop: func() { p.stop(5 * time.Second) }}, nil
 
 	case "sidecar":
-		grpcPort, err := freePort()
-		if err != nil {
-			return target{}, err
-		}
-		httpPort, err := freePort()
+		ports, err := freePorts(2)
 		if err != nil {
 			return target{}, err
 		}
@@ -277,20 +273,12 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		if sc.Store == "redis" {
 			redisURL = b.redis.url()
 		}
-		grpcAddr := "127.0.0.1:" + strconv.Itoa(grpcPort)
-		httpAddr := "127.0.0.1:" + strconv.Itoa(httpPort)
+		grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
 		args := []string{"-config", b.rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
 			"-redis-url", redisURL, "-key-prefix", "bench:"}
-		p, err := startProc("ratelimit-sidecar", log, nil, b.sidecar, args...)
-		if err != nil {
-			return target{}, err
-		}
-		if err := waitReady(ctx, p, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
-			p.stop(2 * time.Second)
-			return target{}, err
-		}
-		return target{addr: grpcAddr, domain: "bench", pid: p.pid(), metricsURL: "http://" + httpAddr + "/metrics",
-			cmd: b.display(b.sidecar, args...), stop: func() { p.stop(10 * time.Second) }}, nil
+		t, err := b.startReady(ctx, log, "ratelimit-sidecar", nil, b.sidecar, args, "http://"+httpAddr+"/readyz")
+		t.addr, t.metricsURL = grpcAddr, "http://"+httpAddr+"/metrics"
+		return t, err
 
 	case "reference":
 		return b.startReference(ctx, log)
@@ -329,50 +317,48 @@ func fmtOpt(v *float64, prec int) string {
 	return strconv.FormatFloat(*v, 'f', prec, 64)
 }
 
-// startReference starts envoyproxy/ratelimit on the harness's Redis with the bench rules, configured as its
-// image runs by default (no Redis pipelining, a pool of 10 connections, per-request limit checks) except for
-// what a loopback run needs: TCP to Redis, free ports on 127.0.0.1, rules read once, and Prometheus metrics
-// instead of statsd (the sidecar's own metrics are Prometheus too). Its /healthcheck answers 200 once it serves.
-func (b *bench) startReference(ctx context.Context, log io.Writer) (target, error) {
-	var ports [4]int
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return target{}, err
-		}
-		ports[i] = p
-	}
-	// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/*.yaml are its rules.
-	root := filepath.Join(b.tmp, "reference-runtime")
-	if err := os.MkdirAll(filepath.Join(root, "current", "config"), 0o755); err != nil {
-		return target{}, err
-	}
-	rules, err := os.ReadFile(b.rules)
+// startReady starts a server that answers 200 on readyURL once it serves, waits for that, and returns it as a
+// target of domain bench without its address.
+func (b *bench) startReady(ctx context.Context, log io.Writer, name string, env []string, bin string, args []string,
+	readyURL string) (target, error) {
+	p, err := startProc(name, log, nil, env, bin, args...)
 	if err != nil {
 		return target{}, err
 	}
-	if err := os.WriteFile(filepath.Join(root, "current", "config", "bench.yaml"), rules, 0o644); err != nil {
-		return target{}, err
-	}
-	env := []string{
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.addr, "CACHE_KEY_PREFIX=bench:",
-		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[0]),
-		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[1]),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
-		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(ports[3]),
-		"LOG_LEVEL=warn", "LOG_FORMAT=json",
-	}
-	p, err := startProcEnv("envoyproxy/ratelimit", log, nil, env, b.reference)
-	if err != nil {
-		return target{}, err
-	}
-	httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
-	if err := waitReady(ctx, p, "http://"+httpAddr+"/healthcheck", 30*time.Second); err != nil {
+	if err := waitReady(ctx, p, readyURL, 30*time.Second); err != nil {
 		p.stop(2 * time.Second)
 		return target{}, err
 	}
-	return target{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), domain: "bench", pid: p.pid(),
-		cmd:  b.sanitize(strings.Join(env, " ")) + " " + b.display(b.reference),
-		stop: func() { p.stop(10 * time.Second) }}, nil
+	cmd := b.display(bin, args...)
+	if len(env) > 0 {
+		cmd = b.sanitize(strings.Join(env, " ")) + " " + cmd
+	}
+	return target{domain: "bench", pid: p.pid(), cmd: cmd, stop: func() { p.stop(10 * time.Second) }}, nil
+}
+
+func loopback(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// startReference starts envoyproxy/ratelimit on the harness's Redis with the bench rules (in b.referenceRoot,
+// see build), configured as its image runs by default (no Redis pipelining, a pool of 10 connections,
+// per-request limit checks) except for what a loopback run needs: TCP to Redis, free ports on 127.0.0.1, rules
+// read once, and Prometheus metrics instead of statsd (the sidecar's own metrics are Prometheus too). Its
+// /healthcheck answers 200 once it serves.
+func (b *bench) startReference(ctx context.Context, log io.Writer) (target, error) {
+	ports, err := freePorts(4)
+	if err != nil {
+		return target{}, err
+	}
+	grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
+	env := []string{
+		"RUNTIME_ROOT=" + b.referenceRoot, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config",
+		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.addr, "CACHE_KEY_PREFIX=bench:",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[0]),
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
+		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + loopback(ports[3]),
+		"LOG_LEVEL=warn", "LOG_FORMAT=json",
+	}
+	t, err := b.startReady(ctx, log, "envoyproxy/ratelimit", env, b.reference, nil, "http://"+httpAddr+"/healthcheck")
+	t.addr = grpcAddr
+	return t, err
 }
