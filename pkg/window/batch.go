@@ -26,8 +26,10 @@ type BatchOptions struct {
 	// sending it, while the store is busy: only when the batch's first
 	// request was already waiting for the worker and the previous batch
 	// carried more than one, so a lone request under light load is never
-	// held, however busy the store was before. It never takes more than half the time left to the
-	// earliest deadline in the batch. Larger batches cost Redis, whose one
+	// held, however busy the store was before. It never takes more than
+	// half the time left to the earliest deadline in the batch when it
+	// starts (a request that joins meanwhile with less time left can miss
+	// its deadline and is then not sent). Larger batches cost Redis, whose one
 	// thread all replicas share, less CPU per decision; each request waits
 	// up to Linger longer. The worker sleeps while it lingers (requests
 	// queue without waking it). Go's timers round a sleep shorter than a
@@ -171,12 +173,18 @@ func (b *batcher) work() {
 	defer b.wg.Done()
 	batch := make([]*batchCall, 0, b.opts.MaxBatch)
 	buf := &sendBuf{live: make([]*batchCall, 0, b.opts.MaxBatch)}
-	timer := time.NewTimer(time.Hour) // for Linger; stopped until it lingers
+	// For Linger: one timer, reset for each wait (since Go 1.23 a Reset
+	// timer delivers no stale tick).
+	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	after := func(d time.Duration) <-chan time.Time {
+		timer.Reset(d)
+		return timer.C
+	}
 	last := 0 // requests in the previous batch
 	for {
 		var ok bool
-		if batch, ok = b.next(batch, last, timer); !ok {
+		if batch, ok = b.next(batch, last, after); !ok {
 			return
 		}
 		last = len(batch)
@@ -193,7 +201,7 @@ func (b *batcher) work() {
 // waiting already and the previous batch held last > 1 requests: a worker
 // that had to wait is idle, whatever its previous batch. ok is false once
 // the batcher is closed.
-func (b *batcher) next(batch []*batchCall, last int, timer *time.Timer) (_ []*batchCall, ok bool) {
+func (b *batcher) next(batch []*batchCall, last int, after func(time.Duration) <-chan time.Time) (_ []*batchCall, ok bool) {
 	batch, busy := batch[:0], true
 	select {
 	case c := <-b.queue:
@@ -209,7 +217,7 @@ func (b *batcher) next(batch []*batchCall, last int, timer *time.Timer) (_ []*ba
 	}
 	batch = b.fill(batch)
 	if busy && b.opts.Linger > 0 && last > 1 && len(batch) < b.opts.MaxBatch {
-		batch = b.linger(batch, timer, b.lingerFor(batch, time.Now()))
+		batch = b.linger(batch, after, b.lingerFor(batch, time.Now()))
 	}
 	return batch, true
 }
@@ -238,18 +246,16 @@ func (b *batcher) lingerFor(batch []*batchCall, now time.Time) time.Duration {
 	return wait
 }
 
-// linger sleeps for wait (from lingerFor), or until Close, and then fills
-// the batch. It sleeps rather than waking for each request that arrives: a
+// linger sleeps for wait (from lingerFor), on the channel after returns, or
+// until Close, and then fills the batch. It sleeps rather than waking for each request that arrives: a
 // wake per request cost the sidecar more CPU than the larger batch saved.
-func (b *batcher) linger(batch []*batchCall, timer *time.Timer, wait time.Duration) []*batchCall {
+func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan time.Time, wait time.Duration) []*batchCall {
 	if wait <= 0 {
 		return batch
 	}
-	timer.Reset(wait)
 	select {
-	case <-timer.C:
+	case <-after(wait):
 	case <-b.stop:
-		timer.Stop()
 	}
 	return b.fill(batch)
 }

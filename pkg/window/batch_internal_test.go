@@ -127,60 +127,89 @@ func TestBatchLingerFor(t *testing.T) {
 	}
 }
 
+// newTestBatcher is a batcher with no store and no workers, for driving its
+// steps by hand.
+func newTestBatcher(maxBatch int, linger time.Duration) *batcher {
+	return &batcher{opts: BatchOptions{MaxBatch: maxBatch, Linger: linger},
+		queue: make(chan *batchCall, maxBatch), stop: make(chan struct{})}
+}
+
+// fakeAfter stands in for a worker's timer: each wait is sent on waits, and
+// ends when the test sends on fire.
+type fakeAfter struct {
+	waits chan time.Duration
+	fire  chan time.Time
+}
+
+func newFakeAfter() *fakeAfter {
+	return &fakeAfter{waits: make(chan time.Duration, 1), fire: make(chan time.Time)}
+}
+
+func (f *fakeAfter) after(d time.Duration) <-chan time.Time {
+	f.waits <- d
+	return f.fire
+}
+
 // TestBatchNext: a worker lingers when its first request was already
 // waiting and its previous batch held more than one, and takes in what comes
 // meanwhile; a worker that had to wait for its first request is idle and
 // sends it at once, however large its previous batch was.
 func TestBatchNext(t *testing.T) {
 	t.Parallel()
-	const linger = 10 * time.Second // never waited out: a held batch fails the test's timing
+	const linger = 300 * time.Millisecond
 	far := time.Now().Add(time.Hour)
-	newBatcher := func(linger time.Duration) *batcher {
-		return &batcher{opts: BatchOptions{MaxBatch: 8, Linger: linger}, queue: make(chan *batchCall, 8), stop: make(chan struct{})}
-	}
-	stopped := time.NewTimer(time.Hour)
-	stopped.Stop()
 
 	t.Run("busy", func(t *testing.T) {
-		b := newBatcher(300 * time.Millisecond)
+		b, clock := newTestBatcher(8, linger), newFakeAfter()
 		b.queue <- &batchCall{deadline: far}
 		b.queue <- &batchCall{deadline: far}
 		late := &batchCall{deadline: far}
+		done := make(chan []*batchCall, 1)
 		go func() {
-			// Once the worker has taken both, it lingers; what comes now
-			// joins only if it does.
-			for len(b.queue) > 0 {
-				time.Sleep(time.Millisecond)
-			}
-			b.queue <- late
+			got, _ := b.next(nil, 2, clock.after)
+			done <- got
 		}()
-		got, ok := b.next(nil, 2, stopped)
-		if !ok || len(got) != 3 || got[2] != late {
-			t.Errorf("next = %d requests (ok %v), want 3: the one that came while it lingered too", len(got), ok)
+		select {
+		case d := <-clock.waits:
+			if d != linger {
+				t.Errorf("lingers %v, want %v", d, linger)
+			}
+		case got := <-done:
+			t.Fatalf("next returned %d requests without lingering", len(got))
+		}
+		b.queue <- late // joins only because the worker lingers
+		clock.fire <- time.Now()
+		if got := <-done; len(got) != 3 || got[2] != late {
+			t.Errorf("next = %d requests, want 3: the one that came while it lingered too", len(got))
 		}
 	})
 
 	t.Run("idle after a large batch", func(t *testing.T) {
-		b := newBatcher(linger)
+		b, clock := newTestBatcher(8, linger), newFakeAfter()
 		done := make(chan []*batchCall, 1)
 		go func() {
-			got, _ := b.next(nil, 5, stopped)
+			got, _ := b.next(nil, 5, clock.after)
 			done <- got
 		}()
-		// Long enough for next to find the queue empty and wait on it.
+		// A scheduling wait, not a clock: next must find the queue empty
+		// and block on it before the request comes. No timer decides the
+		// outcome; a worker that lingers shows on clock.waits.
 		time.Sleep(200 * time.Millisecond)
-		start := time.Now()
 		b.queue <- &batchCall{deadline: far}
-		got := <-done
-		if took := time.Since(start); len(got) != 1 || took > linger/2 {
-			t.Errorf("next = %d requests, %v after the request came, want 1 at once", len(got), took)
+		select {
+		case got := <-done:
+			if len(got) != 1 {
+				t.Errorf("next = %d requests, want 1", len(got))
+			}
+		case d := <-clock.waits:
+			t.Errorf("an idle worker lingered %v for its lone request", d)
 		}
 	})
 
 	t.Run("closed", func(t *testing.T) {
-		b := newBatcher(linger)
+		b, clock := newTestBatcher(8, linger), newFakeAfter()
 		close(b.stop)
-		if _, ok := b.next(nil, 5, stopped); ok {
+		if _, ok := b.next(nil, 5, clock.after); ok {
 			t.Error("next on a closed batcher: ok, want not ok")
 		}
 	})
@@ -191,38 +220,28 @@ func TestBatchNext(t *testing.T) {
 // returns the batch as it is; Close ends the wait.
 func TestBatchLinger(t *testing.T) {
 	t.Parallel()
-	newBatcher := func() *batcher {
-		return &batcher{opts: BatchOptions{MaxBatch: 4}, queue: make(chan *batchCall, 4), stop: make(chan struct{})}
-	}
-	stopped := func() *time.Timer {
-		timer := time.NewTimer(time.Hour)
-		timer.Stop()
-		return timer
-	}
 	first, late := &batchCall{}, &batchCall{}
 
-	b := newBatcher()
-	b.queue <- late
-	if got := b.linger([]*batchCall{first}, stopped(), time.Millisecond); len(got) != 2 || got[1] != late {
+	b, clock := newTestBatcher(4, 0), newFakeAfter()
+	done := make(chan []*batchCall, 1)
+	go func() { done <- b.linger([]*batchCall{first}, clock.after, time.Millisecond) }()
+	<-clock.waits
+	b.queue <- late // while it waits
+	clock.fire <- time.Now()
+	if got := <-done; len(got) != 2 || got[1] != late {
 		t.Errorf("after its wait, linger returned %d requests, want 2: the one queued meanwhile too", len(got))
 	}
 
-	b = newBatcher()
+	b, clock = newTestBatcher(4, 0), newFakeAfter()
 	b.queue <- late
-	if got := b.linger([]*batchCall{first}, stopped(), 0); len(got) != 1 {
-		t.Errorf("with no time to wait, linger returned %d requests, want the batch as it was", len(got))
+	if got := b.linger([]*batchCall{first}, clock.after, 0); len(got) != 1 || len(clock.waits) != 0 {
+		t.Errorf("with no time to wait, linger returned %d requests (waited: %v), want the batch as it was",
+			len(got), len(clock.waits) != 0)
 	}
 
-	b = newBatcher()
+	b, clock = newTestBatcher(4, 0), newFakeAfter()
 	close(b.stop)
-	done := make(chan int)
-	go func() { done <- len(b.linger([]*batchCall{first}, stopped(), time.Hour)) }()
-	select {
-	case n := <-done:
-		if n != 1 {
-			t.Errorf("linger at Close returned %d requests, want 1", n)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("linger of an hour did not end at Close")
+	if n := len(b.linger([]*batchCall{first}, clock.after, time.Hour)); n != 1 {
+		t.Errorf("linger at Close returned %d requests, want 1", n)
 	}
 }

@@ -14,8 +14,8 @@
 // still ends up consuming nothing (see Redis).
 //
 // Around a store: OverLimitCache denies locally for counters known full,
-// Breaker fails fast while Redis is down, and Batcher coalesces concurrent
-// requests into pipelines under the Redis store.
+// Breaker fails fast while Redis is down, and NewBatchedRedis coalesces
+// concurrent requests into one script call under the Redis store.
 //
 // The package knows nothing of gRPC or Envoy; package envoyrls maps Envoy's
 // descriptors onto it.

@@ -214,7 +214,9 @@ var takeHash = takeScript.Hash()
 // []any that go-redis writes: numbers as integers (go-redis formats them into
 // its write buffer, no strings) and keys as slices of one byte arena. The
 // batch worker reuses the list, the arena and its triples from call to call;
-// what is left per counter is boxing its key slice.
+// what is left is boxing each key slice, and each other number of 256 or
+// more (Go boxes smaller ones without allocating): per triple its ttl and
+// large limits, per full-form counter its ttl, large limits and weight.
 
 // callSize is how many requests a call of reqs[idx] (all of reqs when idx
 // is nil) carries.
@@ -285,9 +287,9 @@ type triples struct {
 	// index numbers the triples once there are more than triplesScanned:
 	// hits (and, with overrides, limits) come from requests, so a batch can
 	// hold as many triples as counters, and a scan would cost the one batch
-	// worker quadratic time. Kept, cleared, from call to call.
-	index   map[triple]int
-	indexed bool
+	// worker quadratic time. It is in use exactly when the list is longer
+	// than triplesScanned; kept, cleared, from call to call.
+	index map[triple]int
 }
 
 // triplesScanned is how many triples number finds by scanning the list.
@@ -301,7 +303,7 @@ type triple struct {
 // number returns the number, from 1, of r's triple, adding it if new.
 func (t *triples) number(r *Request) int {
 	want := triple{r.Limit, r.Hits, r.ttl()}
-	if !t.indexed {
+	if len(t.list) <= triplesScanned {
 		for i, have := range t.list {
 			if have == want {
 				return i + 1
@@ -317,7 +319,6 @@ func (t *triples) number(r *Request) int {
 		for i, have := range t.list {
 			t.index[have] = i + 1
 		}
-		t.indexed = true
 	}
 	if n, ok := t.index[want]; ok {
 		return n
@@ -334,11 +335,10 @@ func (t *triples) appendTo(dst []any, head int) []any {
 	for _, have := range t.list {
 		dst = append(dst, have.limit, have.hits, have.ttl)
 	}
-	t.list = t.list[:0]
-	if t.indexed {
+	if len(t.list) > triplesScanned {
 		clear(t.index)
-		t.indexed = false
 	}
+	t.list = t.list[:0]
 	return dst
 }
 
@@ -381,8 +381,8 @@ func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int)
 	return dst, arena
 }
 
-// appendArgs appends the script arguments of one request of a call of
-// reqs[idx] to dst: in the short form (short, from shortCall) minus the
+// appendArgs appends one script request, all counters of reqs[idx] (all of
+// reqs when idx is nil), to dst: in the short form (short, from shortCall) minus the
 // counter count and per counter the number of its triple, added to t; else
 // the count and five values per counter.
 func appendArgs(dst []any, t *triples, short bool, nowMs int64, reqs []Request, idx []int) []any {
