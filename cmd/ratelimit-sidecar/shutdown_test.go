@@ -188,7 +188,8 @@ func (l *load) finish() []callRecord {
 // TestShutdownUnderLoad signals a real process while several goroutines
 // call it: health turns NOT_SERVING at once, the process exits 0 well
 // within -shutdown-timeout, and the only errors are Unavailable, for calls
-// made after SIGTERM.
+// made after SIGTERM or within 50 ms before it (see the margin below; that
+// in-flight calls drain is TestShutdownDrainsRedisCalls's to show).
 func TestShutdownUnderLoad(t *testing.T) {
 	t.Parallel()
 	p := startProcess(t, "-config", writeRules(t, goodRules(1_000_000_000)),

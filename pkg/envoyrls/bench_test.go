@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -93,5 +94,46 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkShouldRateLimitHotKey measures a denial of scenario (b): one key
+// far over its limit (10 an hour in the bench rules), answered by the
+// over-limit cache with the 429 its limit last built, so it reports the
+// allocations of the denial path (rt/op stays 0: no store call).
+func BenchmarkShouldRateLimitHotKey(b *testing.B) {
+	rules, err := LoadRules(benchRulesFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := window.NewOverLimitCache(window.NewMemory())
+	// A fixed clock: a run that crossed the hour would be allowed 10 again.
+	now := time.UnixMilli(1_763_800_020_000)
+	srv, err := NewServer(Options{Store: cache, Rules: rules, Now: func() time.Time { return now }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "hot")}}
+	ctx := context.Background()
+	for range 11 { // the 10 allowed, then the first denial fills the cache
+		if _, err := srv.ShouldRateLimit(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	hits := cache.Hits()
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := srv.ShouldRateLimit(ctx, req)
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || len(resp.RawBody) == 0 {
+				b.Errorf("ShouldRateLimit = %v, %d body bytes, %v", resp.GetOverallCode(), len(resp.GetRawBody()), err)
+				return
+			}
+		}
+	})
+	if got := cache.Hits() - hits; got != uint64(b.N) {
+		b.Errorf("%d of %d denials came from the over-limit cache", got, b.N)
 	}
 }

@@ -458,7 +458,7 @@ descriptors:
 			}
 			if resp.OverallCode == overCode {
 				// A failed counter that fails closed reads as full until its
-				// window ends: at t0, 45 s into a minute.
+				// window ends: t0 is 15 s into a minute, so 45 s after t0.
 				if len(resp.ResponseHeadersToAdd) == 0 || resp.ResponseHeadersToAdd[0].Key != "retry-after" || resp.ResponseHeadersToAdd[0].Value != "45" {
 					t.Errorf("deny headers %v, want retry-after 45 first", resp.ResponseHeadersToAdd)
 				}
