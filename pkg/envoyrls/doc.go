@@ -6,7 +6,8 @@
 // Files: rules.go decodes and validates rule files, config.go renders them
 // as loaded (GET /rules), match.go walks the compiled tree, server.go
 // answers ShouldRateLimit, response.go builds Envoy's response, errors.go
-// maps errors to gRPC codes, codec.go decodes requests that are not valid
-// UTF-8, reload.go swaps rules at run time, metrics.go exports Prometheus
+// maps errors to gRPC codes, codec.go is the gRPC codec (it decodes requests
+// that are not valid UTF-8), wire.go encodes the hot path's request and
+// response by hand, reload.go swaps rules at run time, metrics.go exports Prometheus
 // metrics, and http.go serves the health, rules and metrics endpoints.
 package envoyrls

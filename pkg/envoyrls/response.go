@@ -57,13 +57,7 @@ func (l *Limit) proto() *rlsv3.RateLimitResponse_RateLimit {
 // needed). A counter the store failed for is left out, unless its failure
 // mode is deny: then it is over its limit until its window ends.
 func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
-	}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	}
+	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
 	var worst *Limit
 	for k, l := range c.limits {
@@ -102,7 +96,11 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		if tighter(st, over, remaining, reset) {
 			st.CurrentLimit = l.proto()
 			st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
-			st.DurationUntilReset = durationpb.New(reset)
+			// Each status has its own Duration: what a looser limit wrote
+			// there, a tighter one overwrites.
+			d := &resets[c.owner[k]]
+			d.Seconds, d.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+			st.DurationUntilReset = d
 		}
 		if over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -116,6 +114,38 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		addTooManyRequests(resp, req.Domain, retry, worst)
 	}
 	return resp
+}
+
+// oneStatus is a response of one status, the usual answer, in one
+// allocation instead of four.
+type oneStatus struct {
+	resp   rlsv3.RateLimitResponse
+	ptrs   [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	resets [1]durationpb.Duration
+}
+
+// newResponse returns an OK response of n OK statuses, and per status a
+// Duration for its duration_until_reset to point at: four allocations
+// whatever n, one for n = 1.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []durationpb.Duration) {
+	if n == 1 {
+		o := &oneStatus{}
+		o.resp.OverallCode, o.status.Code = rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK
+		o.ptrs[0] = &o.status
+		o.resp.Statuses = o.ptrs[:]
+		return &o.resp, o.resets[:]
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+	for i := range statuses {
+		statuses[i].Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = &statuses[i]
+	}
+	return resp, make([]durationpb.Duration, n)
 }
 
 // tighter reports whether a limit should replace the one a status reports:

@@ -1,0 +1,371 @@
+package envoyrls
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// mustMarshal is proto.Marshal, failing t on error.
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkDecode decodes b with decodeRequest into a request holding stale
+// data and reports whether it did; when it did, the result must equal
+// proto.Unmarshal's.
+func checkDecode(t testing.TB, b []byte) bool {
+	t.Helper()
+	got := &rlsv3.RateLimitRequest{Domain: "stale", HitsAddend: 9, Descriptors: []*rlv3.RateLimitDescriptor{{}}}
+	if !decodeRequest(b, got) {
+		if got.Domain != "stale" || got.HitsAddend != 9 || len(got.Descriptors) != 1 {
+			t.Fatalf("a request it declined was changed: %v", got)
+		}
+		return false
+	}
+	var want rlsv3.RateLimitRequest
+	if err := proto.Unmarshal(b, &want); err != nil {
+		t.Fatalf("decoded what proto refuses (%v): %x", err, b)
+	}
+	if !proto.Equal(got, &want) {
+		t.Fatalf("decoded %v, proto decodes %v", got, &want)
+	}
+	return true
+}
+
+func TestDecodeRequest(t *testing.T) {
+	t.Parallel()
+	tag := func(b []byte, num protowire.Number, typ protowire.Type) []byte {
+		return protowire.AppendTag(b, num, typ)
+	}
+	entryAt := func(num protowire.Number) []byte {
+		var e []byte
+		e = protowire.AppendString(tag(e, num, protowire.BytesType), "k")
+		return protowire.AppendBytes(tag(nil, wireDescriptorEntries, protowire.BytesType), e)
+	}
+	descriptorOf := func(d []byte) []byte {
+		return protowire.AppendBytes(tag([]byte{0x0a, 0x01, 'x'}, wireRequestDescriptors, protowire.BytesType), d)
+	}
+	tests := []struct {
+		name string
+		wire []byte
+		ok   bool // decodeRequest decodes it (else proto does)
+	}{
+		{"empty", nil, true},
+		{"one descriptor", wireRequest("api", [][2]string{{"api_key", "alice"}}), true},
+		{"three descriptors", wireRequest("api", [][2]string{{"k", "a"}}, [][2]string{{"ip", "1.2.3.4"}}, [][2]string{{"k", "a"}, {"path", "/x"}}), true},
+		{"empty strings and descriptor", wireRequest("", [][2]string{}, [][2]string{{"", ""}}), true},
+		{"hits only", protowire.AppendVarint(tag(nil, wireRequestHits, protowire.VarintType), 7), true},
+		{"hits at uint32's end", protowire.AppendVarint(tag(nil, wireRequestHits, protowire.VarintType), 1<<32-1), true},
+		{"overlong varint", append(tag(nil, wireRequestHits, protowire.VarintType), 0x85, 0x80, 0x00), true},
+		{"empty entry", descriptorOf(protowire.AppendBytes(tag(nil, wireDescriptorEntries, protowire.BytesType), nil)), true},
+		{"value before key", descriptorOf(append(entryAt(wireEntryValue), entryAt(wireEntryKey)...)), true},
+		{"most descriptors and entries", wireRequest("api", many(wireMaxDescriptors, 2)...), true},
+		// Declined: proto decodes these (or refuses them) itself.
+		{"too many descriptors", wireRequest("api", many(wireMaxDescriptors+1, 1)...), false},
+		{"too many entries", wireRequest("api", many(1, wireMaxEntries+1)...), false},
+		{"hits past uint32 (proto truncates)", protowire.AppendVarint(tag(nil, wireRequestHits, protowire.VarintType), 1<<32), false},
+		{"domain twice (proto keeps the last)", append(wireRequest("a"), wireRequest("b")...), false},
+		{"hits twice", protowire.AppendVarint(tag(protowire.AppendVarint(tag(nil, 3, 0), 1), 3, 0), 2), false},
+		{"key twice", descriptorOf(protowire.AppendBytes(tag(nil, wireDescriptorEntries, protowire.BytesType),
+			protowire.AppendString(tag(protowire.AppendString(tag(nil, 1, 2), "a"), 1, 2), "b"))), false},
+		{"invalid UTF-8 value", wireRequest("api", [][2]string{{"api_key", "caf\xe9"}}), false},
+		{"invalid UTF-8 domain", wireRequest("\xff", [][2]string{{"k", "v"}}), false},
+		{"limit override", descriptorOf(protowire.AppendBytes(tag(nil, 2, protowire.BytesType), []byte{0x08, 0x05})), false},
+		{"descriptor hits_addend", descriptorOf(protowire.AppendBytes(tag(nil, 3, protowire.BytesType), []byte{0x08, 0x02})), false},
+		{"unknown request field", protowire.AppendVarint(tag(nil, 9, protowire.VarintType), 1), false},
+		{"unknown entry field", descriptorOf(entryAt(3)), false},
+		{"domain as varint", protowire.AppendVarint(tag(nil, wireRequestDomain, protowire.VarintType), 1), false},
+		{"fixed32 field", protowire.AppendFixed32(tag(nil, 9, protowire.Fixed32Type), 1), false},
+		{"truncated", []byte{0x0a, 0x05, 'x'}, false},
+		{"bad tag", []byte{0x00}, false},
+		{"truncated descriptor", []byte{0x12, 0x80}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checkDecode(t, tt.wire); got != tt.ok {
+				t.Errorf("decodeRequest took it: %v, want %v", got, tt.ok)
+			}
+			// Whoever decodes it, Codec answers as proto does (but for
+			// invalid UTF-8, which TestCodecMapsInvalidUTF8 covers).
+			var viaCodec, viaProto rlsv3.RateLimitRequest
+			errCodec := NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, &viaCodec)
+			if errProto := proto.Unmarshal(tt.wire, &viaProto); errProto == nil && (errCodec != nil || !proto.Equal(&viaCodec, &viaProto)) {
+				t.Errorf("Codec: %v, %v; proto: %v", &viaCodec, errCodec, &viaProto)
+			} else if errProto != nil && errCodec == nil && bytes.Equal(tt.wire, fixOrSelf(tt.wire)) {
+				t.Errorf("Codec decoded what proto refuses: %v", errProto)
+			}
+		})
+	}
+}
+
+// many is n descriptors of m entries each.
+func many(n, m int) [][][2]string {
+	ds := make([][][2]string, n)
+	for i := range ds {
+		for j := range m {
+			ds[i] = append(ds[i], [2]string{fmt.Sprint("k", j), fmt.Sprint("v", i)})
+		}
+	}
+	return ds
+}
+
+// fixOrSelf is the request after fixRequest.
+func fixOrSelf(b []byte) []byte {
+	fixed, _ := fixRequest(b)
+	return fixed
+}
+
+// TestDecodeRequestKeepsEntriesApart: the descriptors' entries share one
+// slice, so an append to one descriptor's must not write over the next's.
+func TestDecodeRequestKeepsEntriesApart(t *testing.T) {
+	t.Parallel()
+	var req rlsv3.RateLimitRequest
+	if !decodeRequest(wireRequest("api", [][2]string{{"a", "1"}}, [][2]string{{"b", "2"}}), &req) {
+		t.Fatal("declined")
+	}
+	d0 := req.Descriptors[0]
+	d0.Entries = append(d0.Entries, &rlv3.RateLimitDescriptor_Entry{Key: "x"})
+	if e := req.Descriptors[1].Entries[0]; e.Key != "b" || e.Value != "2" {
+		t.Errorf("second descriptor's entry became %v", e)
+	}
+}
+
+// FuzzDecodeRequest: any bytes: no panic, and whatever decodeRequest takes
+// it decodes exactly as proto does.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add(wireRequest("api", [][2]string{{"api_key", "alice"}}))
+	f.Add(wireRequest("a", [][2]string{{"k", "v"}, {"p", "/x"}}, [][2]string{}))
+	f.Add(wireRequest("api", [][2]string{{"api_key", "caf\xe9"}}))
+	f.Add(mustMarshal(f, &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: 3, Descriptors: []*rlv3.RateLimitDescriptor{
+		desc("k", "v"),
+		{Entries: desc("k", "v").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}},
+	}}))
+	f.Add([]byte{0x0a, 0x05, 'x'})
+	f.Add([]byte{0x12, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkDecode(t, b)
+	})
+}
+
+// checkEncode encodes r with appendResponse, when responseSize takes it,
+// and compares the bytes with proto.Marshal's.
+func checkEncode(t testing.TB, r *rlsv3.RateLimitResponse) bool {
+	t.Helper()
+	n, ok := responseSize(r)
+	want, err := proto.Marshal(r)
+	if !ok {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("encodable, but proto.Marshal fails: %v", err)
+	}
+	got := appendResponse([]byte("prefix"), r)
+	if !bytes.Equal(got[6:], want) || len(got)-6 != n || string(got[:6]) != "prefix" {
+		t.Fatalf("appendResponse (size %d):\n%x\nproto.Marshal:\n%x", n, got, want)
+	}
+	return true
+}
+
+func TestAppendResponse(t *testing.T) {
+	t.Parallel()
+	limit := &rlsv3.RateLimitResponse_RateLimit{Name: "per key", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+		UnitMultiplier: wrapperspb.UInt32(5)}
+	tests := []struct {
+		name string
+		resp *rlsv3.RateLimitResponse
+		ok   bool
+	}{
+		{"empty", &rlsv3.RateLimitResponse{}, true},
+		{"empty status", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{}}}, true},
+		{"zero multiplier and duration", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{UnitMultiplier: wrapperspb.UInt32(0)}, DurationUntilReset: &durationpb.Duration{}}}}, true},
+		{"negative enum and nanos", &rlsv3.RateLimitResponse{OverallCode: -1, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			Code: -2, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Unit: -3}, DurationUntilReset: &durationpb.Duration{Seconds: -1, Nanos: -5}}}}, true},
+		{"large values", &rlsv3.RateLimitResponse{OverallCode: 2, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			Code: 2, CurrentLimit: limit, LimitRemaining: 1<<32 - 1, DurationUntilReset: &durationpb.Duration{Seconds: 1 << 62, Nanos: 999999999}}}}, true},
+		{"headers and body", &rlsv3.RateLimitResponse{OverallCode: 2,
+			ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "retry-after", Value: "3"}, {Key: "x", RawValue: []byte{0xff, 0}}, {}},
+			RawBody:              bytes.Repeat([]byte("b"), 300)}, true},
+		{"a large response, from gRPC's pool", &rlsv3.RateLimitResponse{RawBody: bytes.Repeat([]byte("b"), 70000)}, true},
+		// Declined: proto encodes these (or refuses them) itself.
+		{"request headers", &rlsv3.RateLimitResponse{RequestHeadersToAdd: []*corev3.HeaderValue{{Key: "k"}}}, false},
+		{"quota", &rlsv3.RateLimitResponse{Quota: &rlsv3.RateLimitResponse_Quota{Requests: 1}}, false},
+		{"status quota", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Quota: &rlsv3.RateLimitResponse_Quota{}}}}, false},
+		{"nil status", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{nil}}, false},
+		{"nil header", &rlsv3.RateLimitResponse{ResponseHeadersToAdd: []*corev3.HeaderValue{nil}}, false},
+		{"invalid UTF-8 name", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "\xff"}}}}, false},
+		{"invalid UTF-8 header", &rlsv3.RateLimitResponse{ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "k", Value: "\xfe"}}}, false},
+	}
+	withUnknown := &rlsv3.RateLimitResponse{}
+	withUnknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	tests = append(tests, struct {
+		name string
+		resp *rlsv3.RateLimitResponse
+		ok   bool
+	}{"unknown field", withUnknown, false})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checkEncode(t, tt.resp); got != tt.ok {
+				t.Errorf("responseSize took it: %v, want %v", got, tt.ok)
+			}
+			// Whoever encodes it, Codec's bytes are proto's.
+			want, errProto := proto.Marshal(tt.resp)
+			data, err := NewCodec().Marshal(tt.resp)
+			if (err != nil) != (errProto != nil) || err == nil && !bytes.Equal(data.Materialize(), want) {
+				t.Errorf("Codec: %v, %v; proto: %v", err, data.Len(), errProto)
+			}
+			data.Free()
+		})
+	}
+}
+
+// TestAppendResponseServesTheServer: every kind of answer the server gives
+// (allowed, over a limit with its 429 headers and body, an override with a
+// multiplier, a sliding window, a failed store that denies) is encoded by
+// appendResponse, as proto would.
+func TestAppendResponseServesTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// testRules, and a limit that denies when its store fails.
+	rules := mustRules(t, testRules+"  - key: closed\n    failure_mode: deny\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	now := func() time.Time { return t0 }
+	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing, err := NewServer(Options{Store: failingStore{}, Rules: rules, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	override := desc("api_key", "o")
+	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	reqs := []*rlsv3.RateLimitRequest{
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "alice")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "bob"), desc("multi", "m"), desc("sliding", "s"), desc("nothing", "n")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("closed", "c"), desc("api_key", "dave", "path", "/p")}},
+		{Domain: "api", HitsAddend: 1000, Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "carol")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{override}},
+		{Domain: "unknown", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}},
+	}
+	var over bool
+	for _, s := range []*Server{srv, failing} {
+		for range 3 { // the third override call is over its limit
+			for _, req := range reqs {
+				resp, err := s.ShouldRateLimit(ctx, req)
+				if err != nil {
+					continue // failure mode "error": no response to encode
+				}
+				over = over || len(resp.ResponseHeadersToAdd) > 0
+				if !checkEncode(t, resp) {
+					t.Errorf("a response to %v was declined: %v", req, resp)
+				}
+			}
+		}
+	}
+	if !over {
+		t.Error("no response carried 429 headers: the test lost its over-limit case")
+	}
+}
+
+// FuzzAppendResponse: any response of the fields the server sets encodes
+// as proto encodes it.
+func FuzzAppendResponse(f *testing.F) {
+	f.Add(int32(1), uint8(1), "per key", uint32(10), int32(2), uint32(0), false, uint32(9), int64(60), int32(0), "", "", []byte(nil), []byte(nil))
+	f.Add(int32(2), uint8(3), "", uint32(1<<31), int32(-1), uint32(7), true, uint32(0), int64(-5), int32(-1), "retry-after", "3", []byte{0xff}, []byte(`{"error":"x"}`))
+	f.Add(int32(0), uint8(0), "\xff", uint32(0), int32(0), uint32(0), false, uint32(0), int64(0), int32(0), "k\xfe", "", []byte(nil), []byte(nil))
+	f.Fuzz(func(t *testing.T, code int32, n uint8, name string, rpu uint32, unit int32, mult uint32, useMult bool,
+		remaining uint32, secs int64, nanos int32, hk, hv string, raw, body []byte) {
+		r := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_Code(code), RawBody: body}
+		for i := range int(n % 5) {
+			st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_Code(code + int32(i)), LimitRemaining: remaining}
+			if i%2 == 0 {
+				st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rpu, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(unit)}
+				if useMult {
+					st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(mult)
+				}
+				st.DurationUntilReset = &durationpb.Duration{Seconds: secs, Nanos: nanos}
+			}
+			r.Statuses = append(r.Statuses, st)
+		}
+		if hk != "" || hv != "" || len(raw) > 0 {
+			r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: hk, Value: hv, RawValue: raw}}
+		}
+		if !checkEncode(t, r) {
+			if _, err := proto.Marshal(r); err == nil {
+				t.Fatalf("declined a response proto encodes: %v", r)
+			}
+		}
+	})
+}
+
+// BenchmarkCodec compares the hand-written wire code with proto's, on
+// scenario (a)'s request and an allowed answer to it.
+func BenchmarkCodec(b *testing.B) {
+	reqWire := wireRequest("bench", [][2]string{{"api_key", "key-123"}})
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+		Code:               rlsv3.RateLimitResponse_OK,
+		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: "per key", RequestsPerUnit: 1000000, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		LimitRemaining:     999000,
+		DurationUntilReset: &durationpb.Duration{Seconds: 42},
+	}}}
+	b.Run("request/wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req rlsv3.RateLimitRequest
+			if !decodeRequest(reqWire, &req) {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("request/proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req rlsv3.RateLimitRequest
+			if err := proto.Unmarshal(reqWire, &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	codec := NewCodec()
+	b.Run("response/wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			data, err := codec.Marshal(resp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			data.Free()
+		}
+	})
+	b.Run("response/proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			data, err := codec.proto.Marshal(resp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			data.Free()
+		}
+	})
+}
