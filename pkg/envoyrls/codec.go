@@ -47,11 +47,8 @@ func (c Codec) Name() string { return "proto" }
 // gRPC's proto marshalling. Like gRPC's codec, it takes a large buffer from
 // gRPC's pool, which gRPC returns after the write.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
-	resp, ok := v.(*rlsv3.RateLimitResponse)
-	if !ok {
-		return c.proto.Marshal(v)
-	}
-	n, ok := responseSize(resp)
+	resp, _ := v.(*rlsv3.RateLimitResponse)
+	n, ok := responseSize(resp) // false for nil
 	if !ok {
 		return c.proto.Marshal(v)
 	}
@@ -73,12 +70,11 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.proto.Unmarshal(data, v)
 	}
-	var b []byte
-	if len(data) == 1 {
-		b = data[0].ReadOnlyData() // decodeRequest copies what it keeps
-	} else {
-		b = data.Materialize()
-	}
+	// One buffer is used as it is, several are joined in a pooled one;
+	// decoders copy what they keep.
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
 	if decodeRequest(b, req) {
 		return nil
 	}
@@ -96,17 +92,6 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	return nil
 }
-
-// The string fields of the request, by message: RateLimitRequest.domain (1)
-// and its descriptors (2); RateLimitDescriptor.entries (1); Entry.key (1)
-// and value (2).
-const (
-	wireRequestDomain      = 1
-	wireRequestDescriptors = 2
-	wireDescriptorEntries  = 1
-	wireEntryKey           = 1
-	wireEntryValue         = 2
-)
 
 // fixRequest rewrites a RateLimitRequest's wire bytes with every string
 // made valid UTF-8; changed reports whether anything was rewritten. Bytes it

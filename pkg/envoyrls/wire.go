@@ -21,9 +21,17 @@ import (
 // decoding to proto's messages and encoding to proto's bytes
 // (wire_test.go); BenchmarkCodec compares the two with proto's.
 
-// The rest of the request's field numbers (see codec.go for its strings):
-// RateLimitRequest.hits_addend.
-const wireRequestHits = 3
+// The request's field numbers, by message: RateLimitRequest.domain (1),
+// descriptors (2) and hits_addend (3); RateLimitDescriptor.entries (1);
+// Entry.key (1) and value (2). fixRequest (codec.go) walks the same ones.
+const (
+	wireRequestDomain      = 1
+	wireRequestDescriptors = 2
+	wireRequestHits        = 3
+	wireDescriptorEntries  = 1
+	wireEntryKey           = 1
+	wireEntryValue         = 2
+)
 
 // The most descriptors and entries decodeRequest takes; a larger request is
 // for proto. Envoy sends a descriptor per rate limit action list.
@@ -212,7 +220,8 @@ const (
 	wireLimitPerUnit    = 1 // RateLimit.requests_per_unit
 	wireLimitUnit       = 2
 	wireLimitName       = 3
-	wireLimitMultiplier = 4 // unit_multiplier (UInt32Value, its value 1)
+	wireLimitMultiplier = 4 // unit_multiplier, a UInt32Value
+	wireUInt32Value     = 1 // UInt32Value.value
 
 	wireDurationSeconds = 1
 	wireDurationNanos   = 2
@@ -222,31 +231,51 @@ const (
 	wireHeaderRaw   = 3 // raw_value
 )
 
-// responseSize returns the encoded size of r, which appendResponse can
-// encode exactly as proto.Marshal would, or false if r has a part this
-// server never sets (request headers, dynamic metadata, quotas, unknown
-// fields), a nil status or header, or a string that is not valid UTF-8, on
-// which proto.Marshal fails.
+// responseSize returns the encoded size of r and whether appendResponse can
+// encode it exactly as proto.Marshal would: not if r has a part this server
+// never sets (request headers, dynamic metadata, quotas, unknown fields), a
+// nil status or header, or a string that is not valid UTF-8, on which
+// proto.Marshal fails. The checks are made here once; the size functions
+// below, which appendResponse calls again for each embedded message's
+// length, only add.
 func responseSize(r *rlsv3.RateLimitResponse) (int, bool) {
-	if len(r.RequestHeadersToAdd) > 0 || r.DynamicMetadata != nil || r.Quota != nil || unknown(r) {
+	if r == nil || !encodable(r) {
 		return 0, false
 	}
 	n := sizeVarintField(wireResponseCode, uint64(r.OverallCode))
 	for _, st := range r.Statuses {
-		m, ok := statusSize(st)
-		if !ok {
-			return 0, false
-		}
-		n += sizeMessageField(wireResponseStatuses, m)
+		n += sizeMessageField(wireResponseStatuses, statusSize(st))
 	}
 	for _, h := range r.ResponseHeadersToAdd {
-		m, ok := headerSize(h)
-		if !ok {
-			return 0, false
-		}
-		n += sizeMessageField(wireResponseHeaders, m)
+		n += sizeMessageField(wireResponseHeaders, headerSize(h))
 	}
 	return n + sizeBytesField(wireResponseBody, r.RawBody), true
+}
+
+// encodable reports whether r holds only what appendResponse writes; see
+// responseSize.
+func encodable(r *rlsv3.RateLimitResponse) bool {
+	if len(r.RequestHeadersToAdd) > 0 || r.DynamicMetadata != nil || r.Quota != nil || unknown(r) {
+		return false
+	}
+	for _, st := range r.Statuses {
+		if st == nil || st.Quota != nil || unknown(st) {
+			return false
+		}
+		if l := st.CurrentLimit; l != nil && (unknown(l) || !utf8.ValidString(l.Name) ||
+			l.UnitMultiplier != nil && unknown(l.UnitMultiplier)) {
+			return false
+		}
+		if d := st.DurationUntilReset; d != nil && unknown(d) {
+			return false
+		}
+	}
+	for _, h := range r.ResponseHeadersToAdd {
+		if h == nil || unknown(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
+			return false
+		}
+	}
+	return true
 }
 
 // appendResponse appends r's encoding to b; responseSize must have
@@ -254,13 +283,11 @@ func responseSize(r *rlsv3.RateLimitResponse) (int, bool) {
 func appendResponse(b []byte, r *rlsv3.RateLimitResponse) []byte {
 	b = appendVarintField(b, wireResponseCode, uint64(r.OverallCode))
 	for _, st := range r.Statuses {
-		m, _ := statusSize(st)
-		b = appendMessageHead(b, wireResponseStatuses, m)
+		b = appendMessageHead(b, wireResponseStatuses, statusSize(st))
 		b = appendStatus(b, st)
 	}
 	for _, h := range r.ResponseHeadersToAdd {
-		m, _ := headerSize(h)
-		b = appendMessageHead(b, wireResponseHeaders, m)
+		b = appendMessageHead(b, wireResponseHeaders, headerSize(h))
 		b = appendBytesField(b, wireHeaderKey, h.Key)
 		b = appendBytesField(b, wireHeaderValue, h.Value)
 		b = appendBytesField(b, wireHeaderRaw, h.RawValue)
@@ -268,76 +295,57 @@ func appendResponse(b []byte, r *rlsv3.RateLimitResponse) []byte {
 	return appendBytesField(b, wireResponseBody, r.RawBody)
 }
 
-func statusSize(st *rlsv3.RateLimitResponse_DescriptorStatus) (int, bool) {
-	if st == nil || st.Quota != nil || unknown(st) {
-		return 0, false
-	}
+func statusSize(st *rlsv3.RateLimitResponse_DescriptorStatus) int {
 	n := sizeVarintField(wireStatusCode, uint64(st.Code))
 	if l := st.CurrentLimit; l != nil {
-		m, ok := limitSize(l)
-		if !ok {
-			return 0, false
-		}
-		n += sizeMessageField(wireStatusLimit, m)
+		n += sizeMessageField(wireStatusLimit, limitSize(l))
 	}
 	n += sizeVarintField(wireStatusRemaining, uint64(st.LimitRemaining))
-	if dur := st.DurationUntilReset; dur != nil {
-		if unknown(dur) {
-			return 0, false
-		}
-		n += sizeMessageField(wireStatusReset, durationSize(dur))
+	if d := st.DurationUntilReset; d != nil {
+		n += sizeMessageField(wireStatusReset, durationSize(d))
 	}
-	return n, true
+	return n
 }
 
 func appendStatus(b []byte, st *rlsv3.RateLimitResponse_DescriptorStatus) []byte {
 	b = appendVarintField(b, wireStatusCode, uint64(st.Code))
 	if l := st.CurrentLimit; l != nil {
-		m, _ := limitSize(l)
-		b = appendMessageHead(b, wireStatusLimit, m)
+		b = appendMessageHead(b, wireStatusLimit, limitSize(l))
 		b = appendVarintField(b, wireLimitPerUnit, uint64(l.RequestsPerUnit))
 		b = appendVarintField(b, wireLimitUnit, uint64(l.Unit))
 		b = appendBytesField(b, wireLimitName, l.Name)
 		if mu := l.UnitMultiplier; mu != nil {
-			b = appendMessageHead(b, wireLimitMultiplier, sizeVarintField(1, uint64(mu.Value)))
-			b = appendVarintField(b, 1, uint64(mu.Value))
+			v := uint64(mu.Value)
+			b = appendMessageHead(b, wireLimitMultiplier, sizeVarintField(wireUInt32Value, v))
+			b = appendVarintField(b, wireUInt32Value, v)
 		}
 	}
 	b = appendVarintField(b, wireStatusRemaining, uint64(st.LimitRemaining))
-	if dur := st.DurationUntilReset; dur != nil {
-		b = appendMessageHead(b, wireStatusReset, durationSize(dur))
-		b = appendVarintField(b, wireDurationSeconds, uint64(dur.Seconds))
-		b = appendVarintField(b, wireDurationNanos, uint64(dur.Nanos)) // sign-extended, as proto's int32
+	if d := st.DurationUntilReset; d != nil {
+		b = appendMessageHead(b, wireStatusReset, durationSize(d))
+		b = appendVarintField(b, wireDurationSeconds, uint64(d.Seconds))
+		b = appendVarintField(b, wireDurationNanos, uint64(d.Nanos)) // sign-extended, as proto's int32
 	}
 	return b
 }
 
-func limitSize(l *rlsv3.RateLimitResponse_RateLimit) (int, bool) {
-	if unknown(l) || !utf8.ValidString(l.Name) {
-		return 0, false
-	}
+func limitSize(l *rlsv3.RateLimitResponse_RateLimit) int {
 	n := sizeVarintField(wireLimitPerUnit, uint64(l.RequestsPerUnit)) +
 		sizeVarintField(wireLimitUnit, uint64(l.Unit)) +
 		sizeBytesField(wireLimitName, l.Name)
 	if mu := l.UnitMultiplier; mu != nil {
-		if unknown(mu) {
-			return 0, false
-		}
-		n += sizeMessageField(wireLimitMultiplier, sizeVarintField(1, uint64(mu.Value)))
+		n += sizeMessageField(wireLimitMultiplier, sizeVarintField(wireUInt32Value, uint64(mu.Value)))
 	}
-	return n, true
+	return n
 }
 
 func durationSize(d *durationpb.Duration) int {
 	return sizeVarintField(wireDurationSeconds, uint64(d.Seconds)) + sizeVarintField(wireDurationNanos, uint64(d.Nanos))
 }
 
-func headerSize(h *corev3.HeaderValue) (int, bool) {
-	if h == nil || unknown(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
-		return 0, false
-	}
+func headerSize(h *corev3.HeaderValue) int {
 	return sizeBytesField(wireHeaderKey, h.Key) + sizeBytesField(wireHeaderValue, h.Value) +
-		sizeBytesField(wireHeaderRaw, h.RawValue), true
+		sizeBytesField(wireHeaderRaw, h.RawValue)
 }
 
 // unknown reports whether m carries unknown fields, which proto.Marshal
