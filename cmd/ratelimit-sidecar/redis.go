@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -243,6 +244,16 @@ func newRedisClient(c *config) (redis.UniversalClient, error) {
 		return nil, err
 	}
 	return redis.NewUniversalClient(o), nil
+}
+
+// poolStatsOf is go-redis's pool statistics as package metrics exports
+// them; nil for nil.
+func poolStatsOf(s *redis.PoolStats) *metrics.PoolStats {
+	if s == nil {
+		return nil
+	}
+	return &metrics.PoolStats{Hits: s.Hits, Misses: s.Misses, Timeouts: s.Timeouts,
+		StaleConns: s.StaleConns, TotalConns: s.TotalConns, IdleConns: s.IdleConns}
 }
 
 // redisStore is the Redis store as served, layered from the outside in:

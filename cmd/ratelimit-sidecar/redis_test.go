@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -296,5 +297,18 @@ func TestBatchOptions(t *testing.T) {
 	}
 	if got, want := c.redis.batchOptions(), (window.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
 		t.Errorf("batchOptions() = %+v, want %+v", got, want)
+	}
+}
+
+// TestPoolStatsOf: go-redis's pool counters reach the metrics as they are.
+func TestPoolStatsOf(t *testing.T) {
+	t.Parallel()
+	if got := poolStatsOf(nil); got != nil {
+		t.Errorf("poolStatsOf(nil) = %+v, want nil", got)
+	}
+	got := poolStatsOf(&redis.PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4, WaitCount: 9})
+	want := metrics.PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4}
+	if got == nil || *got != want {
+		t.Errorf("poolStatsOf = %+v, want %+v", got, want)
 	}
 }

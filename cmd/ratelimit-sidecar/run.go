@@ -18,13 +18,15 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/httpapi"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/reload"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -53,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var closeStore func() error
 	now, stopClock := time.Now, func() {} // the in-memory store is one replica: its clock is the clock
 	clockOffset := newClockOffsetGauge()
-	var poolStats func() *redis.PoolStats
+	var poolStats func() *metrics.PoolStats
 	var roundTrips func() uint64
 	breakerOpen := func() bool { return false }
 	goRedisLogger.log.Store(log)
@@ -65,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		poolStats = client.PoolStats
+		poolStats = func() *metrics.PoolStats { return poolStatsOf(client.PoolStats()) }
 		if now, stopClock, err = startClock(ctx, client, cfg.clockSync, log, clockOffset); err != nil {
 			client.Close()
 			return err
@@ -94,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})); err != nil {
 		return err
 	}
-	metrics, err := envoyrls.NewMetrics(envoyrls.MetricsOptions{Registerer: reg, PoolStats: poolStats, RoundTrips: roundTrips})
+	recorder, err := metrics.New(metrics.Options{Registerer: reg, PoolStats: poolStats, RoundTrips: roundTrips})
 	if err != nil {
 		return err
 	}
@@ -105,16 +107,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Now:       now,
 		Limits:    cfg.limits,
 		Logger:    log,
-		Observer:  metrics,
+		Observer:  recorder,
 	})
 	if err != nil {
 		return err
 	}
-	reloader, err := envoyrls.NewReloader(envoyrls.ReloaderOptions{
+	reloader, err := reload.New(reload.Options{
 		Path:     cfg.configPath,
 		Apply:    srv.SetRules,
 		Logger:   log,
-		OnReload: metrics.ObserveReload,
+		OnReload: recorder.ObserveReload,
 	})
 	if err != nil {
 		return err
@@ -186,7 +188,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("-http-addr: %w", err)
 		}
 		httpAddr = httpLis.Addr().String()
-		serveHTTP(httpLis, envoyrls.NewHTTPHandler(srv, envoyrls.HTTPOptions{
+		serveHTTP(httpLis, httpapi.New(httpapi.Options{
+			Rules:       func() any { return srv.Rules() },
 			Ready:       ready.Ready,
 			RulesStatus: reloader.RulesStatus,
 			Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
