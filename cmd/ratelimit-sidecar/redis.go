@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -21,54 +20,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// redisConfig is the Redis topology, credentials, TLS and circuit breaker
-// flags. -redis-url and -redis-timeout live in config itself.
-type redisConfig struct {
-	mode            string // single, sentinel or cluster
-	addrs           string // comma-separated host:port
-	masterName      string
-	username        string
-	password        string
-	db              int
-	tls             bool
-	tlsCA           string
-	tlsInsecure     bool
-	poolSize        int
-	breakerFailures int
-	breakerOpenFor  time.Duration
-	breakerFailFor  time.Duration
-	batchWorkers    int
-	batchLinger     time.Duration
-}
-
-// addFlags registers the Redis flags on fs; parseFlags gives each its RLS_
-// environment variable.
-func (c *redisConfig) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.mode, "redis-mode", "single", "Redis topology: single, sentinel or cluster")
-	fs.StringVar(&c.addrs, "redis-addrs", "", "comma-separated host:port: the server (single), the sentinels (sentinel) or seed nodes (cluster); instead of -redis-url")
-	fs.StringVar(&c.masterName, "redis-master-name", "", "name of the master the sentinels monitor (required with -redis-mode sentinel)")
-	fs.StringVar(&c.username, "redis-username", "", "Redis ACL user name")
-	fs.StringVar(&c.password, "redis-password", "", "Redis password; prefer RLS_REDIS_PASSWORD, since flags show in the process list")
-	fs.IntVar(&c.db, "redis-db", 0, "Redis database number (single and sentinel; a cluster has only 0)")
-	fs.BoolVar(&c.tls, "redis-tls", false, "connect to Redis with TLS (implied by a rediss:// -redis-url)")
-	fs.StringVar(&c.tlsCA, "redis-tls-ca", "", "PEM file of the CA certificates that sign the Redis servers' certificates; default the system pool")
-	fs.BoolVar(&c.tlsInsecure, "redis-tls-insecure-skip-verify", false, "accept any Redis server certificate (testing only)")
-	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
-	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
-	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", 250*time.Millisecond, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
-	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", time.Second, "how long the open circuit fails calls at once before it lets one probe through")
-	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 1, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
-	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
-}
-
-// usesRedis reports whether the counters live in Redis: some -redis-* flag
-// was given a value, on the command line or by its RLS_ variable, even one
-// equal to its default, such as -redis-timeout 15ms. An address is then
-// required (so that a Redis flag without one is an error, not a silent
-// in-memory store). An empty value selects nothing: -redis-url "" asks for
-// the in-memory store.
-func (c *config) usesRedis() bool { return len(c.redisGiven) > 0 }
-
 // redisOptions validates the Redis flags together and returns the options of
 // the one client behind the store, for redis.NewUniversalClient: a plain
 // client for single, a Sentinel failover client for sentinel (MasterName set)
@@ -76,7 +27,7 @@ func (c *config) usesRedis() bool { return len(c.redisGiven) > 0 }
 // counting path gets no retries (a retried script can count twice), and
 // ContextTimeoutEnabled, so the deadline the store puts on each call
 // (-redis-timeout, see window.RedisOptions) bounds it.
-func redisOptions(c *config) (*redis.UniversalOptions, error) {
+func redisOptions(c *options) (*redis.UniversalOptions, error) {
 	r := &c.redis
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -238,7 +189,7 @@ func redisOptions(c *config) (*redis.UniversalOptions, error) {
 
 // newRedisClient returns the client for the counting path, built from the
 // validated Redis flags; see redisOptions.
-func newRedisClient(c *config) (redis.UniversalClient, error) {
+func newRedisClient(c *options) (redis.UniversalClient, error) {
 	o, err := redisOptions(c)
 	if err != nil {
 		return nil, err
@@ -286,7 +237,7 @@ func (r *redisConfig) batchOptions() window.BatchOptions {
 
 // newRedisStore returns the store over client; see redisStore. The
 // breaker's changes are logged.
-func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *redisStore {
+func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger) *redisStore {
 	rs := &redisStore{}
 	ro := window.RedisOptions{Timeout: c.redisTimeout}
 	if c.redis.batchWorkers > 0 {

@@ -44,12 +44,12 @@ func writeCA(t *testing.T) string {
 	return path
 }
 
-// redisFlags parses args (plus a -config) and returns the config.
-func redisFlags(t *testing.T, args []string, env map[string]string) *config {
+// redisFlags parses args (plus a -config) and returns the options.
+func redisFlags(t *testing.T, args []string, env map[string]string) *options {
 	t.Helper()
-	c, err := parseFlags("test", append([]string{"-config", "x.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
+	c, err := parseOptions("test", append([]string{"-config", "x.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
-		t.Fatalf("parseFlags(%q) = %v", args, err)
+		t.Fatalf("parseOptions(%q) = %v", args, err)
 	}
 	return c
 }

@@ -8,14 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 )
 
-// config is the process configuration: flags, each with an RLS_ variable.
-type config struct {
+// options are the process settings: flags, each with an RLS_ environment
+// variable, resolved once at start by parseOptions.
+type options struct {
 	configPath      string
 	grpcAddr        string
 	httpAddr        string
@@ -42,8 +40,11 @@ func envName(flagName string) string {
 	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-func parseFlags(name string, args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
-	c := &config{}
+// parseOptions resolves the settings: each flag from args, else from its
+// RLS_ variable (see envName), else its default. Every bad value is
+// reported at once.
+func parseOptions(name string, args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
+	c := &options{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required)")
@@ -98,41 +99,50 @@ func parseFlags(name string, args []string, getenv func(string) string, stderr i
 	return c, errors.Join(errs...)
 }
 
-func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("-log-level: %w", err)
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	var e zapcore.Encoder
-	switch format {
-	case "json":
-		e = zapcore.NewJSONEncoder(enc)
-	case "console":
-		e = zapcore.NewConsoleEncoder(enc)
-	default:
-		return nil, fmt.Errorf("-log-format %q: want json or console", format)
-	}
-	return zap.New(zapcore.NewCore(e, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
+// redisConfig is the Redis topology, credentials, TLS and circuit breaker
+// flags. -redis-url and -redis-timeout live in options itself.
+type redisConfig struct {
+	mode            string // single, sentinel or cluster
+	addrs           string // comma-separated host:port
+	masterName      string
+	username        string
+	password        string
+	db              int
+	tls             bool
+	tlsCA           string
+	tlsInsecure     bool
+	poolSize        int
+	breakerFailures int
+	breakerOpenFor  time.Duration
+	breakerFailFor  time.Duration
+	batchWorkers    int
+	batchLinger     time.Duration
 }
 
-// validate is the "validate" subcommand: it loads rules, prints every problem
-// with file and line, and fails when there is one.
-func validate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("ratelimit-sidecar validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", getenv(envName("config")), "rules file or directory to check")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *path == "" {
-		return errors.New("validate: -config is required")
-	}
-	rules, err := envoyrls.LoadRules(*path)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "ok: %d domain(s) %s from %d file(s)\n", len(rules.Domains()), strings.Join(rules.Domains(), ", "), len(rules.Files()))
-	return nil
+// addFlags registers the Redis flags on fs; parseOptions gives each its RLS_
+// environment variable.
+func (c *redisConfig) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.mode, "redis-mode", "single", "Redis topology: single, sentinel or cluster")
+	fs.StringVar(&c.addrs, "redis-addrs", "", "comma-separated host:port: the server (single), the sentinels (sentinel) or seed nodes (cluster); instead of -redis-url")
+	fs.StringVar(&c.masterName, "redis-master-name", "", "name of the master the sentinels monitor (required with -redis-mode sentinel)")
+	fs.StringVar(&c.username, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&c.password, "redis-password", "", "Redis password; prefer RLS_REDIS_PASSWORD, since flags show in the process list")
+	fs.IntVar(&c.db, "redis-db", 0, "Redis database number (single and sentinel; a cluster has only 0)")
+	fs.BoolVar(&c.tls, "redis-tls", false, "connect to Redis with TLS (implied by a rediss:// -redis-url)")
+	fs.StringVar(&c.tlsCA, "redis-tls-ca", "", "PEM file of the CA certificates that sign the Redis servers' certificates; default the system pool")
+	fs.BoolVar(&c.tlsInsecure, "redis-tls-insecure-skip-verify", false, "accept any Redis server certificate (testing only)")
+	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
+	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
+	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", 250*time.Millisecond, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
+	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", time.Second, "how long the open circuit fails calls at once before it lets one probe through")
+	fs.IntVar(&c.batchWorkers, "redis-batch-workers", 1, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
+	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
 }
+
+// usesRedis reports whether the counters live in Redis: some -redis-* flag
+// was given a value, on the command line or by its RLS_ variable, even one
+// equal to its default, such as -redis-timeout 15ms. An address is then
+// required (so that a Redis flag without one is an error, not a silent
+// in-memory store). An empty value selects nothing: -redis-url "" asks for
+// the in-memory store.
+func (c *options) usesRedis() bool { return len(c.redisGiven) > 0 }
