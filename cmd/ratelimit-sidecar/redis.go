@@ -26,165 +26,212 @@ import (
 // and a cluster client for cluster (IsClusterMode). Whatever the flags, the
 // counting path gets no retries (a retried script can count twice), and
 // ContextTimeoutEnabled, so the deadline the store puts on each call
-// (-redis-timeout, see window.RedisOptions) bounds it.
+// (-redis-timeout, see window.RedisOptions) bounds it. Every problem is
+// reported at once.
 func redisOptions(c *options) (*redis.UniversalOptions, error) {
 	r := &c.redis
-	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var p problems
 	o := &redis.UniversalOptions{
 		Username: r.username,
 		Password: r.password,
 		DB:       r.db,
 		PoolSize: r.poolSize,
 	}
+	o.Addrs = parseRedisAddrs(r.addrs, &p)
+	urlTLS := false
+	switch {
+	case c.redisURL != "" && len(o.Addrs) > 0:
+		p.add("-redis-url and -redis-addrs: set one, not both")
+	case c.redisURL != "":
+		urlTLS = applyRedisURL(c, o, &p)
+	}
+	checkRedisMode(c, o, &p)
+	checkRedisLimits(c, &p)
+	applyRedisTLS(r, o, urlTLS, &p)
+	setRedisConnection(o, c.redisTimeout)
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// problems collects every problem with the flags, to report them at once.
+type problems []error
+
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
+
+func (p problems) err() error { return errors.Join(p...) }
+
+// parseRedisAddrs splits -redis-addrs into host:port addresses, skipping
+// empty ones.
+func parseRedisAddrs(list string, p *problems) []string {
 	var addrs []string
-	for a := range strings.SplitSeq(r.addrs, ",") {
+	for a := range strings.SplitSeq(list, ",") {
 		if a = strings.TrimSpace(a); a == "" {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			fail("-redis-addrs: %q: %v", a, err)
+			p.add("-redis-addrs: %q: %v", a, err)
 		}
 		addrs = append(addrs, a)
 	}
-	urlTLS := false
-	switch {
-	case c.redisURL != "" && len(addrs) > 0:
-		fail("-redis-url and -redis-addrs: set one, not both")
-	case c.redisURL != "":
-		if r.mode != "single" {
-			fail("-redis-url is for -redis-mode single; use -redis-addrs with -redis-mode %s", r.mode)
-		}
-		u, err := redis.ParseURL(c.redisURL)
-		if err != nil {
-			fail("-redis-url: %w", err)
-			break
-		}
-		if (u.Username != "" || u.Password != "") && (r.username != "" || r.password != "") {
-			fail("-redis-url carries credentials: do not also set -redis-username or -redis-password")
-		}
-		if u.DB != 0 && r.db != 0 {
-			fail("-redis-url names database %d: do not also set -redis-db", u.DB)
-		}
-		addrs = []string{u.Addr}
-		if o.Username == "" && o.Password == "" {
-			o.Username, o.Password = u.Username, u.Password
-		}
-		if o.DB == 0 {
-			o.DB = u.DB
-		}
-		if o.PoolSize == 0 {
-			o.PoolSize = u.PoolSize // from ?pool_size=
-		}
-		if u.Network == "unix" {
-			o.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", addr)
-			}
-		}
-		if u.TLSConfig != nil {
-			urlTLS = true
-			o.TLSConfig = u.TLSConfig
+	return addrs
+}
+
+// applyRedisURL sets o's address, and its credentials, database, pool size,
+// unix dialer and TLS where -redis-url names them and no flag does. It
+// reports whether the URL asks for TLS (rediss://).
+func applyRedisURL(c *options, o *redis.UniversalOptions, p *problems) (urlTLS bool) {
+	r := &c.redis
+	if r.mode != "single" {
+		p.add("-redis-url is for -redis-mode single; use -redis-addrs with -redis-mode %s", r.mode)
+	}
+	u, err := redis.ParseURL(c.redisURL)
+	if err != nil {
+		p.add("-redis-url: %w", err)
+		return false
+	}
+	if (u.Username != "" || u.Password != "") && (r.username != "" || r.password != "") {
+		p.add("-redis-url carries credentials: do not also set -redis-username or -redis-password")
+	}
+	if u.DB != 0 && r.db != 0 {
+		p.add("-redis-url names database %d: do not also set -redis-db", u.DB)
+	}
+	o.Addrs = []string{u.Addr}
+	if o.Username == "" && o.Password == "" {
+		o.Username, o.Password = u.Username, u.Password
+	}
+	if o.DB == 0 {
+		o.DB = u.DB
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = u.PoolSize // from ?pool_size=
+	}
+	if u.Network == "unix" {
+		o.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", addr)
 		}
 	}
-	o.Addrs = addrs
+	if u.TLSConfig != nil {
+		o.TLSConfig = u.TLSConfig
+		return true
+	}
+	return false
+}
 
+// checkRedisMode checks o's addresses and the flags against -redis-mode and
+// sets the Sentinel master or cluster mode.
+func checkRedisMode(c *options, o *redis.UniversalOptions, p *problems) {
+	r := &c.redis
 	switch r.mode {
 	case "single":
-		if len(addrs) > 1 {
-			fail("-redis-mode single takes one address, got %d; for several use -redis-mode cluster or sentinel", len(addrs))
+		if len(o.Addrs) > 1 {
+			p.add("-redis-mode single takes one address, got %d; for several use -redis-mode cluster or sentinel", len(o.Addrs))
 		}
 		if r.masterName != "" {
-			fail("-redis-master-name is for -redis-mode sentinel")
+			p.add("-redis-master-name is for -redis-mode sentinel")
+		}
+		if len(o.Addrs) == 0 {
+			p.add("set -redis-url or -redis-addrs (Redis flags given: %s)", strings.Join(c.redisGiven, " "))
 		}
 	case "sentinel":
-		if len(addrs) == 0 {
-			fail("-redis-mode sentinel needs the sentinels' addresses in -redis-addrs")
+		if len(o.Addrs) == 0 {
+			p.add("-redis-mode sentinel needs the sentinels' addresses in -redis-addrs")
 		}
 		if r.masterName == "" {
-			fail("-redis-mode sentinel needs -redis-master-name")
+			p.add("-redis-mode sentinel needs -redis-master-name")
 		}
 		o.MasterName = r.masterName
 	case "cluster":
-		if len(addrs) == 0 {
-			fail("-redis-mode cluster needs seed node addresses in -redis-addrs")
+		if len(o.Addrs) == 0 {
+			p.add("-redis-mode cluster needs seed node addresses in -redis-addrs")
 		}
 		if r.masterName != "" {
-			fail("-redis-master-name is for -redis-mode sentinel")
+			p.add("-redis-master-name is for -redis-mode sentinel")
 		}
 		if r.db != 0 {
-			fail("-redis-db %d: a Redis Cluster has only database 0", r.db)
+			p.add("-redis-db %d: a Redis Cluster has only database 0", r.db)
 		}
 		o.IsClusterMode = true
 	default:
-		fail("-redis-mode %q: want single, sentinel or cluster", r.mode)
+		p.add("-redis-mode %q: want single, sentinel or cluster", r.mode)
 	}
-	if len(addrs) == 0 && r.mode == "single" {
-		fail("set -redis-url or -redis-addrs (Redis flags given: %s)", strings.Join(c.redisGiven, " "))
-	}
+}
+
+// checkRedisLimits checks the numeric flags: database, pool, breaker,
+// timeout and batching.
+func checkRedisLimits(c *options, p *problems) {
+	r := &c.redis
 	if r.db < 0 {
-		fail("-redis-db %d: want 0 or more", r.db)
+		p.add("-redis-db %d: want 0 or more", r.db)
 	}
 	if r.poolSize < 0 {
-		fail("-redis-pool-size %d: want 0 (default) or more", r.poolSize)
+		p.add("-redis-pool-size %d: want 0 (default) or more", r.poolSize)
 	}
 	if r.breakerFailures < 0 {
-		fail("-redis-breaker-failures %d: want 0 (off) or more", r.breakerFailures)
+		p.add("-redis-breaker-failures %d: want 0 (off) or more", r.breakerFailures)
 	}
 	if r.breakerFailures > 0 && r.breakerOpenFor <= 0 {
-		fail("-redis-breaker-open-for %v: want more than 0", r.breakerOpenFor)
+		p.add("-redis-breaker-open-for %v: want more than 0", r.breakerOpenFor)
 	}
 	if c.redisTimeout <= 0 {
-		fail("-redis-timeout %v: want more than 0", c.redisTimeout)
+		p.add("-redis-timeout %v: want more than 0", c.redisTimeout)
 	}
 	// A batch never waits more than half the time to its earliest
 	// deadline (window.BatchOptions.Linger), so more would not be waited.
 	if r.batchLinger < 0 || r.batchLinger > c.redisTimeout/2 {
-		fail("-redis-batch-linger %v: want 0 (off) to half of -redis-timeout (%v)", r.batchLinger, c.redisTimeout/2)
+		p.add("-redis-batch-linger %v: want 0 (off) to half of -redis-timeout (%v)", r.batchLinger, c.redisTimeout/2)
 	}
 	if r.batchLinger > 0 && (r.batchWorkers == 0 || r.mode == "cluster") {
-		fail("-redis-batch-linger needs batching: not with -redis-batch-workers 0 or -redis-mode cluster")
+		p.add("-redis-batch-linger needs batching: not with -redis-batch-workers 0 or -redis-mode cluster")
 	}
+}
 
+// applyRedisTLS sets o's TLS configuration from -redis-tls and its CA and
+// verification flags, on top of a rediss:// URL's (urlTLS).
+func applyRedisTLS(r *redisConfig, o *redis.UniversalOptions, urlTLS bool, p *problems) {
 	if (r.tlsCA != "" || r.tlsInsecure) && !r.tls && !urlTLS {
-		fail("-redis-tls-ca and -redis-tls-insecure-skip-verify need -redis-tls (or a rediss:// URL)")
+		p.add("-redis-tls-ca and -redis-tls-insecure-skip-verify need -redis-tls (or a rediss:// URL)")
 	}
-	if r.tls || urlTLS {
-		if o.TLSConfig == nil {
-			// ServerName stays empty: crypto/tls takes it from each node's
-			// address, which a cluster needs.
-			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		o.TLSConfig.InsecureSkipVerify = r.tlsInsecure
-		if r.tlsCA != "" {
-			pem, err := os.ReadFile(r.tlsCA)
-			if err != nil {
-				fail("-redis-tls-ca: %w", err)
-			} else {
-				pool := x509.NewCertPool()
-				if !pool.AppendCertsFromPEM(pem) {
-					fail("-redis-tls-ca %s: no PEM certificate in it", r.tlsCA)
-				}
-				o.TLSConfig.RootCAs = pool
-			}
-		}
+	if !r.tls && !urlTLS {
+		return
 	}
+	if o.TLSConfig == nil {
+		// ServerName stays empty: crypto/tls takes it from each node's
+		// address, which a cluster needs.
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	o.TLSConfig.InsecureSkipVerify = r.tlsInsecure
+	if r.tlsCA == "" {
+		return
+	}
+	pem, err := os.ReadFile(r.tlsCA)
+	if err != nil {
+		p.add("-redis-tls-ca: %w", err)
+		return
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		p.add("-redis-tls-ca %s: no PEM certificate in it", r.tlsCA)
+	}
+	o.TLSConfig.RootCAs = pool
+}
 
+// setRedisConnection sets what holds whatever the flags: no retries on the
+// counting path, context deadlines, RESP2, one dial attempt, and a dial
+// timeout of ten times -redis-timeout, at least a second.
+func setRedisConnection(o *redis.UniversalOptions, timeout time.Duration) {
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 	// RESP2: the counting path needs nothing of RESP3, and with RESP3
 	// go-redis checks every connection for push notifications before each
-	// command (about 2% of the sidecar's CPU under load). RESP2 also
-	// spares the HELLO that Redis before 6.0 refuses.
+	// command. RESP2 also spares the HELLO that Redis before 6.0 refuses.
 	o.Protocol = 2
 	// One dial attempt: a node that refuses should fail its calls at once,
 	// not after go-redis's five attempts with backoff.
 	o.DialerRetries = 1
-	o.DialTimeout = max(c.redisTimeout*10, time.Second)
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return o, nil
+	o.DialTimeout = max(timeout*10, time.Second)
 }
 
 // newRedisClient returns the client for the counting path, built from the
