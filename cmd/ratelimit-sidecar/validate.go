@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 )
 
@@ -15,7 +16,7 @@ import (
 func validate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ratelimit-sidecar validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", getenv(envName("config")), "rules file or directory to check")
+	path := fs.String("config", getenv(config.EnvName("config")), "rules file or directory to check")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
