@@ -175,20 +175,7 @@ func (a *app) listen(addr string) (net.Listener, error) {
 // value of hup, and runs the health loop, until ctx ends; then it shuts
 // down. It returns nil after a clean shutdown, or the gRPC server's error.
 func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
-	httpAddr := ""
-	if a.httpLis != nil {
-		httpAddr = a.httpLis.Addr().String()
-		a.http.serve(a.httpLis, httpapi.New(httpapi.Options{
-			Rules:       func() any { return a.srv.Rules() },
-			Ready:       a.health.ready.Ready,
-			RulesStatus: a.reloader.RulesStatus,
-			Metrics:     promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}),
-		}))
-	}
-	if a.debugLis != nil {
-		a.http.serve(a.debugLis, pprofHandler())
-		a.log.Info("serving pprof", zap.String("debug_addr", a.debugLis.Addr().String()))
-	}
+	httpAddr := a.serveHTTP()
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- a.grpc.Serve(a.grpcLis) }()
 
@@ -197,7 +184,7 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	bgCtx, stopBG := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	defer func() { stopBG(); bg.Wait() }()
-	bg.Go(func() { a.watchRules(bgCtx, hup) })
+	bg.Go(func() { a.reloadOnSignal(bgCtx, hup) })
 	bg.Go(func() {
 		if err := a.reloader.Run(bgCtx); err != nil {
 			a.log.Error("not watching the rules for changes; send SIGHUP to reload", zap.Error(err))
@@ -227,8 +214,27 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	return nil
 }
 
-// watchRules reloads the rules on each value of hup until ctx ends.
-func (a *app) watchRules(ctx context.Context, hup <-chan os.Signal) {
+// serveHTTP serves the endpoints and pprof on their listeners, if any, and
+// returns the endpoints' address, "" without one.
+func (a *app) serveHTTP() (httpAddr string) {
+	if a.httpLis != nil {
+		httpAddr = a.httpLis.Addr().String()
+		a.http.serve(a.httpLis, httpapi.New(httpapi.Options{
+			Rules:       func() any { return a.srv.Rules() },
+			Ready:       a.health.ready.Ready,
+			RulesStatus: a.reloader.RulesStatus,
+			Metrics:     promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}),
+		}))
+	}
+	if a.debugLis != nil {
+		a.http.serve(a.debugLis, pprofHandler())
+		a.log.Info("serving pprof", zap.String("debug_addr", a.debugLis.Addr().String()))
+	}
+	return httpAddr
+}
+
+// reloadOnSignal reloads the rules on each value of hup until ctx ends.
+func (a *app) reloadOnSignal(ctx context.Context, hup <-chan os.Signal) {
 	for {
 		select {
 		case <-ctx.Done():

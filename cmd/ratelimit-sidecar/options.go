@@ -42,24 +42,7 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	c := &options{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required)")
-	fs.StringVar(&c.grpcAddr, "grpc-addr", config.DefaultGRPCAddr, "gRPC listen address for ratelimit.v3 and grpc.health.v1: host:port or unix:///path")
-	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthz, /readyz, /rules and /metrics; empty disables")
-	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
-	c.redis.addFlags(fs)
-	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
-	fs.StringVar(&c.logLevel, "log-level", config.DefaultLogLevel, "debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", config.DefaultShutdownTimeout, "how long in-flight calls may take to finish after SIGTERM")
-	fs.DurationVar(&c.healthInterval, "health-interval", config.DefaultHealthInterval, "how often the store is pinged for readiness")
-	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles on this address (e.g. 127.0.0.1:6060); empty disables; never expose it")
-	fs.BoolVar(&c.overLimitCache, "over-limit-cache", config.DefaultOverLimitCache, "with Redis: deny locally, until its window ends, a fixed-window counter known to be full (no Redis traffic for a key under attack)")
-	fs.DurationVar(&c.clockSync, "clock-sync-interval", config.DefaultClockSyncInterval, "how often the offset to the Redis server's clock (TIME) is measured, so replicas agree on windows; 0 uses the local clock")
-	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", config.DefaultMaxDescriptors, "most descriptors in one request")
-	fs.IntVar(&c.limits.MaxEntries, "max-entries", config.DefaultMaxEntries, "most entries in one descriptor")
-	fs.IntVar(&c.limits.MaxEntryBytes, "max-entry-bytes", config.DefaultMaxEntryBytes, "longest descriptor key, value or domain, in bytes")
-	fs.Uint64Var(&c.limits.MaxHits, "max-hits", config.DefaultMaxHits, "largest hits_addend of one descriptor")
+	c.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -92,6 +75,29 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
 	}
 	return c, errors.Join(errs...)
+}
+
+// addFlags registers the flags on fs with their defaults; parseOptions
+// gives each its RLS_ environment variable.
+func (c *options) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", config.DefaultGRPCAddr, "gRPC listen address for ratelimit.v3 and grpc.health.v1: host:port or unix:///path")
+	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthz, /readyz, /rules and /metrics; empty disables")
+	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
+	c.redis.addFlags(fs)
+	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
+	fs.StringVar(&c.logLevel, "log-level", config.DefaultLogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", config.DefaultShutdownTimeout, "how long in-flight calls may take to finish after SIGTERM")
+	fs.DurationVar(&c.healthInterval, "health-interval", config.DefaultHealthInterval, "how often the store is pinged for readiness")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles on this address (e.g. 127.0.0.1:6060); empty disables; never expose it")
+	fs.BoolVar(&c.overLimitCache, "over-limit-cache", config.DefaultOverLimitCache, "with Redis: deny locally, until its window ends, a fixed-window counter known to be full (no Redis traffic for a key under attack)")
+	fs.DurationVar(&c.clockSync, "clock-sync-interval", config.DefaultClockSyncInterval, "how often the offset to the Redis server's clock (TIME) is measured, so replicas agree on windows; 0 uses the local clock")
+	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", config.DefaultMaxDescriptors, "most descriptors in one request")
+	fs.IntVar(&c.limits.MaxEntries, "max-entries", config.DefaultMaxEntries, "most entries in one descriptor")
+	fs.IntVar(&c.limits.MaxEntryBytes, "max-entry-bytes", config.DefaultMaxEntryBytes, "longest descriptor key, value or domain, in bytes")
+	fs.Uint64Var(&c.limits.MaxHits, "max-hits", config.DefaultMaxHits, "largest hits_addend of one descriptor")
 }
 
 // redisConfig is the Redis topology, credentials, TLS and circuit breaker
