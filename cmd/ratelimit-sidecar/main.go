@@ -14,11 +14,10 @@ import (
 func main() {
 	if os.Getenv("GOGC") == "" {
 		// The heap is small (tens of MiB) and churns per request, so at
-		// the default GOGC=100 the collector runs constantly: 400 cut CPU
-		// per decision by about 15% when it was measured (README,
-		// Benchmarks, with the figures of that run). Set
-		// GOMEMLIMIT near the container's limit to keep GC from letting the
-		// heap grow into it (deploy/k8s does).
+		// the default GOGC=100 the collector runs constantly and costs CPU
+		// per decision (README, Benchmarks). Set GOMEMLIMIT near the
+		// container's limit to keep GC from letting the heap grow into it
+		// (deploy/k8s does).
 		debug.SetGCPercent(400)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -43,12 +44,12 @@ func writeCA(t *testing.T) string {
 	return path
 }
 
-// redisFlags parses args (plus a -config) and returns the config.
-func redisFlags(t *testing.T, args []string, env map[string]string) *config {
+// redisFlags parses args (plus a -config) and returns the options.
+func redisFlags(t *testing.T, args []string, env map[string]string) *options {
 	t.Helper()
-	c, err := parseFlags("test", append([]string{"-config", "x.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
+	c, err := parseOptions("test", append([]string{"-config", "x.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
-		t.Fatalf("parseFlags(%q) = %v", args, err)
+		t.Fatalf("parseOptions(%q) = %v", args, err)
 	}
 	return c
 }
@@ -296,5 +297,18 @@ func TestBatchOptions(t *testing.T) {
 	}
 	if got, want := c.redis.batchOptions(), (window.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
 		t.Errorf("batchOptions() = %+v, want %+v", got, want)
+	}
+}
+
+// TestPoolStatsOf: go-redis's pool counters reach the metrics as they are.
+func TestPoolStatsOf(t *testing.T) {
+	t.Parallel()
+	if got := poolStatsOf(nil); got != nil {
+		t.Errorf("poolStatsOf(nil) = %+v, want nil", got)
+	}
+	got := poolStatsOf(&redis.PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4, WaitCount: 9})
+	want := metrics.PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4}
+	if got == nil || *got != want {
+		t.Errorf("poolStatsOf = %+v, want %+v", got, want)
 	}
 }

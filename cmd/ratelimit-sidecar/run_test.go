@@ -20,44 +20,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-func TestParseFlagsEnv(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		want    string // the redis URL parsed
-		wantErr string
-	}{
-		{"flag beats env", []string{"-config", "r.yaml", "-redis-url", "redis://flag:6379"}, map[string]string{"RLS_REDIS_URL": "redis://env:6379"}, "redis://flag:6379", ""},
-		{"env when no flag", []string{"-config", "r.yaml"}, map[string]string{"RLS_REDIS_URL": "redis://env:6379"}, "redis://env:6379", ""},
-		{"config from env", nil, map[string]string{"RLS_CONFIG": "r.yaml"}, "", ""},
-		{"no config", nil, nil, "", "-config (or RLS_CONFIG) is required"},
-		{"bad env value", []string{"-config", "r.yaml"}, map[string]string{"RLS_REDIS_TIMEOUT": "soon"}, "", `RLS_REDIS_TIMEOUT="soon"`},
-		{"bad env value hidden by flag", []string{"-config", "r.yaml", "-redis-timeout", "5ms"}, map[string]string{"RLS_REDIS_TIMEOUT": "soon"}, "", ""},
-		{"unknown flag", []string{"-config", "r.yaml", "-no-such-flag"}, nil, "", "flag provided but not defined: -no-such-flag"},
-		{"stray argument", []string{"-config", "r.yaml", "serve"}, nil, "", `unexpected arguments ["serve"]`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			cfg, err := parseFlags("test", tt.args, env(tt.env), io.Discard)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("parseFlags(%q) error = %v, want %q", tt.args, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("parseFlags(%q) = %v", tt.args, err)
-			}
-			if cfg.redisURL != tt.want {
-				t.Errorf("parseFlags(%q).redisURL = %q, want %q", tt.args, cfg.redisURL, tt.want)
-			}
-		})
-	}
-}
-
 // TestRunFlagBeatsEnv runs the sidecar with a good -config and a bad
 // RLS_CONFIG, then with RLS_CONFIG alone.
 func TestRunFlagBeatsEnv(t *testing.T) {
@@ -144,34 +106,6 @@ func TestBinaryExitStatus(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestValidate(t *testing.T) {
-	t.Parallel()
-	good, bad := writeRules(t, goodRules(5)), writeRules(t, badRules)
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"validate", "-config", good}, env(nil), &out, io.Discard); err != nil {
-		t.Fatalf("validate good rules = %v", err)
-	}
-	if got := out.String(); got != "ok: 1 domain(s) edge from 1 file(s)\n" {
-		t.Errorf("validate good rules printed %q", got)
-	}
-	out.Reset()
-	if err := run(context.Background(), []string{"validate"}, env(map[string]string{"RLS_CONFIG": good}), &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "ok:") {
-		t.Errorf("validate with RLS_CONFIG = %v, printed %q", err, out.String())
-	}
-	err := run(context.Background(), []string{"validate", "-config", bad}, env(nil), io.Discard, io.Discard)
-	if err == nil {
-		t.Fatal("validate bad rules = nil, want an error")
-	}
-	for _, line := range []string{":4: descriptors[0].rate_limit.unit", ":5: descriptors[1]", ":6: descriptors[1].rate_limt"} {
-		if !strings.Contains(err.Error(), bad+line) {
-			t.Errorf("validate bad rules = %q, want %q", err, bad+line)
-		}
-	}
-	if err := run(context.Background(), []string{"validate"}, env(nil), io.Discard, io.Discard); err == nil {
-		t.Error("validate without -config = nil, want an error")
 	}
 }
 
@@ -324,28 +258,5 @@ func TestRunErrorClosesListeners(t *testing.T) {
 		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after run returned: stat %s = %v, want not exist (listener closed)", sock, err)
 		}
-	}
-}
-
-// TestReadinessEndsWithDraining: once draining is closed, no later success
-// of the health loop makes the sidecar ready again.
-func TestReadinessEndsWithDraining(t *testing.T) {
-	t.Parallel()
-	draining := make(chan struct{})
-	r := &readiness{draining: draining}
-	if r.Ready() {
-		t.Fatal("Ready() before any ping = true, want false")
-	}
-	if !r.set(true) || !r.Ready() {
-		t.Fatal("after set(true): Ready() = false, want true")
-	}
-	close(draining)
-	if r.Ready() {
-		t.Error("Ready() while draining = true, want false")
-	}
-	r.set(false)
-	r.set(true) // a ping in flight when draining began
-	if r.Ready() {
-		t.Error("Ready() after a ping succeeded while draining = true, want false")
 	}
 }

@@ -8,6 +8,5 @@
 // answers ShouldRateLimit, response.go builds Envoy's response, errors.go
 // maps errors to gRPC codes, codec.go is the gRPC codec (it decodes requests
 // that are not valid UTF-8), wire.go encodes the hot path's request and
-// response by hand, reload.go swaps rules at run time, metrics.go exports Prometheus
-// metrics, and http.go serves the health, rules and metrics endpoints.
+// response by hand.
 package envoyrls

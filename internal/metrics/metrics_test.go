@@ -1,6 +1,7 @@
-package envoyrls
+package metrics
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -9,34 +10,37 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-func newTestMetrics(t testing.TB, o MetricsOptions) (*Metrics, *prometheus.Registry) {
+func newTestMetrics(t testing.TB, o Options) (*Recorder, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	o.Registerer = reg
-	m, err := NewMetrics(o)
+	m, err := New(o)
 	if err != nil {
-		t.Fatalf("NewMetrics = %v", err)
+		t.Fatalf("New = %v", err)
 	}
 	return m, reg
 }
 
 func TestMetricsDecisions(t *testing.T) {
 	t.Parallel()
-	m, reg := newTestMetrics(t, MetricsOptions{})
-	plain := &Limit{Rule: "api_key"}
-	detailed := &Limit{Rule: "path", DetailedMetric: true}
-	m.Decision("edge", plain, "ignored", OutcomeOK)
-	m.Decision("edge", plain, "other", OutcomeOK)
-	m.Decision("edge", plain, "", OutcomeOverLimit)
-	m.Decision("edge", detailed, "/login", OutcomeNearLimit)
-	m.Decision("edge", detailed, "/login", OutcomeNearLimit)
-	m.Decision("edge", detailed, "/home", OutcomeShadowOverLimit)
-	m.Decision("internal", plain, "", OutcomeFailureMode)
+	m, reg := newTestMetrics(t, Options{})
+	plain := &envoyrls.Limit{Rule: "api_key"}
+	detailed := &envoyrls.Limit{Rule: "path", DetailedMetric: true}
+	m.Decision("edge", plain, "ignored", envoyrls.OutcomeOK)
+	m.Decision("edge", plain, "other", envoyrls.OutcomeOK)
+	m.Decision("edge", plain, "", envoyrls.OutcomeOverLimit)
+	m.Decision("edge", detailed, "/login", envoyrls.OutcomeNearLimit)
+	m.Decision("edge", detailed, "/login", envoyrls.OutcomeNearLimit)
+	m.Decision("edge", detailed, "/home", envoyrls.OutcomeShadowOverLimit)
+	m.Decision("internal", plain, "", envoyrls.OutcomeFailureMode)
 
 	// Handles resolve every outcome of a (domain, rule) at once, so zero
 	// series exist too: count them, then check the ones that moved.
@@ -93,7 +97,7 @@ func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) 
 
 func TestMetricsStoreAndReload(t *testing.T) {
 	t.Parallel()
-	m, reg := newTestMetrics(t, MetricsOptions{})
+	m, reg := newTestMetrics(t, Options{})
 	m.StoreCall(300*time.Microsecond, nil)
 	m.StoreCall(2*time.Millisecond, window.ErrStore)
 	if got := testutil.ToFloat64(m.failing); got != 1 {
@@ -149,10 +153,10 @@ ratelimit_rules_last_reload_success 1
 func TestMetricsStoreCollectors(t *testing.T) {
 	t.Parallel()
 	var trips uint64 = 41
-	_, reg := newTestMetrics(t, MetricsOptions{
+	_, reg := newTestMetrics(t, Options{
 		RoundTrips: func() uint64 { return trips },
-		PoolStats: func() *redis.PoolStats {
-			return &redis.PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4}
+		PoolStats: func() *PoolStats {
+			return &PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4}
 		},
 	})
 	trips++
@@ -194,8 +198,8 @@ ratelimit_redis_pool_idle_connections 3
 // conventions (units, _total on counters, no camel case).
 func TestMetricsLint(t *testing.T) {
 	t.Parallel()
-	m, reg := newTestMetrics(t, MetricsOptions{RoundTrips: func() uint64 { return 0 }, PoolStats: func() *redis.PoolStats { return &redis.PoolStats{} }})
-	m.Decision("d", &Limit{Rule: "r"}, "", OutcomeOK)
+	m, reg := newTestMetrics(t, Options{RoundTrips: func() uint64 { return 0 }, PoolStats: func() *PoolStats { return &PoolStats{} }})
+	m.Decision("d", &envoyrls.Limit{Rule: "r"}, "", envoyrls.OutcomeOK)
 	m.StoreCall(time.Millisecond, nil)
 	m.ObserveReload(nil)
 	problems, err := testutil.GatherAndLint(reg)
@@ -209,28 +213,28 @@ func TestMetricsLint(t *testing.T) {
 	}
 }
 
-func TestNewMetricsErrors(t *testing.T) {
+func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := NewMetrics(MetricsOptions{}); err == nil {
-		t.Error("NewMetrics without a Registerer = nil error, want one")
+	if _, err := New(Options{}); err == nil {
+		t.Error("New without a Registerer = nil error, want one")
 	}
 	reg := prometheus.NewRegistry()
-	if _, err := NewMetrics(MetricsOptions{Registerer: reg}); err != nil {
+	if _, err := New(Options{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewMetrics(MetricsOptions{Registerer: reg}); err == nil {
-		t.Error("NewMetrics twice on one registry = nil error, want AlreadyRegistered")
+	if _, err := New(Options{Registerer: reg}); err == nil {
+		t.Error("New twice on one registry = nil error, want AlreadyRegistered")
 	}
 }
 
 // TestMetricsDecisionAllocs keeps the request path allocation-free once a
 // label set has been seen.
 func TestMetricsDecisionAllocs(t *testing.T) {
-	m, _ := newTestMetrics(t, MetricsOptions{})
-	l := &Limit{Rule: "path", DetailedMetric: true}
-	m.Decision("edge", l, "/login", OutcomeOK)
+	m, _ := newTestMetrics(t, Options{})
+	l := &envoyrls.Limit{Rule: "path", DetailedMetric: true}
+	m.Decision("edge", l, "/login", envoyrls.OutcomeOK)
 	if got := testing.AllocsPerRun(100, func() {
-		m.Decision("edge", l, "/login", OutcomeOverLimit)
+		m.Decision("edge", l, "/login", envoyrls.OutcomeOverLimit)
 		m.StoreCall(time.Millisecond, nil)
 	}); got != 0 {
 		t.Errorf("Decision+StoreCall allocate %v times per call, want 0", got)
@@ -250,12 +254,29 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 100}
 `
-	m, reg := newTestMetrics(t, MetricsOptions{})
-	f := newFixture(t, window.NewMemory(), rules, func(o *Options) { o.Observer = m })
-	for range 3 {
-		f.call(t, "edge", desc("api_key", "k1"))
+	m, reg := newTestMetrics(t, Options{})
+	rs, err := envoyrls.ParseRules([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(rules)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.call(t, "edge", desc("path", "/x"))
+	now := time.UnixMilli(1_763_800_020_000).Add(15 * time.Second) // 15 s into a minute window
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: rs, Now: func() time.Time { return now }, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(key, value string) {
+		t.Helper()
+		_, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}},
+		}})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+	}
+	for range 3 {
+		call("api_key", "k1")
+	}
+	call("path", "/x")
 	text := gatherText(t, reg)
 	for _, want := range []string{
 		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="api_key"} 1`,
@@ -274,13 +295,13 @@ descriptors:
 }
 
 func BenchmarkMetricsDecision(b *testing.B) {
-	m, _ := newTestMetrics(b, MetricsOptions{})
-	l := &Limit{Rule: "api_key"}
-	m.Decision("edge", l, "", OutcomeOK)
+	m, _ := newTestMetrics(b, Options{})
+	l := &envoyrls.Limit{Rule: "api_key"}
+	m.Decision("edge", l, "", envoyrls.OutcomeOK)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			m.Decision("edge", l, "", OutcomeOK)
+			m.Decision("edge", l, "", envoyrls.OutcomeOK)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package envoyrls
+package metrics
 
 import (
 	"errors"
@@ -7,12 +7,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 )
 
-// MetricsOptions configure Metrics. Registerer is required; the other fields
+// Options configure a Recorder. Registerer is required; the other fields
 // add optional collectors.
-type MetricsOptions struct {
+type Options struct {
 	// Registerer receives every collector. Use a registry of your own, not
 	// prometheus.DefaultRegisterer, so two servers in one process (tests)
 	// do not collide.
@@ -21,14 +22,26 @@ type MetricsOptions struct {
 	// *window.Redis has a RoundTrips method to pass here. It is called at
 	// each scrape and must be safe for concurrent use.
 	RoundTrips func() uint64
-	// PoolStats, when set, exports the go-redis connection pool as
-	// ratelimit_redis_pool_*; pass a client's PoolStats method. It is called
-	// at each scrape.
-	PoolStats func() *redis.PoolStats
+	// PoolStats, when set, exports a Redis connection pool as
+	// ratelimit_redis_pool_*. It is called at each scrape; nil statistics
+	// export nothing for that scrape.
+	PoolStats func() *PoolStats
 }
 
-// Metrics is a Prometheus Observer, plus the reload metrics a Reloader
-// reports through ObserveReload. It is safe for concurrent use.
+// PoolStats are a Redis client's connection pool counters, as go-redis's
+// PoolStats has them.
+type PoolStats struct {
+	Hits       uint32 // times a free connection was found in the pool
+	Misses     uint32 // times no free connection was in the pool
+	Timeouts   uint32 // times waiting for a connection timed out
+	StaleConns uint32 // stale connections removed from the pool
+	TotalConns uint32 // connections in the pool
+	IdleConns  uint32 // idle connections in the pool
+}
+
+// Recorder is a Prometheus envoyrls.Observer, plus the reload metrics a
+// reload.Watcher reports through ObserveReload. It is safe for concurrent
+// use.
 //
 // Metric names:
 //
@@ -42,7 +55,7 @@ type MetricsOptions struct {
 //	ratelimit_redis_pool_*                           with PoolStats
 //
 // and the Go runtime and process collectors.
-type Metrics struct {
+type Recorder struct {
 	decisions     *prometheus.CounterVec
 	storeDuration prometheus.Histogram
 	storeErrors   prometheus.Counter
@@ -57,7 +70,9 @@ type Metrics struct {
 	handles sync.Map // decisionKey -> *[numOutcomes]prometheus.Counter
 }
 
-const numOutcomes = int(OutcomeFailureMode) + 1
+var _ envoyrls.Observer = (*Recorder)(nil)
+
+const numOutcomes = int(envoyrls.OutcomeFailureMode) + 1
 
 // decisionKey identifies a decision's labels: value is "" unless the
 // limit asks for detailed metrics.
@@ -70,13 +85,13 @@ type decisionKey struct {
 // which Envoy has long given up.
 var StoreDurationBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}
 
-// NewMetrics registers the collectors on o.Registerer and returns the
-// Observer. It fails when a collector is already registered there.
-func NewMetrics(o MetricsOptions) (*Metrics, error) {
+// New registers the collectors on o.Registerer and returns the Recorder. It
+// fails when a collector is already registered there.
+func New(o Options) (*Recorder, error) {
 	if o.Registerer == nil {
-		return nil, errors.New("envoyrls: MetricsOptions.Registerer is nil")
+		return nil, errors.New("metrics: Options.Registerer is nil")
 	}
-	m := &Metrics{
+	m := &Recorder{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_decisions_total",
 			Help: "Decisions per matched limit, by domain, rule (with the descriptor value for detailed_metric rules) and outcome.",
@@ -129,8 +144,8 @@ func NewMetrics(o MetricsOptions) (*Metrics, error) {
 	return m, nil
 }
 
-// Decision counts one decision. It implements Observer.
-func (m *Metrics) Decision(domain string, l *Limit, value string, outcome Outcome) {
+// Decision counts one decision. It implements envoyrls.Observer.
+func (m *Recorder) Decision(domain string, l *envoyrls.Limit, value string, outcome envoyrls.Outcome) {
 	if !l.DetailedMetric {
 		value = ""
 	}
@@ -142,14 +157,14 @@ func (m *Metrics) Decision(domain string, l *Limit, value string, outcome Outcom
 	h.(*[numOutcomes]prometheus.Counter)[outcome].Inc()
 }
 
-func (m *Metrics) newHandles(k decisionKey, detailed bool) any {
+func (m *Recorder) newHandles(k decisionKey, detailed bool) any {
 	rule := k.rule
 	if detailed {
 		rule += "_" + k.value
 	}
 	var h [numOutcomes]prometheus.Counter
 	for o := range h {
-		h[o] = m.decisions.WithLabelValues(k.domain, rule, Outcome(o).String())
+		h[o] = m.decisions.WithLabelValues(k.domain, rule, envoyrls.Outcome(o).String())
 	}
 	// Two first decisions may race here; both resolved the same children.
 	got, _ := m.handles.LoadOrStore(k, &h)
@@ -157,8 +172,8 @@ func (m *Metrics) newHandles(k decisionKey, detailed bool) any {
 }
 
 // StoreCall records a store call's latency and error, and whether failure
-// modes are answering. It implements Observer.
-func (m *Metrics) StoreCall(d time.Duration, err error) {
+// modes are answering. It implements envoyrls.Observer.
+func (m *Recorder) StoreCall(d time.Duration, err error) {
 	m.storeDuration.Observe(d.Seconds())
 	if err != nil {
 		m.storeErrors.Inc()
@@ -169,8 +184,8 @@ func (m *Metrics) StoreCall(d time.Duration, err error) {
 }
 
 // ObserveReload counts a rules load: err is nil when the new rules are
-// being served. It fits ReloaderOptions.OnReload.
-func (m *Metrics) ObserveReload(err error) {
+// being served. It fits reload.Options.OnReload.
+func (m *Recorder) ObserveReload(err error) {
 	if err != nil {
 		m.reloadError.Inc()
 		m.reloadSuccess.Set(0)
@@ -180,13 +195,13 @@ func (m *Metrics) ObserveReload(err error) {
 	m.reloadSuccess.Set(1)
 }
 
-// poolCollector exports go-redis pool statistics, read at each scrape.
+// poolCollector exports Redis pool statistics, read at each scrape.
 type poolCollector struct {
-	stats                                      func() *redis.PoolStats
+	stats                                      func() *PoolStats
 	hits, misses, timeouts, stale, total, idle *prometheus.Desc
 }
 
-func newPoolCollector(stats func() *redis.PoolStats) *poolCollector {
+func newPoolCollector(stats func() *PoolStats) *poolCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("ratelimit_redis_pool_"+name, help, nil, nil)
 	}

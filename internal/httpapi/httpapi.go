@@ -1,12 +1,15 @@
-package envoyrls
+package httpapi
 
 import (
 	"encoding/json"
 	"net/http"
 )
 
-// HTTPOptions configure the debugging and health endpoints.
-type HTTPOptions struct {
+// Options configure the debugging and health endpoints.
+type Options struct {
+	// Rules returns the rules being served, rendered as JSON by GET /rules;
+	// nil renders null.
+	Rules func() any
 	// Ready reports whether rules are loaded and the store answers.
 	Ready func() bool
 	// RulesStatus returns what GET /rules shows beside the rules, such as
@@ -16,10 +19,10 @@ type HTTPOptions struct {
 	Metrics http.Handler
 }
 
-// NewHTTPHandler serves GET /healthz (the process is alive), GET /readyz
-// (200 when o.Ready, else 503) and GET /rules (the rules being served, as
-// JSON), and /metrics when o.Metrics is set.
-func NewHTTPHandler(s *Server, o HTTPOptions) http.Handler {
+// New serves GET /healthz (the process is alive), GET /readyz (200 when
+// o.Ready, else 503) and GET /rules (the rules being served, as JSON), and
+// /metrics when o.Metrics is set.
+func New(o Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -32,7 +35,11 @@ func NewHTTPHandler(s *Server, o HTTPOptions) http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, r *http.Request) {
-		out := map[string]any{"rules": s.Rules()}
+		var rules any
+		if o.Rules != nil {
+			rules = o.Rules()
+		}
+		out := map[string]any{"rules": rules}
 		if o.RulesStatus != nil {
 			for k, v := range o.RulesStatus() {
 				out[k] = v

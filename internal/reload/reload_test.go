@@ -1,4 +1,4 @@
-package envoyrls
+package reload
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,10 +18,14 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/httpapi"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -48,9 +53,13 @@ descriptors:
     rate_limt: {unit: hour, requests_per_unit: 1}
 `
 
+func desc(key, value string) *rlv3.RateLimitDescriptor {
+	return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}
+}
+
 // checkLimits asks, without counting, for descriptors k and j of domain
 // and returns their current limits (0 when none).
-func checkLimits(ctx context.Context, srv *Server, domain string) (k, j uint32, err error) {
+func checkLimits(ctx context.Context, srv *envoyrls.Server, domain string) (k, j uint32, err error) {
 	dk, dj := desc("k", "v"), desc("j", "v")
 	dk.HitsAddend, dj.HitsAddend = wrapperspb.UInt64(0), wrapperspb.UInt64(0)
 	resp, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{dk, dj}})
@@ -63,7 +72,7 @@ func checkLimits(ctx context.Context, srv *Server, domain string) (k, j uint32, 
 	return resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit(), resp.Statuses[1].GetCurrentLimit().GetRequestsPerUnit(), nil
 }
 
-func limitOf(t *testing.T, srv *Server, domain string) uint32 {
+func limitOf(t *testing.T, srv *envoyrls.Server, domain string) uint32 {
 	t.Helper()
 	k, _, err := checkLimits(context.Background(), srv, domain)
 	if err != nil {
@@ -74,7 +83,7 @@ func limitOf(t *testing.T, srv *Server, domain string) uint32 {
 
 // waitLimit polls until domain's limit for k is want, failing after
 // reloadDeadline.
-func waitLimit(t *testing.T, srv *Server, domain string, want uint32) {
+func waitLimit(t *testing.T, srv *envoyrls.Server, domain string, want uint32) {
 	t.Helper()
 	deadline := time.Now().Add(reloadDeadline)
 	for {
@@ -109,21 +118,62 @@ func writeAtomic(t testing.TB, path, data string) {
 }
 
 type reloadFixture struct {
-	srv *Server
-	r   *Reloader
-	m   *Metrics
+	srv *envoyrls.Server
+	r   *Watcher
+	reg *prometheus.Registry // the metrics that r reports to
 }
 
-// startReloader serves path through a Server, loads it, and runs the
-// Reloader until the test ends; it returns once the watches are in place.
-func startReloader(t *testing.T, path string) *reloadFixture {
+// metricValue returns the value of the counter or gauge name whose labels
+// include labels (name, value pairs), or -1 when there is none.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	srv, err := NewServer(Options{Store: window.NewMemory()})
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := newTestMetrics(t, MetricsOptions{})
-	r, err := NewReloader(ReloaderOptions{Path: path, Apply: srv.SetRules, Logger: zaptest.NewLogger(t), OnReload: m.ObserveReload})
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			if !hasLabels(m.Label, labels) {
+				continue
+			}
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	return -1
+}
+
+// hasLabels reports whether have includes every name, value pair of want.
+func hasLabels(have []*dto.LabelPair, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		if !slices.ContainsFunc(have, func(lp *dto.LabelPair) bool {
+			return lp.GetName() == want[i] && lp.GetValue() == want[i+1]
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// startReloader serves path through a Server, loads it, and runs the
+// Watcher until the test ends; it returns once the watches are in place.
+func startReloader(t *testing.T, path string) *reloadFixture {
+	t.Helper()
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(metrics.Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{Path: path, Apply: srv.SetRules, Logger: zaptest.NewLogger(t), OnReload: m.ObserveReload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +194,7 @@ func startReloader(t *testing.T, path string) *reloadFixture {
 	case err := <-done:
 		t.Fatalf("Run = %v before watching", err)
 	}
-	return &reloadFixture{srv: srv, r: r, m: m}
+	return &reloadFixture{srv: srv, r: r, reg: reg}
 }
 
 func TestReloadFileEdit(t *testing.T) {
@@ -258,7 +308,7 @@ func TestReloadConfigMapSwap(t *testing.T) {
 }
 
 // TestReloadDirectoryReplaced replaces the rules directory itself; the
-// Reloader must notice and watch the new one.
+// Watcher must notice and watch the new one.
 func TestReloadDirectoryReplaced(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()
@@ -290,8 +340,8 @@ type rulesView struct {
 	Rules struct {
 		Files []string `json:"files"`
 	} `json:"rules"`
-	LastReload      *time.Time   `json:"last_reload"`
-	LastReloadError *ReloadError `json:"last_reload_error"`
+	LastReload      *time.Time `json:"last_reload"`
+	LastReloadError *Failure   `json:"last_reload_error"`
 }
 
 func getRules(t *testing.T, h http.Handler) rulesView {
@@ -313,7 +363,7 @@ func TestReloadBadEditKeepsRulesThenRecovers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, edgeRules(5))
 	f := startReloader(t, path)
-	h := NewHTTPHandler(f.srv, HTTPOptions{RulesStatus: f.r.RulesStatus})
+	h := httpapi.New(httpapi.Options{Rules: func() any { return f.srv.Rules() }, RulesStatus: f.r.RulesStatus})
 	v := getRules(t, h)
 	if v.LastReload == nil || v.LastReloadError != nil {
 		t.Fatalf("GET /rules at start: last_reload %v, last_reload_error %+v; want a time and null", v.LastReload, v.LastReloadError)
@@ -343,10 +393,10 @@ func TestReloadBadEditKeepsRulesThenRecovers(t *testing.T) {
 	if got := limitOf(t, f.srv, "edge"); got != 5 {
 		t.Errorf("limit = %d after a bad edit, want the last good 5", got)
 	}
-	if got := testutil.ToFloat64(f.m.reloadSuccess); got != 0 {
+	if got := metricValue(t, f.reg, "ratelimit_rules_last_reload_success"); got != 0 {
 		t.Errorf("ratelimit_rules_last_reload_success = %v after a bad edit, want 0", got)
 	}
-	if got := testutil.ToFloat64(f.m.reloadError); got < 1 {
+	if got := metricValue(t, f.reg, "ratelimit_reloads_total", "result", "error"); got < 1 {
 		t.Errorf(`ratelimit_reloads_total{result="error"} = %v, want >= 1`, got)
 	}
 
@@ -356,7 +406,7 @@ func TestReloadBadEditKeepsRulesThenRecovers(t *testing.T) {
 	if v.LastReloadError != nil || v.LastReload == nil || v.LastReload.Before(e.Time) {
 		t.Errorf("after recovery: last_reload_error %+v, last_reload %v; want null and a time after %v", v.LastReloadError, v.LastReload, e.Time)
 	}
-	if got := testutil.ToFloat64(f.m.reloadSuccess); got != 1 {
+	if got := metricValue(t, f.reg, "ratelimit_rules_last_reload_success"); got != 1 {
 		t.Errorf("ratelimit_rules_last_reload_success = %v after recovery, want 1", got)
 	}
 }
@@ -366,11 +416,11 @@ func TestReloadMethod(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, edgeRules(5))
-	srv, err := NewServer(Options{Store: window.NewMemory()})
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReloader(ReloaderOptions{Path: path, Apply: srv.SetRules})
+	r, err := New(Options{Path: path, Apply: srv.SetRules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +430,7 @@ func TestReloadMethod(t *testing.T) {
 	}
 	writeFile(t, path, badRules)
 	err = r.Reload(ctx)
-	var re *RulesError
+	var re *envoyrls.RulesError
 	if !errors.As(err, &re) || len(re.Problems) != 3 {
 		t.Fatalf("Reload of bad rules = %v, want a *RulesError with 3 problems", err)
 	}
@@ -401,13 +451,13 @@ func TestReloadMethod(t *testing.T) {
 	}
 }
 
-func TestNewReloaderErrors(t *testing.T) {
+func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := NewReloader(ReloaderOptions{Apply: func(*Rules) {}}); err == nil {
-		t.Error("NewReloader without Path = nil error")
+	if _, err := New(Options{Apply: func(*envoyrls.Rules) {}}); err == nil {
+		t.Error("New without Path = nil error")
 	}
-	if _, err := NewReloader(ReloaderOptions{Path: "x"}); err == nil {
-		t.Error("NewReloader without Apply = nil error")
+	if _, err := New(Options{Path: "x"}); err == nil {
+		t.Error("New without Apply = nil error")
 	}
 }
 
@@ -473,12 +523,12 @@ func TestReloadIgnoresOtherFiles(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rules.yaml")
 	writeFile(t, path, edgeRules(5))
-	srv, err := NewServer(Options{Store: window.NewMemory()})
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var loads atomic.Int64
-	r, err := NewReloader(ReloaderOptions{Path: path, Apply: srv.SetRules, Debounce: 10 * time.Millisecond, OnReload: func(error) {
+	r, err := New(Options{Path: path, Apply: srv.SetRules, Debounce: 10 * time.Millisecond, OnReload: func(error) {
 		loads.Add(1)
 		f, err := os.OpenFile(filepath.Join(dir, "sidecar.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err == nil {

@@ -1,4 +1,4 @@
-package envoyrls
+package httpapi
 
 import (
 	"encoding/json"
@@ -8,21 +8,39 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
+const edgeRules = `domain: edge
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`
+
 func TestHTTPHandler(t *testing.T) {
 	t.Parallel()
-	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: mustRules(t, edgeRules(5))})
+	rules, err := envoyrls.ParseRules([]string{"edge.yaml"}, map[string][]byte{"edge.yaml": []byte(edgeRules)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, reg := newTestMetrics(t, MetricsOptions{})
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(metrics.Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m.ObserveReload(nil)
 	var ready atomic.Bool
-	h := NewHTTPHandler(srv, HTTPOptions{
+	h := New(Options{
+		Rules:       func() any { return srv.Rules() },
 		Ready:       ready.Load,
 		RulesStatus: func() map[string]any { return map[string]any{"last_reload_error": nil} },
 		Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
@@ -59,15 +77,20 @@ func TestHTTPHandler(t *testing.T) {
 		t.Errorf("POST /rules = %d, want 405", code)
 	}
 
-	bare := NewHTTPHandler(srv, HTTPOptions{})
+	bare := New(Options{})
 	rec := httptest.NewRecorder()
 	bare.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != http.StatusNotFound {
-		t.Errorf("GET /metrics without HTTPOptions.Metrics = %d, want 404", rec.Code)
+		t.Errorf("GET /metrics without Options.Metrics = %d, want 404", rec.Code)
 	}
 	rec = httptest.NewRecorder()
 	bare.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != 200 {
-		t.Errorf("GET /readyz without HTTPOptions.Ready = %d, want 200", rec.Code)
+		t.Errorf("GET /readyz without Options.Ready = %d, want 200", rec.Code)
+	}
+	rec = httptest.NewRecorder()
+	bare.ServeHTTP(rec, httptest.NewRequest("GET", "/rules", nil))
+	if got := strings.TrimSpace(rec.Body.String()); rec.Code != 200 || got != "{\n  \"rules\": null\n}" {
+		t.Errorf("GET /rules without Options.Rules = %d %q, want 200 and null rules", rec.Code, got)
 	}
 }

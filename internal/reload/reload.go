@@ -1,4 +1,4 @@
-package envoyrls
+package reload
 
 import (
 	"context"
@@ -14,15 +14,17 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 )
 
-// ReloaderOptions configure a Reloader. Path and Apply are required.
-type ReloaderOptions struct {
-	// Path is the rules file or directory, as given to LoadRules.
+// Options configure a Watcher. Path and Apply are required.
+type Options struct {
+	// Path is the rules file or directory, as given to envoyrls.LoadRules.
 	Path string
 	// Apply installs rules that loaded cleanly; Server.SetRules fits. It is
 	// never called with nil or with rules that failed to load.
-	Apply func(*Rules)
+	Apply func(*envoyrls.Rules)
 	// Logger gets one line per load; default no logging.
 	Logger *zap.Logger
 	// Debounce is how long the watched directory must be quiet before a
@@ -31,22 +33,22 @@ type ReloaderOptions struct {
 	// 5*Debounce after its first event.
 	Debounce time.Duration
 	// OnReload is told the result of every load, nil on success;
-	// Metrics.ObserveReload fits. nil tells nothing.
+	// metrics.Recorder.ObserveReload fits. nil tells nothing.
 	OnReload func(err error)
 	// Now stamps the status; default time.Now.
 	Now func() time.Time
 }
 
-// Reloader loads rules again when their files change (Run) or when asked
+// Watcher loads rules again when their files change (Run) or when asked
 // (Reload, for SIGHUP). A load that fails keeps the last good rules serving
 // and is recorded in Status until a later load succeeds. Its methods are
 // safe for concurrent use.
-type Reloader struct {
-	o      ReloaderOptions
+type Watcher struct {
+	o      Options
 	log    *zap.Logger
 	mu     sync.Mutex // one load at a time, so an older load never lands last
 	loaded bool       // some rules were applied; under mu
-	status atomic.Pointer[ReloadStatus]
+	status atomic.Pointer[Status]
 
 	// watching is closed once Run watches the paths, for tests.
 	watching     chan struct{}
@@ -58,17 +60,17 @@ type Reloader struct {
 	isDir bool
 }
 
-// ReloadStatus is the outcome of the loads so far.
-type ReloadStatus struct {
+// Status is the outcome of the loads so far.
+type Status struct {
 	// LastReload is when rules last loaded cleanly; zero before the first.
 	LastReload time.Time
 	// LastError is the failure of the last load; nil once a later one
 	// succeeds.
-	LastError *ReloadError
+	LastError *Failure
 }
 
-// ReloadError describes a failed load, as GET /rules shows it.
-type ReloadError struct {
+// Failure describes a failed load, as GET /rules shows it.
+type Failure struct {
 	Time time.Time `json:"time"`
 	// Err is the error: for bad rules, every problem as file:line: field:
 	// message.
@@ -77,14 +79,13 @@ type ReloadError struct {
 	Files []string `json:"files"`
 }
 
-// NewReloader returns a Reloader for o; it loads nothing until Reload or
-// Run.
-func NewReloader(o ReloaderOptions) (*Reloader, error) {
+// New returns a Watcher for o; it loads nothing until Reload or Run.
+func New(o Options) (*Watcher, error) {
 	if o.Path == "" {
-		return nil, errors.New("envoyrls: ReloaderOptions.Path is empty")
+		return nil, errors.New("reload: Options.Path is empty")
 	}
 	if o.Apply == nil {
-		return nil, errors.New("envoyrls: ReloaderOptions.Apply is nil")
+		return nil, errors.New("reload: Options.Apply is nil")
 	}
 	if o.Debounce <= 0 {
 		o.Debounce = 200 * time.Millisecond
@@ -95,19 +96,19 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	r := &Reloader{o: o, log: o.Logger, watching: make(chan struct{})}
-	r.status.Store(&ReloadStatus{})
+	r := &Watcher{o: o, log: o.Logger, watching: make(chan struct{})}
+	r.status.Store(&Status{})
 	return r, nil
 }
 
 // Status returns the outcome of the loads so far.
-func (r *Reloader) Status() ReloadStatus { return *r.status.Load() }
+func (r *Watcher) Status() Status { return *r.status.Load() }
 
 // RulesStatus is Status as GET /rules shows it beside the rules:
 // "last_reload" (RFC 3339, absent before the first good load) and
 // "last_reload_error" (null when the last load succeeded). It fits
-// HTTPOptions.RulesStatus.
-func (r *Reloader) RulesStatus() map[string]any {
+// httpapi.Options.RulesStatus.
+func (r *Watcher) RulesStatus() map[string]any {
 	st := r.Status()
 	out := map[string]any{"last_reload_error": st.LastError}
 	if !st.LastReload.IsZero() {
@@ -117,19 +118,19 @@ func (r *Reloader) RulesStatus() map[string]any {
 }
 
 // Reload loads the rules now and applies them if they are good. It returns
-// the load's error, a *RulesError for bad rules; the last good rules keep
+// the load's error, an *envoyrls.RulesError for bad rules; the last good rules keep
 // serving then.
-func (r *Reloader) Reload(ctx context.Context) error {
+func (r *Watcher) Reload(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rules, err := LoadRules(r.o.Path)
+	rules, err := envoyrls.LoadRules(r.o.Path)
 	now := r.o.Now()
 	if err != nil {
 		last := r.Status().LastReload
-		r.status.Store(&ReloadStatus{LastReload: last, LastError: newReloadError(now, err)})
+		r.status.Store(&Status{LastReload: last, LastError: newFailure(now, err)})
 		msg := "rules failed to load"
 		if r.loaded {
 			msg = "rules failed to load; serving the last good rules"
@@ -142,7 +143,7 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	}
 	r.o.Apply(rules)
 	r.loaded = true
-	r.status.Store(&ReloadStatus{LastReload: now})
+	r.status.Store(&Status{LastReload: now})
 	r.log.Info("rules loaded", zap.String("path", r.o.Path), zap.Strings("domains", rules.Domains()), zap.Strings("files", rules.Files()))
 	if r.o.OnReload != nil {
 		r.o.OnReload(nil)
@@ -150,9 +151,9 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	return nil
 }
 
-func newReloadError(now time.Time, err error) *ReloadError {
-	e := &ReloadError{Time: now, Err: err.Error(), Files: []string{}}
-	var re *RulesError
+func newFailure(now time.Time, err error) *Failure {
+	e := &Failure{Time: now, Err: err.Error(), Files: []string{}}
+	var re *envoyrls.RulesError
 	if errors.As(err, &re) {
 		for _, p := range re.Problems {
 			if !slices.Contains(e.Files, p.File) {
@@ -165,11 +166,15 @@ func newReloadError(now time.Time, err error) *ReloadError {
 
 // problemStrings lists a load error's problems one per string, for logs.
 func problemStrings(err error) []string {
-	var re *RulesError
+	var re *envoyrls.RulesError
 	if !errors.As(err, &re) {
 		return []string{err.Error()}
 	}
-	return re.lines()
+	out := make([]string, len(re.Problems))
+	for i, p := range re.Problems {
+		out[i] = p.Error()
+	}
+	return out
 }
 
 // watchCheck is how often Run makes sure its watches still exist: inotify
@@ -187,17 +192,17 @@ const watchCheck = time.Second
 // replaced is watched again and reloaded. Run does not load at start: call
 // Reload first. It returns nil when ctx ends, or an error when nothing can
 // be watched.
-func (r *Reloader) Run(ctx context.Context) error {
+func (r *Watcher) Run(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("envoyrls: watch %s: %w", r.o.Path, err)
+		return fmt.Errorf("reload: watch %s: %w", r.o.Path, err)
 	}
 	defer w.Close()
 	st, err := os.Stat(r.o.Path)
 	r.isDir = err == nil && st.IsDir()
 	dir, parent := r.dirs()
 	if r.sync(w); len(w.WatchList()) == 0 {
-		return fmt.Errorf("envoyrls: watch %s: cannot watch %s or %s", r.o.Path, dir, parent)
+		return fmt.Errorf("reload: watch %s: cannot watch %s or %s", r.o.Path, dir, parent)
 	}
 	r.watchingOnce.Do(func() { close(r.watching) })
 
@@ -247,13 +252,13 @@ func (r *Reloader) Run(ctx context.Context) error {
 	}
 }
 
-// relevant reports whether an event on name can change what LoadRules
+// relevant reports whether an event on name can change what envoyrls.LoadRules
 // reads: the rules directory itself, a rule file (every *.yaml and *.yml of
 // a directory, else the file), the file's symlink target, or a ConfigMap's
 // "..data", "..data_tmp" and timestamped directories. Other names, such as a
 // log file written beside the rules, are ignored: reacting to them could
 // reload in a loop.
-func (r *Reloader) relevant(name, dir string) bool {
+func (r *Watcher) relevant(name, dir string) bool {
 	if name == dir || name == r.target {
 		return true
 	}
@@ -272,7 +277,7 @@ func (r *Reloader) relevant(name, dir string) bool {
 }
 
 // dirs returns the directory whose entries hold the rules and its parent.
-func (r *Reloader) dirs() (dir, parent string) {
+func (r *Watcher) dirs() (dir, parent string) {
 	dir = filepath.Clean(r.o.Path)
 	if !r.isDir {
 		dir = filepath.Dir(dir)
@@ -283,7 +288,7 @@ func (r *Reloader) dirs() (dir, parent string) {
 // wanted returns the directories to watch: the rules directory, its parent,
 // and, when the rules file is a symlink elsewhere (not through ..data in the
 // same directory), the directory of its target; and that target.
-func (r *Reloader) wanted() (paths []string, target string) {
+func (r *Watcher) wanted() (paths []string, target string) {
 	dir, parent := r.dirs()
 	paths = []string{dir}
 	if parent != dir {
@@ -312,7 +317,7 @@ func isUnder(path, dir string) bool {
 // sync adds the watches that are missing, the first ones included, and
 // drops the ones no longer wanted. It reports whether it added a watch
 // after the first sync, when a directory may have changed unseen.
-func (r *Reloader) sync(w *fsnotify.Watcher) (added bool) {
+func (r *Watcher) sync(w *fsnotify.Watcher) (added bool) {
 	have := w.WatchList()
 	want, target := r.wanted()
 	r.target = target

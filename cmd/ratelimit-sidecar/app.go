@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/httpapi"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/reload"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+)
+
+// app is one run of the service. newApp builds it (store, metrics, server,
+// rules, listeners), serve serves until its ctx ends and then shuts down,
+// and close releases whatever was built. Tests run many apps in one
+// process, so close leaves nothing behind.
+type app struct {
+	o        *options
+	log      *zap.Logger
+	counters *counters
+	reg      *prometheus.Registry
+	srv      *envoyrls.Server
+	reloader *reload.Watcher
+	health   *healthService
+	grpc     *grpc.Server
+	grpcLis  net.Listener
+	httpLis  net.Listener // nil without -http-addr
+	debugLis net.Listener // nil without -debug-addr
+	http     httpServers
+	// stopHealth stops the health loop and waits for it; set by serve.
+	stopHealth func()
+	// closers release what was built, run last first by close.
+	closers []func()
+}
+
+// newApp builds the service from o and loads the rules; a load that
+// fails returns every problem, with file and line. On error, whatever was
+// built is released.
+func newApp(ctx context.Context, o *options, log *zap.Logger) (*app, error) {
+	a := &app{o: o, log: log, stopHealth: func() {}}
+	err := a.buildServer(ctx)
+	if err == nil {
+		err = a.buildListeners()
+	}
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// buildServer builds the counter store, the metrics, the server and its
+// reloader, and loads the rules.
+func (a *app) buildServer(ctx context.Context) error {
+	clockOffset := newClockOffsetGauge()
+	c, err := newCounters(ctx, a.o, a.log, clockOffset)
+	if err != nil {
+		return err
+	}
+	a.counters = c
+	a.closers = append(a.closers, func() { c.close() })
+	if a.reg, err = newRegistry(clockOffset, c.breakerOpen); err != nil {
+		return err
+	}
+	recorder, err := metrics.New(metrics.Options{Registerer: a.reg, PoolStats: c.poolStats, RoundTrips: c.roundTrips})
+	if err != nil {
+		return err
+	}
+	a.srv, err = envoyrls.NewServer(envoyrls.Options{
+		Store:     c.store,
+		KeyPrefix: a.o.keyPrefix,
+		Now:       c.now,
+		Limits:    a.o.limits,
+		Logger:    a.log,
+		Observer:  recorder,
+	})
+	if err != nil {
+		return err
+	}
+	a.reloader, err = reload.New(reload.Options{
+		Path:     a.o.configPath,
+		Apply:    a.srv.SetRules,
+		Logger:   a.log,
+		OnReload: recorder.ObserveReload,
+	})
+	if err != nil {
+		return err
+	}
+	return a.reloader.Reload(ctx)
+}
+
+// newRegistry returns a registry of the run's own, not the global one
+// (tests run several), holding the clock offset and the breaker's state.
+func newRegistry(clockOffset prometheus.Gauge, breakerOpen func() bool) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(clockOffset); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimit_circuit_breaker_open",
+		Help: "1 while the Redis circuit breaker refuses store calls (open or half-open), else 0.",
+	}, func() float64 {
+		if breakerOpen() {
+			return 1
+		}
+		return 0
+	})); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// buildListeners opens the gRPC, HTTP and debug listeners and builds the
+// gRPC server with its health service. Nothing is served until serve.
+func (a *app) buildListeners() error {
+	lis, err := listen.Listen(a.o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("-grpc-addr: %w", err)
+	}
+	a.grpcLis = lis
+	// What shutdown already stopped, close finds stopped: a second Close
+	// of a listener (Serve closes it) and Stop after GracefulStop do
+	// nothing.
+	a.closers = append(a.closers, func() { lis.Close() })
+	a.grpc = grpc.NewServer(
+		// A pool of stream workers reuses goroutines whose stacks have
+		// already grown to what a decision needs; a new goroutine per call
+		// spends CPU growing and copying its stack.
+		grpc.NumStreamWorkers(64),
+		// Descriptor values that are not UTF-8 (Envoy copies header bytes)
+		// are counted, not refused with Internal, which Envoy fails open on.
+		grpc.ForceServerCodecV2(envoyrls.NewCodec()),
+	)
+	a.closers = append(a.closers, a.grpc.Stop)
+	rlsv3.RegisterRateLimitServiceServer(a.grpc, a.srv)
+	a.health = newHealthService()
+	a.health.register(a.grpc)
+	a.closers = append(a.closers, a.http.stop)
+
+	if a.o.httpAddr != "" {
+		if a.httpLis, err = a.listen(a.o.httpAddr); err != nil {
+			return fmt.Errorf("-http-addr: %w", err)
+		}
+	}
+	if a.o.debugAddr != "" {
+		if a.debugLis, err = a.listen(a.o.debugAddr); err != nil {
+			return fmt.Errorf("-debug-addr: %w", err)
+		}
+	}
+	return nil
+}
+
+// listen opens a listener that close closes unless a server took it over.
+func (a *app) listen(addr string) (net.Listener, error) {
+	lis, err := listen.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() { lis.Close() })
+	return lis, nil
+}
+
+// serve serves gRPC and HTTP, watches the rules and reloads them on each
+// value of hup, and runs the health loop, until ctx ends; then it shuts
+// down. It returns nil after a clean shutdown, or the gRPC server's error.
+func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
+	httpAddr := a.serveHTTP()
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- a.grpc.Serve(a.grpcLis) }()
+
+	// Background work owned by this run: rule watching, SIGHUP and the
+	// health loop. All of it stops before serve returns.
+	bgCtx, stopBG := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() { stopBG(); bg.Wait() }()
+	bg.Go(func() { a.reloadOnSignal(bgCtx, hup) })
+	bg.Go(func() {
+		if err := a.reloader.Run(bgCtx); err != nil {
+			a.log.Error("not watching the rules for changes; send SIGHUP to reload", zap.Error(err))
+		}
+	})
+
+	a.log.Info("serving",
+		zap.String("grpc_addr", a.grpcLis.Addr().String()),
+		zap.String("http_addr", httpAddr),
+		zap.Bool("redis", a.o.usesRedis()))
+
+	healthCtx, cancelHealth := context.WithCancel(bgCtx)
+	healthDone := make(chan struct{})
+	a.stopHealth = func() { cancelHealth(); <-healthDone }
+	defer a.stopHealth()
+	go func() {
+		defer close(healthDone)
+		a.health.loop(healthCtx, a.srv.Ping, a.o.healthInterval, a.log)
+	}()
+
+	select {
+	case <-ctx.Done():
+	case err := <-grpcDone:
+		return fmt.Errorf("grpc server: %w", err)
+	}
+	a.shutdown()
+	return nil
+}
+
+// serveHTTP serves the endpoints and pprof on their listeners, if any, and
+// returns the endpoints' address, "" without one.
+func (a *app) serveHTTP() (httpAddr string) {
+	if a.httpLis != nil {
+		httpAddr = a.httpLis.Addr().String()
+		a.http.serve(a.httpLis, httpapi.New(httpapi.Options{
+			Rules:       func() any { return a.srv.Rules() },
+			Ready:       a.health.ready.Ready,
+			RulesStatus: a.reloader.RulesStatus,
+			Metrics:     promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}),
+		}))
+	}
+	if a.debugLis != nil {
+		a.http.serve(a.debugLis, pprofHandler())
+		a.log.Info("serving pprof", zap.String("debug_addr", a.debugLis.Addr().String()))
+	}
+	return httpAddr
+}
+
+// reloadOnSignal reloads the rules on each value of hup until ctx ends.
+func (a *app) reloadOnSignal(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			a.log.Debug("SIGHUP: reloading rules")
+			a.reloader.Reload(ctx) // logged and recorded
+		}
+	}
+}
+
+// shutdown says NOT_SERVING first, so probes and Envoy move away at once,
+// then lets in-flight calls finish within -shutdown-timeout, cancels the
+// rest, and stops the HTTP servers.
+func (a *app) shutdown() {
+	a.health.drain()
+	a.stopHealth()
+	a.log.Info("shutting down: draining in-flight calls", zap.Duration("timeout", a.o.shutdownTimeout))
+	stopped := make(chan struct{})
+	go func() { a.grpc.GracefulStop(); close(stopped) }()
+	timer := time.NewTimer(a.o.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		a.log.Warn("shutdown timeout: cancelling remaining calls")
+		a.grpc.Stop()
+		<-stopped
+	}
+	a.http.stop()
+	a.log.Info("stopped")
+}
+
+// close releases what newApp built, last first: the HTTP servers, the gRPC
+// server and listener, then the store and its clock. It is safe after a
+// partial build and after shutdown.
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+}

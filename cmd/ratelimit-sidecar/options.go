@@ -1,0 +1,149 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+)
+
+// options are the process settings: flags, each with an RLS_ environment
+// variable, resolved once at start by parseOptions.
+type options struct {
+	configPath      string
+	grpcAddr        string
+	httpAddr        string
+	redisURL        string
+	redisTimeout    time.Duration
+	redis           redisConfig // topology, credentials, TLS, breaker: see redis.go
+	keyPrefix       string
+	logLevel        string
+	logFormat       string
+	shutdownTimeout time.Duration
+	healthInterval  time.Duration
+	clockSync       time.Duration // 0: windows follow the local clock
+	overLimitCache  bool
+	debugAddr       string
+	limits          envoyrls.InputLimits
+	// redisGiven names the -redis-* flags given a value other than "",
+	// on the command line or by their RLS_ variable; see usesRedis.
+	redisGiven []string
+}
+
+// parseOptions resolves the settings: each flag from args, else from its
+// RLS_ variable (see config.EnvName), else its default. Every bad value is
+// reported at once.
+func parseOptions(name string, args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
+	c := &options{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{} // on the command line or in the environment
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return // the flag wins over the environment
+		}
+		if v := getenv(config.EnvName(f.Name)); v != "" {
+			set[f.Name] = true
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", config.EnvName(f.Name), v, err))
+			}
+		}
+	})
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] && strings.HasPrefix(f.Name, "redis-") && f.Value.String() != "" {
+			c.redisGiven = append(c.redisGiven, "-"+f.Name)
+		}
+	})
+	if c.clockSync < 0 {
+		errs = append(errs, fmt.Errorf("-clock-sync-interval %v: want >= 0", c.clockSync))
+	}
+	if c.configPath == "" {
+		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
+	}
+	return c, errors.Join(errs...)
+}
+
+// addFlags registers the flags on fs with their defaults; parseOptions
+// gives each its RLS_ environment variable.
+func (c *options) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", config.DefaultGRPCAddr, "gRPC listen address for ratelimit.v3 and grpc.health.v1: host:port or unix:///path")
+	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthz, /readyz, /rules and /metrics; empty disables")
+	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
+	c.redis.addFlags(fs)
+	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
+	fs.StringVar(&c.logLevel, "log-level", config.DefaultLogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", config.DefaultShutdownTimeout, "how long in-flight calls may take to finish after SIGTERM")
+	fs.DurationVar(&c.healthInterval, "health-interval", config.DefaultHealthInterval, "how often the store is pinged for readiness")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles on this address (e.g. 127.0.0.1:6060); empty disables; never expose it")
+	fs.BoolVar(&c.overLimitCache, "over-limit-cache", config.DefaultOverLimitCache, "with Redis: deny locally, until its window ends, a fixed-window counter known to be full (no Redis traffic for a key under attack)")
+	fs.DurationVar(&c.clockSync, "clock-sync-interval", config.DefaultClockSyncInterval, "how often the offset to the Redis server's clock (TIME) is measured, so replicas agree on windows; 0 uses the local clock")
+	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", config.DefaultMaxDescriptors, "most descriptors in one request")
+	fs.IntVar(&c.limits.MaxEntries, "max-entries", config.DefaultMaxEntries, "most entries in one descriptor")
+	fs.IntVar(&c.limits.MaxEntryBytes, "max-entry-bytes", config.DefaultMaxEntryBytes, "longest descriptor key, value or domain, in bytes")
+	fs.Uint64Var(&c.limits.MaxHits, "max-hits", config.DefaultMaxHits, "largest hits_addend of one descriptor")
+}
+
+// redisConfig is the Redis topology, credentials, TLS and circuit breaker
+// flags. -redis-url and -redis-timeout live in options itself.
+type redisConfig struct {
+	mode            string // single, sentinel or cluster
+	addrs           string // comma-separated host:port
+	masterName      string
+	username        string
+	password        string
+	db              int
+	tls             bool
+	tlsCA           string
+	tlsInsecure     bool
+	poolSize        int
+	breakerFailures int
+	breakerOpenFor  time.Duration
+	breakerFailFor  time.Duration
+	batchWorkers    int
+	batchLinger     time.Duration
+}
+
+// addFlags registers the Redis flags on fs; parseOptions gives each its RLS_
+// environment variable.
+func (c *redisConfig) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.mode, "redis-mode", config.DefaultRedisMode, "Redis topology: single, sentinel or cluster")
+	fs.StringVar(&c.addrs, "redis-addrs", "", "comma-separated host:port: the server (single), the sentinels (sentinel) or seed nodes (cluster); instead of -redis-url")
+	fs.StringVar(&c.masterName, "redis-master-name", "", "name of the master the sentinels monitor (required with -redis-mode sentinel)")
+	fs.StringVar(&c.username, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&c.password, "redis-password", "", "Redis password; prefer RLS_REDIS_PASSWORD, since flags show in the process list")
+	fs.IntVar(&c.db, "redis-db", 0, "Redis database number (single and sentinel; a cluster has only 0)")
+	fs.BoolVar(&c.tls, "redis-tls", false, "connect to Redis with TLS (implied by a rediss:// -redis-url)")
+	fs.StringVar(&c.tlsCA, "redis-tls-ca", "", "PEM file of the CA certificates that sign the Redis servers' certificates; default the system pool")
+	fs.BoolVar(&c.tlsInsecure, "redis-tls-insecure-skip-verify", false, "accept any Redis server certificate (testing only)")
+	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
+	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", config.DefaultRedisBreakerFailures, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
+	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
+	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")
+	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; not used on a cluster")
+	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
+}
+
+// usesRedis reports whether the counters live in Redis: some -redis-* flag
+// was given a value, on the command line or by its RLS_ variable, even one
+// equal to its default, such as -redis-timeout 15ms. An address is then
+// required (so that a Redis flag without one is an error, not a silent
+// in-memory store). An empty value selects nothing: -redis-url "" asks for
+// the in-memory store.
+func (c *options) usesRedis() bool { return len(c.redisGiven) > 0 }

@@ -1,0 +1,63 @@
+// Package config holds what the command's process settings promise to
+// others, such as deployment manifests and their tests: the flags' defaults
+// and the environment variable of each flag. The command registers its
+// flags with these values, so the two cannot drift.
+package config
+
+import (
+	"strings"
+	"time"
+)
+
+// EnvPrefix starts the environment variable of every flag; see EnvName.
+const EnvPrefix = "RLS_"
+
+// EnvName returns the environment variable of a flag: EnvPrefix and the
+// flag's name in upper snake case ("redis-url" -> "RLS_REDIS_URL").
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// The defaults of the flags that are not empty, zero or false.
+const (
+	// DefaultGRPCAddr is -grpc-addr's: ratelimit.v3 and grpc.health.v1.
+	DefaultGRPCAddr = ":8081"
+	// DefaultHTTPAddr is -http-addr's: /healthz, /readyz, /rules, /metrics.
+	DefaultHTTPAddr = ":8082"
+	// DefaultKeyPrefix is -key-prefix's, the first part of every counter key.
+	DefaultKeyPrefix = "ratelimit"
+	// DefaultLogLevel is -log-level's.
+	DefaultLogLevel = "info"
+	// DefaultLogFormat is -log-format's.
+	DefaultLogFormat = "json"
+	// DefaultShutdownTimeout is -shutdown-timeout's.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultHealthInterval is -health-interval's.
+	DefaultHealthInterval = time.Second
+	// DefaultClockSyncInterval is -clock-sync-interval's.
+	DefaultClockSyncInterval = 30 * time.Second
+	// DefaultOverLimitCache is -over-limit-cache's.
+	DefaultOverLimitCache = true
+	// DefaultMaxDescriptors is -max-descriptors'.
+	DefaultMaxDescriptors = 64
+	// DefaultMaxEntries is -max-entries'.
+	DefaultMaxEntries = 32
+	// DefaultMaxEntryBytes is -max-entry-bytes'.
+	DefaultMaxEntryBytes = 1024
+	// DefaultMaxHits is -max-hits'.
+	DefaultMaxHits uint64 = 1<<32 - 1
+
+	// DefaultRedisTimeout is -redis-timeout's, below Envoy's 20ms filter
+	// timeout.
+	DefaultRedisTimeout = 15 * time.Millisecond
+	// DefaultRedisMode is -redis-mode's.
+	DefaultRedisMode = "single"
+	// DefaultRedisBreakerFailures is -redis-breaker-failures'.
+	DefaultRedisBreakerFailures = 5
+	// DefaultRedisBreakerFailFor is -redis-breaker-fail-for's.
+	DefaultRedisBreakerFailFor = 250 * time.Millisecond
+	// DefaultRedisBreakerOpenFor is -redis-breaker-open-for's.
+	DefaultRedisBreakerOpenFor = time.Second
+	// DefaultRedisBatchWorkers is -redis-batch-workers'.
+	DefaultRedisBatchWorkers = 1
+)
