@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // MetricsOptions configure Metrics. Registerer is required; the other fields
@@ -130,7 +132,7 @@ func NewMetrics(o MetricsOptions) (*Metrics, error) {
 }
 
 // Decision counts one decision. It implements Observer.
-func (m *Metrics) Decision(domain string, l *Limit, value string, outcome Outcome) {
+func (m *Metrics) Decision(domain string, l *rules.Limit, value string, outcome Outcome) {
 	if !l.DetailedMetric {
 		value = ""
 	}

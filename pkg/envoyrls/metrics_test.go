@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -28,8 +29,8 @@ func newTestMetrics(t testing.TB, o MetricsOptions) (*Metrics, *prometheus.Regis
 func TestMetricsDecisions(t *testing.T) {
 	t.Parallel()
 	m, reg := newTestMetrics(t, MetricsOptions{})
-	plain := &Limit{Rule: "api_key"}
-	detailed := &Limit{Rule: "path", DetailedMetric: true}
+	plain := &rules.Limit{Rule: "api_key"}
+	detailed := &rules.Limit{Rule: "path", DetailedMetric: true}
 	m.Decision("edge", plain, "ignored", OutcomeOK)
 	m.Decision("edge", plain, "other", OutcomeOK)
 	m.Decision("edge", plain, "", OutcomeOverLimit)
@@ -195,7 +196,7 @@ ratelimit_redis_pool_idle_connections 3
 func TestMetricsLint(t *testing.T) {
 	t.Parallel()
 	m, reg := newTestMetrics(t, MetricsOptions{RoundTrips: func() uint64 { return 0 }, PoolStats: func() *redis.PoolStats { return &redis.PoolStats{} }})
-	m.Decision("d", &Limit{Rule: "r"}, "", OutcomeOK)
+	m.Decision("d", &rules.Limit{Rule: "r"}, "", OutcomeOK)
 	m.StoreCall(time.Millisecond, nil)
 	m.ObserveReload(nil)
 	problems, err := testutil.GatherAndLint(reg)
@@ -227,7 +228,7 @@ func TestNewMetricsErrors(t *testing.T) {
 // label set has been seen.
 func TestMetricsDecisionAllocs(t *testing.T) {
 	m, _ := newTestMetrics(t, MetricsOptions{})
-	l := &Limit{Rule: "path", DetailedMetric: true}
+	l := &rules.Limit{Rule: "path", DetailedMetric: true}
 	m.Decision("edge", l, "/login", OutcomeOK)
 	if got := testing.AllocsPerRun(100, func() {
 		m.Decision("edge", l, "/login", OutcomeOverLimit)
@@ -275,7 +276,7 @@ descriptors:
 
 func BenchmarkMetricsDecision(b *testing.B) {
 	m, _ := newTestMetrics(b, MetricsOptions{})
-	l := &Limit{Rule: "api_key"}
+	l := &rules.Limit{Rule: "api_key"}
 	m.Decision("edge", l, "", OutcomeOK)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -14,15 +14,17 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // ReloaderOptions configure a Reloader. Path and Apply are required.
 type ReloaderOptions struct {
-	// Path is the rules file or directory, as given to LoadRules.
+	// Path is the rules file or directory, as given to rules.Load.
 	Path string
 	// Apply installs rules that loaded cleanly; Server.SetRules fits. It is
 	// never called with nil or with rules that failed to load.
-	Apply func(*Rules)
+	Apply func(*rules.Set)
 	// Logger gets one line per load; default no logging.
 	Logger *zap.Logger
 	// Debounce is how long the watched directory must be quiet before a
@@ -117,7 +119,7 @@ func (r *Reloader) RulesStatus() map[string]any {
 }
 
 // Reload loads the rules now and applies them if they are good. It returns
-// the load's error, a *RulesError for bad rules; the last good rules keep
+// the load's error, a *rules.Error for bad rules; the last good rules keep
 // serving then.
 func (r *Reloader) Reload(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -125,7 +127,7 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rules, err := LoadRules(r.o.Path)
+	rules, err := rules.Load(r.o.Path)
 	now := r.o.Now()
 	if err != nil {
 		last := r.Status().LastReload
@@ -152,7 +154,7 @@ func (r *Reloader) Reload(ctx context.Context) error {
 
 func newReloadError(now time.Time, err error) *ReloadError {
 	e := &ReloadError{Time: now, Err: err.Error(), Files: []string{}}
-	var re *RulesError
+	var re *rules.Error
 	if errors.As(err, &re) {
 		for _, p := range re.Problems {
 			if !slices.Contains(e.Files, p.File) {
@@ -165,11 +167,15 @@ func newReloadError(now time.Time, err error) *ReloadError {
 
 // problemStrings lists a load error's problems one per string, for logs.
 func problemStrings(err error) []string {
-	var re *RulesError
+	var re *rules.Error
 	if !errors.As(err, &re) {
 		return []string{err.Error()}
 	}
-	return re.lines()
+	out := make([]string, len(re.Problems))
+	for i, p := range re.Problems {
+		out[i] = p.Error()
+	}
+	return out
 }
 
 // watchCheck is how often Run makes sure its watches still exist: inotify
@@ -247,7 +253,7 @@ func (r *Reloader) Run(ctx context.Context) error {
 	}
 }
 
-// relevant reports whether an event on name can change what LoadRules
+// relevant reports whether an event on name can change what rules.Load
 // reads: the rules directory itself, a rule file (every *.yaml and *.yml of
 // a directory, else the file), the file's symlink target, or a ConfigMap's
 // "..data", "..data_tmp" and timestamped directories. Other names, such as a

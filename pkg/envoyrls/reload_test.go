@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -380,9 +381,9 @@ func TestReloadMethod(t *testing.T) {
 	}
 	writeFile(t, path, badRules)
 	err = r.Reload(ctx)
-	var re *RulesError
+	var re *rules.Error
 	if !errors.As(err, &re) || len(re.Problems) != 3 {
-		t.Fatalf("Reload of bad rules = %v, want a *RulesError with 3 problems", err)
+		t.Fatalf("Reload of bad rules = %v, want a *rules.Error with 3 problems", err)
 	}
 	if got := limitOf(t, srv, "edge"); got != 5 {
 		t.Errorf("limit = %d after a failed Reload, want 5", got)
@@ -403,7 +404,7 @@ func TestReloadMethod(t *testing.T) {
 
 func TestNewReloaderErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := NewReloader(ReloaderOptions{Apply: func(*Rules) {}}); err == nil {
+	if _, err := NewReloader(ReloaderOptions{Apply: func(*rules.Set) {}}); err == nil {
 		t.Error("NewReloader without Path = nil error")
 	}
 	if _, err := NewReloader(ReloaderOptions{Path: "x"}); err == nil {

@@ -1,4 +1,4 @@
-package envoyrls
+package rules
 
 import (
 	"fmt"
@@ -68,10 +68,20 @@ func (n *node) child(e *rlv3.RateLimitDescriptor_Entry) *node {
 	return n.keyOnly[e.Key]
 }
 
-// match walks the entries down the tree as envoyproxy/ratelimit does and
-// returns the node whose limits apply, or nil. A node applies only if the
-// descriptor's last entry lands on it and it has limits: a descriptor longer
-// or shorter than the rule that it walks along gets no limit.
+// Match walks a descriptor's entries down the domain's tree as
+// envoyproxy/ratelimit does and returns the limits of the node it ends on,
+// in file order, or nil. A node applies only if the descriptor's last entry
+// lands on it and it has limits: a descriptor longer or shorter than the
+// rule that it walks along gets no limit. A nil Domain matches nothing.
+// Match does not allocate; the returned slice belongs to the Domain and
+// must not be modified.
+func (d *Domain) Match(entries []*rlv3.RateLimitDescriptor_Entry) []*Limit {
+	if n := d.match(entries); n != nil {
+		return n.limits
+	}
+	return nil
+}
+
 func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry) *node {
 	if d == nil {
 		return nil

@@ -1,17 +1,16 @@
-package envoyrls
+package rules
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
@@ -88,29 +87,80 @@ type Limit struct {
 	// descriptor keys (and exact values) that leads to it.
 	Rule string
 
-	override bool                               // Envoy's per-request override, keyed apart
-	pb       *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
-	tooMany  atomic.Pointer[tooMany]            // the last 429 parts built for it; see addTooManyRequests
+	// Override marks Envoy's per-request limit override, which a server
+	// builds per request and keys apart from configured limits. Loaded
+	// limits never have it.
+	Override bool
+	// Denial holds the 429 parts a server last built for this limit's
+	// denials, for the next denial at the same retry-after to share.
+	// Loading leaves it empty; package rules never reads it.
+	Denial atomic.Pointer[Denial]
+
+	pb *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
 }
 
-// Rules is a loaded, validated set of domains. It is immutable; a reload
-// builds a new one and swaps it in.
-type Rules struct {
+// Denial is the body and headers that Envoy sends with an HTTP 429 for one
+// limit's denial with one retry-after. It is shared by every response that
+// carries it: nothing may modify it once it is stored in Limit.Denial.
+type Denial struct {
+	RetryAfter int64 // whole seconds, at least 1
+	Body       []byte
+	Headers    []*corev3.HeaderValue
+}
+
+// envoyUnits maps window units to the response's unit enum. The numbers
+// differ: window.Unit has Week (5) between Day and Month, while the response
+// enum, which gained WEEK last, has MONTH 5, YEAR 6 and WEEK 7. (Envoy's
+// RateLimitUnit, of request overrides, has no WEEK.)
+var envoyUnits = map[window.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	window.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	window.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	window.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	window.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	window.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	window.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	window.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// Proto returns the limit as Envoy's current_limit. Loaded limits build it
+// once and share it with every response, so callers must not modify it;
+// other limits (overrides) get a new one per call.
+func (l *Limit) Proto() *rlsv3.RateLimitResponse_RateLimit {
+	if l.pb != nil {
+		return l.pb
+	}
+	pb := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name,
+		RequestsPerUnit: l.RequestsPerUnit,
+		Unit:            envoyUnits[l.Unit],
+	}
+	if l.Multiplier > 1 {
+		pb.UnitMultiplier = wrapperspb.UInt32(l.Multiplier)
+	}
+	return pb
+}
+
+// Set is a loaded, validated set of domains. It is immutable and safe for
+// concurrent use; a reload builds a new one and swaps it in.
+type Set struct {
 	domains map[string]*Domain
 	files   []string
 }
 
 // Domain is the compiled rules of one domain, from one file.
 type Domain struct {
-	Name        string
-	root        *node
-	failureMode FailureMode      // the domain's default, never unset
-	algorithm   window.Algorithm // the domain's default
-	config      domainConfig
+	Name string
+	// FailureMode is the domain's default, for limits that set none and
+	// for overrides of descriptors that match no rule; never unset.
+	FailureMode FailureMode
+	// Algorithm is the domain's default, for the same.
+	Algorithm window.Algorithm
+	root      *node
+	config    domainConfig
 }
 
 // Domain returns the named domain or nil.
-func (r *Rules) Domain(name string) *Domain {
+func (r *Set) Domain(name string) *Domain {
 	if r == nil {
 		return nil
 	}
@@ -118,7 +168,7 @@ func (r *Rules) Domain(name string) *Domain {
 }
 
 // Domains returns the domain names, sorted.
-func (r *Rules) Domains() []string {
+func (r *Set) Domains() []string {
 	names := make([]string, 0, len(r.domains))
 	for n := range r.domains {
 		names = append(names, n)
@@ -128,144 +178,7 @@ func (r *Rules) Domains() []string {
 }
 
 // Files returns the files the rules came from.
-func (r *Rules) Files() []string { return r.files }
-
-// Problem is one thing wrong in a rules file.
-type Problem struct {
-	File  string
-	Line  int // 1-based; 0 when the problem is not on one line
-	Field string
-	Msg   string
-}
-
-func (p Problem) Error() string {
-	var b strings.Builder
-	b.WriteString(p.File)
-	if p.Line > 0 {
-		fmt.Fprintf(&b, ":%d", p.Line)
-	}
-	if p.Field != "" {
-		b.WriteString(": " + p.Field)
-	}
-	return b.String() + ": " + p.Msg
-}
-
-// ErrRules wraps every rules loading failure.
-var ErrRules = errors.New("envoyrls: bad rules")
-
-// RulesError lists every problem found in a set of rule files.
-type RulesError struct {
-	Problems []Problem
-}
-
-func (e *RulesError) Error() string {
-	return fmt.Sprintf("%d problem(s) in rules:\n  %s", len(e.Problems), strings.Join(e.lines(), "\n  "))
-}
-
-// lines returns the Error of each problem, in order.
-func (e *RulesError) lines() []string {
-	out := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
-		out[i] = p.Error()
-	}
-	return out
-}
-
-// Unwrap makes errors.Is(err, ErrRules) hold.
-func (e *RulesError) Unwrap() error { return ErrRules }
-
-// LoadRules reads a rules file, or every *.yaml and *.yml file of a
-// directory (hidden files, such as a Kubernetes ConfigMap's ..data, are
-// skipped; its symlinked files are read). Each file holds one domain; two
-// files with the same domain are an error. All problems of all files are
-// returned at once as a *RulesError.
-func LoadRules(path string) (*Rules, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, &RulesError{Problems: []Problem{{File: path, Msg: err.Error()}}}
-	}
-	files := []string{path}
-	if info.IsDir() {
-		files, err = ruleFiles(path)
-		if err != nil {
-			return nil, &RulesError{Problems: []Problem{{File: path, Msg: err.Error()}}}
-		}
-	}
-	sources := make(map[string][]byte, len(files))
-	var problems []Problem
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			problems = append(problems, Problem{File: f, Msg: err.Error()})
-			continue
-		}
-		sources[f] = data
-	}
-	rules, err := ParseRules(files, sources)
-	if err != nil {
-		var re *RulesError
-		if errors.As(err, &re) {
-			re.Problems = append(problems, re.Problems...)
-			return nil, re
-		}
-		return nil, err
-	}
-	if len(problems) > 0 {
-		return nil, &RulesError{Problems: problems}
-	}
-	return rules, nil
-}
-
-func ruleFiles(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var files []string
-	for _, e := range ents {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
-		}
-		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
-			continue
-		}
-		full := filepath.Join(dir, name)
-		if st, err := os.Stat(full); err != nil || st.IsDir() {
-			continue // a dangling link or a directory named like a file
-		}
-		files = append(files, full)
-	}
-	sort.Strings(files)
-	return files, nil
-}
-
-// ParseRules compiles the given files, in order, from their contents. It is
-// what LoadRules does after reading, and what the fuzz tests drive.
-func ParseRules(files []string, sources map[string][]byte) (*Rules, error) {
-	r := &Rules{domains: make(map[string]*Domain), files: files}
-	var problems []Problem
-	seen := make(map[string]Problem)
-	for _, f := range files {
-		d := &decoder{file: f}
-		dom := d.file1(sources[f])
-		problems = append(problems, d.problems...)
-		if dom == nil || len(d.problems) > 0 {
-			continue
-		}
-		if first, dup := seen[dom.Name]; dup {
-			problems = append(problems, Problem{File: f, Line: d.domainLine, Field: "domain",
-				Msg: fmt.Sprintf("domain %q is already defined in %s:%d", dom.Name, first.File, first.Line)})
-			continue
-		}
-		seen[dom.Name] = Problem{File: f, Line: d.domainLine}
-		r.domains[dom.Name] = dom
-	}
-	if len(problems) > 0 {
-		return nil, &RulesError{Problems: problems}
-	}
-	return r, nil
-}
+func (r *Set) Files() []string { return r.files }
 
 // decoder walks one file's YAML nodes, collecting every problem with its
 // line instead of stopping at the first.
@@ -414,11 +327,11 @@ func (d *decoder) file1(data []byte) *Domain {
 		d.fail(domainNode, "domain", "empty")
 	}
 	dom.Name = d.domainName
-	dom.algorithm = d.domainAlg
+	dom.Algorithm = d.domainAlg
 	if d.domainFail == failUnset {
 		d.domainFail = FailError
 	}
-	dom.failureMode = d.domainFail
+	dom.FailureMode = d.domainFail
 	dom.config = domainConfig{Domain: dom.Name, File: d.file, FailureMode: d.domainFail.String(), Algorithm: d.domainAlg.String()}
 	if descs != nil {
 		dom.config.Descriptors = d.descriptors(descs, "descriptors", dom.root, "", d.domainFail)
@@ -629,7 +542,7 @@ func (d *decoder) limit(n *yaml.Node, where, path string, shadow bool, mode Fail
 	} else if index > 0 {
 		l.Rule = fmt.Sprintf("%s[%d]", path, index)
 	}
-	l.pb = l.proto()
+	l.pb = l.Proto()
 	return l, lc, len(d.problems) == before
 }
 

@@ -1,4 +1,4 @@
-package envoyrls
+package rules
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package envoyrls
+package rules
 
 import "encoding/json"
 
@@ -40,7 +40,7 @@ type replaceConfig struct {
 }
 
 // MarshalJSON renders the rules as loaded: one object per domain.
-func (r *Rules) MarshalJSON() ([]byte, error) {
+func (r *Set) MarshalJSON() ([]byte, error) {
 	out := struct {
 		Files   []string       `json:"files"`
 		Domains []domainConfig `json:"domains"`
