@@ -2,7 +2,6 @@ package rules
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -75,29 +74,14 @@ func ruleFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
-// Parse compiles the given files, in order, from their contents. It is
-// what Load does after reading.
+// Parse decodes and compiles the given files, in order, from their
+// contents: it is what Load does after reading. All problems of all files
+// are returned at once as an *Error.
 func Parse(files []string, sources map[string][]byte) (*Set, error) {
-	r := &Set{domains: make(map[string]*Domain), files: files}
-	var problems []Problem
-	seen := make(map[string]Problem)
-	for _, f := range files {
-		d := &decoder{file: f}
-		dom := d.file1(sources[f])
-		problems = append(problems, d.problems...)
-		if dom == nil || len(d.problems) > 0 {
-			continue
-		}
-		if first, dup := seen[dom.Name]; dup {
-			problems = append(problems, Problem{File: f, Line: d.domainLine, Field: "domain",
-				Msg: fmt.Sprintf("domain %q is already defined in %s:%d", dom.Name, first.File, first.Line)})
-			continue
-		}
-		seen[dom.Name] = Problem{File: f, Line: d.domainLine}
-		r.domains[dom.Name] = dom
+	b := newBuilder(files)
+	for _, name := range files {
+		f, problems := Decode(name, sources[name])
+		b.add(name, f, problems)
 	}
-	if len(problems) > 0 {
-		return nil, &Error{Problems: problems}
-	}
-	return r, nil
+	return b.done()
 }
