@@ -143,26 +143,27 @@ func (c *compiler) descriptor(d *Descriptor, parent *node, path string, mode Fai
 		c.fail(d.at("rate_limits"), d.field("rate_limits"), "give rate_limit or rate_limits, not both")
 	}
 	n := &node{key: d.Key, value: d.Value}
+	// The path names the node's limits in metrics and logs: "key_value.key2".
 	step := d.Key
 	if d.Value != "" {
 		step += "_" + d.Value
 	}
-	n.path = step
 	if path != "" {
-		n.path = path + "." + step
+		step = path + "." + step
 	}
+	path = step
 	if d.RateLimit != nil {
-		if l := c.limit(d.RateLimit, d, n.path, mode, 0); l != nil {
+		if l := c.limit(d.RateLimit, d, path, mode, 0); l != nil {
 			n.limits = append(n.limits, l)
 		}
 	}
 	for i := range d.RateLimits {
-		if l := c.limit(&d.RateLimits[i], d, n.path, mode, i); l != nil {
+		if l := c.limit(&d.RateLimits[i], d, path, mode, i); l != nil {
 			n.limits = append(n.limits, l)
 		}
 	}
 	for i := range d.Descriptors {
-		c.descriptor(&d.Descriptors[i], n, n.path, mode)
+		c.descriptor(&d.Descriptors[i], n, path, mode)
 	}
 	if d.Key == "" {
 		return

@@ -10,7 +10,6 @@ import (
 // node is one descriptor of the compiled rules tree.
 type node struct {
 	key, value string
-	path       string // "key_value.key2" for logs and metric labels
 	limits     []*Limit
 
 	exact     map[entryKey]*node
@@ -76,13 +75,6 @@ func (n *node) child(e *rlv3.RateLimitDescriptor_Entry) *node {
 // Match does not allocate; the returned slice belongs to the Domain and
 // must not be modified.
 func (d *Domain) Match(entries []*rlv3.RateLimitDescriptor_Entry) []*Limit {
-	if n := d.match(entries); n != nil {
-		return n.limits
-	}
-	return nil
-}
-
-func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry) *node {
 	if d == nil {
 		return nil
 	}
@@ -93,10 +85,7 @@ func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry) *node {
 			return nil
 		}
 		if i == len(entries)-1 {
-			if len(next.limits) == 0 {
-				return nil
-			}
-			return next
+			return next.limits // nil for a node without limits
 		}
 		level = next // a leaf has no child for the next entry: nil above
 	}
