@@ -10,13 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // TestBenchRulesParse: the embedded rules are what every sidecar scenario
 // serves (and what BenchmarkShouldRateLimit reads), so they must load.
 func TestBenchRulesParse(t *testing.T) {
-	r, err := envoyrls.ParseRules([]string{"bench.yaml"}, map[string][]byte{"bench.yaml": []byte(benchRules)})
+	r, err := rules.Parse([]string{"bench.yaml"}, map[string][]byte{"bench.yaml": []byte(benchRules)})
 	if err != nil {
 		t.Fatal(err)
 	}

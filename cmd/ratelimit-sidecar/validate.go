@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // validate is the "validate" subcommand: it loads rules, prints every problem
@@ -23,10 +23,10 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 	if *path == "" {
 		return errors.New("validate: -config is required")
 	}
-	rules, err := envoyrls.LoadRules(*path)
+	set, err := rules.Load(*path)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "ok: %d domain(s) %s from %d file(s)\n", len(rules.Domains()), strings.Join(rules.Domains(), ", "), len(rules.Files()))
+	fmt.Fprintf(stdout, "ok: %d domain(s) %s from %d file(s)\n", len(set.Domains()), strings.Join(set.Domains(), ", "), len(set.Files()))
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -24,11 +25,11 @@ descriptors:
 
 func TestHTTPHandler(t *testing.T) {
 	t.Parallel()
-	rules, err := envoyrls.ParseRules([]string{"edge.yaml"}, map[string][]byte{"edge.yaml": []byte(edgeRules)})
+	set, err := rules.Parse([]string{"edge.yaml"}, map[string][]byte{"edge.yaml": []byte(edgeRules)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: rules})
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: set})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // Options configure a Recorder. Registerer is required; the other fields
@@ -145,7 +146,7 @@ func New(o Options) (*Recorder, error) {
 }
 
 // Decision counts one decision. It implements envoyrls.Observer.
-func (m *Recorder) Decision(domain string, l *envoyrls.Limit, value string, outcome envoyrls.Outcome) {
+func (m *Recorder) Decision(domain string, l *rules.Limit, value string, outcome envoyrls.Outcome) {
 	if !l.DetailedMetric {
 		value = ""
 	}

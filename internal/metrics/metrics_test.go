@@ -15,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -32,8 +33,8 @@ func newTestMetrics(t testing.TB, o Options) (*Recorder, *prometheus.Registry) {
 func TestMetricsDecisions(t *testing.T) {
 	t.Parallel()
 	m, reg := newTestMetrics(t, Options{})
-	plain := &envoyrls.Limit{Rule: "api_key"}
-	detailed := &envoyrls.Limit{Rule: "path", DetailedMetric: true}
+	plain := &rules.Limit{Rule: "api_key"}
+	detailed := &rules.Limit{Rule: "path", DetailedMetric: true}
 	m.Decision("edge", plain, "ignored", envoyrls.OutcomeOK)
 	m.Decision("edge", plain, "other", envoyrls.OutcomeOK)
 	m.Decision("edge", plain, "", envoyrls.OutcomeOverLimit)
@@ -199,7 +200,7 @@ ratelimit_redis_pool_idle_connections 3
 func TestMetricsLint(t *testing.T) {
 	t.Parallel()
 	m, reg := newTestMetrics(t, Options{RoundTrips: func() uint64 { return 0 }, PoolStats: func() *PoolStats { return &PoolStats{} }})
-	m.Decision("d", &envoyrls.Limit{Rule: "r"}, "", envoyrls.OutcomeOK)
+	m.Decision("d", &rules.Limit{Rule: "r"}, "", envoyrls.OutcomeOK)
 	m.StoreCall(time.Millisecond, nil)
 	m.ObserveReload(nil)
 	problems, err := testutil.GatherAndLint(reg)
@@ -231,7 +232,7 @@ func TestNewErrors(t *testing.T) {
 // label set has been seen.
 func TestMetricsDecisionAllocs(t *testing.T) {
 	m, _ := newTestMetrics(t, Options{})
-	l := &envoyrls.Limit{Rule: "path", DetailedMetric: true}
+	l := &rules.Limit{Rule: "path", DetailedMetric: true}
 	m.Decision("edge", l, "/login", envoyrls.OutcomeOK)
 	if got := testing.AllocsPerRun(100, func() {
 		m.Decision("edge", l, "/login", envoyrls.OutcomeOverLimit)
@@ -245,7 +246,7 @@ func TestMetricsDecisionAllocs(t *testing.T) {
 // label is the limit's rule and outcomes follow decisions.
 func TestMetricsObserveServer(t *testing.T) {
 	t.Parallel()
-	const rules = `
+	const edge = `
 domain: edge
 descriptors:
   - key: api_key
@@ -255,7 +256,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100}
 `
 	m, reg := newTestMetrics(t, Options{})
-	rs, err := envoyrls.ParseRules([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(rules)})
+	rs, err := rules.Parse([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(edge)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ descriptors:
 
 func BenchmarkMetricsDecision(b *testing.B) {
 	m, _ := newTestMetrics(b, Options{})
-	l := &envoyrls.Limit{Rule: "api_key"}
+	l := &rules.Limit{Rule: "api_key"}
 	m.Decision("edge", l, "", envoyrls.OutcomeOK)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

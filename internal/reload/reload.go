@@ -15,16 +15,16 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // Options configure a Watcher. Path and Apply are required.
 type Options struct {
-	// Path is the rules file or directory, as given to envoyrls.LoadRules.
+	// Path is the rules file or directory, as given to rules.Load.
 	Path string
 	// Apply installs rules that loaded cleanly; Server.SetRules fits. It is
 	// never called with nil or with rules that failed to load.
-	Apply func(*envoyrls.Rules)
+	Apply func(*rules.Set)
 	// Logger gets one line per load; default no logging.
 	Logger *zap.Logger
 	// Debounce is how long the watched directory must be quiet before a
@@ -118,7 +118,7 @@ func (r *Watcher) RulesStatus() map[string]any {
 }
 
 // Reload loads the rules now and applies them if they are good. It returns
-// the load's error, an *envoyrls.RulesError for bad rules; the last good rules keep
+// the load's error, an *rules.Error for bad rules; the last good rules keep
 // serving then.
 func (r *Watcher) Reload(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -126,7 +126,7 @@ func (r *Watcher) Reload(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rules, err := envoyrls.LoadRules(r.o.Path)
+	set, err := rules.Load(r.o.Path)
 	now := r.o.Now()
 	if err != nil {
 		last := r.Status().LastReload
@@ -141,10 +141,10 @@ func (r *Watcher) Reload(ctx context.Context) error {
 		}
 		return err
 	}
-	r.o.Apply(rules)
+	r.o.Apply(set)
 	r.loaded = true
 	r.status.Store(&Status{LastReload: now})
-	r.log.Info("rules loaded", zap.String("path", r.o.Path), zap.Strings("domains", rules.Domains()), zap.Strings("files", rules.Files()))
+	r.log.Info("rules loaded", zap.String("path", r.o.Path), zap.Strings("domains", set.Domains()), zap.Strings("files", set.Files()))
 	if r.o.OnReload != nil {
 		r.o.OnReload(nil)
 	}
@@ -153,7 +153,7 @@ func (r *Watcher) Reload(ctx context.Context) error {
 
 func newFailure(now time.Time, err error) *Failure {
 	e := &Failure{Time: now, Err: err.Error(), Files: []string{}}
-	var re *envoyrls.RulesError
+	var re *rules.Error
 	if errors.As(err, &re) {
 		for _, p := range re.Problems {
 			if !slices.Contains(e.Files, p.File) {
@@ -166,7 +166,7 @@ func newFailure(now time.Time, err error) *Failure {
 
 // problemStrings lists a load error's problems one per string, for logs.
 func problemStrings(err error) []string {
-	var re *envoyrls.RulesError
+	var re *rules.Error
 	if !errors.As(err, &re) {
 		return []string{err.Error()}
 	}
@@ -252,7 +252,7 @@ func (r *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// relevant reports whether an event on name can change what envoyrls.LoadRules
+// relevant reports whether an event on name can change what rules.Load
 // reads: the rules directory itself, a rule file (every *.yaml and *.yml of
 // a directory, else the file), the file's symlink target, or a ConfigMap's
 // "..data", "..data_tmp" and timestamped directories. Other names, such as a

@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/httpapi"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -430,7 +431,7 @@ func TestReloadMethod(t *testing.T) {
 	}
 	writeFile(t, path, badRules)
 	err = r.Reload(ctx)
-	var re *envoyrls.RulesError
+	var re *rules.Error
 	if !errors.As(err, &re) || len(re.Problems) != 3 {
 		t.Fatalf("Reload of bad rules = %v, want a *RulesError with 3 problems", err)
 	}
@@ -453,7 +454,7 @@ func TestReloadMethod(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := New(Options{Apply: func(*envoyrls.Rules) {}}); err == nil {
+	if _, err := New(Options{Apply: func(*rules.Set) {}}); err == nil {
 		t.Error("New without Path = nil error")
 	}
 	if _, err := New(Options{Path: "x"}); err == nil {

@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -26,7 +27,7 @@ type roundTripper interface{ RoundTrips() uint64 }
 // over 1,000 API keys: allocations per decision and, for Redis, round trips
 // per decision (rt/op).
 func BenchmarkShouldRateLimit(b *testing.B) {
-	rules, err := LoadRules(benchRulesFile)
+	rules, err := rules.Load(benchRulesFile)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 // over-limit cache with the 429 its limit last built, so it reports the
 // allocations of the denial path (rt/op stays 0: no store call).
 func BenchmarkShouldRateLimitHotKey(b *testing.B) {
-	rules, err := LoadRules(benchRulesFile)
+	rules, err := rules.Load(benchRulesFile)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -22,44 +22,13 @@ import (
 // decision is counted as near_limit.
 const nearLimitShare = 0.2
 
-// envoyUnits maps window units to the response's unit enum. The numbers
-// differ: window.Unit has Week (5) between Day and Month, while the response
-// enum, which gained WEEK last, has MONTH 5, YEAR 6 and WEEK 7. (Envoy's
-// RateLimitUnit, of request overrides, has no WEEK; see overrideUnit.)
-var envoyUnits = map[window.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
-	window.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
-	window.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	window.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
-	window.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
-	window.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
-	window.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
-	window.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
-}
-
-// proto returns the limit as Envoy's current_limit. Configured limits build
-// it once at load time and share it: responses only read it.
-func (l *Limit) proto() *rlsv3.RateLimitResponse_RateLimit {
-	if l.pb != nil {
-		return l.pb
-	}
-	pb := &rlsv3.RateLimitResponse_RateLimit{
-		Name:            l.Name,
-		RequestsPerUnit: l.RequestsPerUnit,
-		Unit:            envoyUnits[l.Unit],
-	}
-	if l.Multiplier > 1 {
-		pb.UnitMultiplier = wrapperspb.UInt32(l.Multiplier)
-	}
-	return pb
-}
-
 // response builds the answer from the store's results (or with none
 // needed). A counter the store failed for is left out, unless its failure
 // mode is deny: then it is over its limit until its window ends.
 func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
-	var worst *Limit
+	var worst *rules.Limit
 	for k, l := range c.limits {
 		slot := c.slot[k]
 		if slot < 0 {
@@ -70,7 +39,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		var reset time.Duration
 		var over bool
 		switch {
-		case c.isFailed(slot) && l.FailureMode != FailDeny:
+		case c.isFailed(slot) && l.FailureMode != rules.FailDeny:
 			continue // nothing is known, and its failure mode lets it pass
 		case c.isFailed(slot):
 			// Fails closed: reported as a full counter until its window
@@ -83,7 +52,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			// answered; its count is unknown, so it states no remaining or
 			// reset of its own.
 			if st := resp.Statuses[c.owner[k]]; st.CurrentLimit == nil {
-				st.CurrentLimit = l.proto()
+				st.CurrentLimit = l.Proto()
 			}
 			continue
 		default:
@@ -94,7 +63,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		}
 		st := resp.Statuses[c.owner[k]]
 		if tighter(st, over, remaining, reset) {
-			st.CurrentLimit = l.proto()
+			st.CurrentLimit = l.Proto()
 			st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
 			// Each status has its own Duration: what a looser limit wrote
 			// there, a tighter one overwrites.
@@ -185,7 +154,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 // for a limit with DetailedMetric, else "", as Observer promises. (Metrics
 // blanks it again itself: its handle cache must not grow with client input
 // whoever calls it.)
-func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
+func lastValue(req *rlsv3.RateLimitRequest, owner int, l *rules.Limit) string {
 	if !l.DetailedMetric {
 		return ""
 	}
@@ -222,9 +191,9 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 			continue
 		}
 		switch l.FailureMode {
-		case FailDeny:
+		case rules.FailDeny:
 			deny = true
-		case FailError:
+		case rules.FailError:
 			unavailable = true
 		}
 		if s.obs != nil {
@@ -252,55 +221,48 @@ type tooManyRequests struct {
 // addTooManyRequests adds retry-after (whole seconds until the last of the
 // over-limit windows that must pass has reset, at least 1), content-type and
 // the JSON body to an OVER_LIMIT response. l is the limit that decided it.
-func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time.Duration, l *Limit) {
+func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time.Duration, l *rules.Limit) {
 	secs := int64(math.Ceil(retry.Seconds()))
 	if secs < 1 {
 		secs = 1
 	}
-	var t *tooMany
-	if l.override || l.Algorithm != window.FixedWindow {
+	var t *rules.Denial
+	if l.Override || l.Algorithm != window.FixedWindow {
 		// Made for this denial alone: an override belongs to one request,
 		// and a sliding window's retry-after differs from key to key, so a
 		// cache would be rewritten, by a write all requests share, at
 		// almost every denial.
 		t = newTooMany(domain, secs, l)
-	} else if t = l.tooMany.Load(); t == nil || t.secs != secs {
+	} else if t = l.Denial.Load(); t == nil || t.RetryAfter != secs {
 		t = newTooMany(domain, secs, l)
-		l.tooMany.Store(t)
+		l.Denial.Store(t)
 	}
-	resp.RawBody, resp.ResponseHeadersToAdd = t.body, t.headers
+	resp.RawBody, resp.ResponseHeadersToAdd = t.Body, t.Headers
 }
 
-// tooMany is the 429 body and headers of one limit's denials with one
-// retry-after. A configured limit belongs to one domain, and for a fixed
+// newTooMany builds the 429 body and headers of one limit's denials with
+// one retry-after. A configured limit belongs to one domain, and for a fixed
 // window every denial by a key under attack within that second gets the
-// same parts, so each limit keeps the last ones it built (Limit.tooMany)
-// and responses share them, as they share current_limit: nothing writes a
-// response's fields after it is built. Building them anew, with JSON
-// marshalling and Sprintf, was ~6% of the sidecar's CPU when answering from
-// the over-limit cache (pprof, scenario (b); BenchmarkShouldRateLimitHotKey
-// measures that path now). Only fixed windows keep them: a full sliding
-// counter's retry-after is its own estimate of when it admits again, which
-// differs from key to key, so their denials build their own.
-type tooMany struct {
-	secs    int64
-	body    []byte
-	headers []*corev3.HeaderValue
-}
-
-func newTooMany(domain string, secs int64, l *Limit) *tooMany {
+// same parts, so each limit keeps the last ones it built (Limit.Denial) and
+// responses share them, as they share current_limit: nothing writes a
+// response's fields after it is built, and building them anew (JSON and
+// Sprintf) is costly on the path that denies from the over-limit cache
+// (BenchmarkShouldRateLimitHotKey). Only fixed windows keep them: a full
+// sliding counter's retry-after is its own estimate of when it admits
+// again, which differs from key to key, so their denials build their own.
+func newTooMany(domain string, secs int64, l *rules.Limit) *rules.Denial {
 	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
 	if l.Name != "" {
 		msg += " (" + l.Name + ")"
 	}
 	body, _ := json.Marshal(tooManyRequests{Error: "too_many_requests", Message: msg, RetryAfterSeconds: secs, Domain: domain})
-	return &tooMany{secs: secs, body: body, headers: []*corev3.HeaderValue{
+	return &rules.Denial{RetryAfter: secs, Body: body, Headers: []*corev3.HeaderValue{
 		{Key: "retry-after", Value: strconv.FormatInt(secs, 10)},
 		{Key: "content-type", Value: "application/json"},
 	}}
 }
 
-func windowName(l *Limit) string {
+func windowName(l *rules.Limit) string {
 	if l.Multiplier > 1 {
 		return fmt.Sprintf("%d %ss", l.Multiplier, l.Unit)
 	}

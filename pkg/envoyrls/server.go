@@ -14,6 +14,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -58,7 +59,7 @@ type Options struct {
 	Store Store
 	// Rules to serve at start; nil serves none (every descriptor is OK)
 	// until SetRules.
-	Rules *Rules
+	Rules *rules.Set
 	// KeyPrefix starts every counter key; default "ratelimit".
 	KeyPrefix string
 	// Now is the clock for window arithmetic, read once per request;
@@ -82,7 +83,7 @@ type Observer interface {
 	// that gets Unavailable, or for invalid requests. value is the
 	// descriptor's last value when l.DetailedMetric, else "": raw client
 	// input reaches an observer only for rules that ask for it.
-	Decision(domain string, l *Limit, value string, outcome Outcome)
+	Decision(domain string, l *rules.Limit, value string, outcome Outcome)
 	// StoreCall is called once per store call with its latency and error.
 	StoreCall(d time.Duration, err error)
 }
@@ -109,7 +110,7 @@ type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store   Store
-	rules   atomic.Pointer[Rules]
+	rules   atomic.Pointer[rules.Set]
 	prefix  string
 	now     func() time.Time
 	limits  InputLimits
@@ -153,10 +154,10 @@ func NewServer(o Options) (*Server, error) {
 
 // SetRules swaps the rules atomically: each request sees either the old or
 // the new rules, never a mix.
-func (s *Server) SetRules(r *Rules) { s.rules.Store(r) }
+func (s *Server) SetRules(r *rules.Set) { s.rules.Store(r) }
 
 // Rules returns the rules being served, or nil.
-func (s *Server) Rules() *Rules { return s.rules.Load() }
+func (s *Server) Rules() *rules.Set { return s.rules.Load() }
 
 // Ping checks the store.
 func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
@@ -168,7 +169,7 @@ func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 type call struct {
 	domain string // metric label: the domain, or "unknown" when no rules name it
 	failed []bool // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
-	limits []*Limit
+	limits []*rules.Limit
 	owner  []int
 	slot   []int
 	reqs   []window.Request
@@ -210,16 +211,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 
 	for i, d := range req.Descriptors {
-		n := dom.match(d.Entries)
+		matched := dom.Match(d.Entries)
 		if d.Limit != nil {
-			c.limits = append(c.limits, overrideLimit(d.Limit, n, dom))
+			c.limits = append(c.limits, overrideLimit(d.Limit, matched, dom))
 			c.owner = append(c.owner, i)
 			continue
 		}
-		if n == nil {
-			continue
-		}
-		for _, l := range n.limits {
+		for _, l := range matched {
 			c.limits = append(c.limits, l)
 			c.owner = append(c.owner, i)
 		}
@@ -238,7 +236,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		if c.owner[k] != keyOwner {
 			// Several limits of one descriptor (rate_limits) share its key.
 			// (A descriptor with an override has that one limit alone.)
-			c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l.override)
+			c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l.Override)
 			key, keyOwner = string(c.key), c.owner[k]
 		}
 		c.reqs = append(c.reqs, window.Request{
@@ -292,20 +290,21 @@ func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitD
 // overrideLimit is Envoy's per-descriptor limit override, which replaces the
 // configured limits. It is keyed apart from them and, as in
 // envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode and
-// algorithm of the rule the descriptor matches, else the domain's.
-func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, n *node, dom *Domain) *Limit {
+// algorithm of the rule the descriptor matches (its limits are matched), else
+// the domain's.
+func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rules.Limit, dom *rules.Domain) *rules.Limit {
 	unit, _ := overrideUnit(o.Unit) // validated
 	mult := uint32(1)
 	if o.UnitMultiplier != nil {
 		mult = o.UnitMultiplier.Value
 	}
 	size, _ := window.Size(unit, uint64(mult)) // validated
-	l := &Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override", FailureMode: FailError, override: true}
+	l := &rules.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override", FailureMode: rules.FailError, Override: true}
 	switch {
-	case n != nil:
-		l.FailureMode, l.Algorithm = n.limits[0].FailureMode, n.limits[0].Algorithm
+	case len(matched) > 0:
+		l.FailureMode, l.Algorithm = matched[0].FailureMode, matched[0].Algorithm
 	case dom != nil:
-		l.FailureMode, l.Algorithm = dom.failureMode, dom.algorithm
+		l.FailureMode, l.Algorithm = dom.FailureMode, dom.Algorithm
 	}
 	return l
 }
@@ -354,7 +353,7 @@ func (c *call) dropReplaced() {
 	c.limits, c.owner = c.limits[:j], c.owner[:j]
 }
 
-func (c *call) replaced(l *Limit) bool {
+func (c *call) replaced(l *rules.Limit) bool {
 	if l.Name == "" {
 		return false
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -97,6 +98,24 @@ var storeKinds = map[string]func(t *testing.T) Store{
 
 func desc(kv ...string) *rlv3.RateLimitDescriptor {
 	return &rlv3.RateLimitDescriptor{Entries: entries(kv...)}
+}
+
+func entries(kv ...string) []*rlv3.RateLimitDescriptor_Entry {
+	var out []*rlv3.RateLimitDescriptor_Entry
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+// mustRules parses one rules file held in src.
+func mustRules(t testing.TB, src string) *rules.Set {
+	t.Helper()
+	r, err := rules.Parse([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(src)})
+	if err != nil {
+		t.Fatalf("rules.Parse: %v", err)
+	}
+	return r
 }
 
 func (f *fixture) call(t *testing.T, domain string, ds ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
@@ -634,7 +653,7 @@ type recorder struct {
 	decisions []string // "domain/rule/value/outcome"
 }
 
-func (r *recorder) Decision(domain string, l *Limit, value string, o Outcome) {
+func (r *recorder) Decision(domain string, l *rules.Limit, value string, o Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.decisions = append(r.decisions, domain+"/"+l.Rule+"/"+value+"/"+o.String())

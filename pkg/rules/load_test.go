@@ -1,4 +1,4 @@
-package envoyrls
+package rules
 
 import (
 	"encoding/json"
@@ -7,77 +7,63 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-func parseOne(t testing.TB, src string) (*Rules, error) {
+func parseOne(t testing.TB, src string) (*Set, error) {
 	t.Helper()
-	return ParseRules([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(src)})
+	return Parse([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(src)})
 }
 
-func mustRules(t testing.TB, src string) *Rules {
+func mustRules(t testing.TB, src string) *Set {
 	t.Helper()
 	r, err := parseOne(t, src)
 	if err != nil {
-		t.Fatalf("ParseRules: %v", err)
+		t.Fatalf("Parse: %v", err)
 	}
 	return r
 }
 
-func TestParseRulesCompiles(t *testing.T) {
+func TestLoadDirectory(t *testing.T) {
 	t.Parallel()
-	r := mustRules(t, `
-domain: edge
-failure_mode: allow
-descriptors:
-  - key: api_key
-    rate_limit: {unit: MINUTE, requests_per_unit: 100, name: per_key}
-    descriptors:
-      - key: path
-        failure_mode: deny
-        rate_limit: {unit: second, unit_multiplier: 90, requests_per_unit: 20}
-  - key: remote_address
-    shadow_mode: true
-    rate_limits:
-      - {unit: hour, requests_per_unit: 2000}
-      - {unit: minute, requests_per_unit: 33, algorithm: sliding_window}
-  - key: internal
-    rate_limit: {unlimited: true}
-`)
-	d := r.Domain("edge")
-	if d == nil {
-		t.Fatal("domain edge missing")
+	dir := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	key := d.root.keyOnly["api_key"]
-	if key == nil || len(key.limits) != 1 {
-		t.Fatalf("api_key node = %+v", key)
+	write("a.yaml", "domain: one\n")
+	write("b.yml", "domain: two\n")
+	write("notes.txt", "not rules")
+	write(".hidden.yaml", "domain: [broken")
+	r, err := Load(dir)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
 	}
-	l := key.limits[0]
-	if l.RequestsPerUnit != 100 || l.Unit != window.Minute || l.Size != time.Minute || l.Name != "per_key" || l.Rule != "per_key" || l.FailureMode != FailAllow {
-		t.Errorf("api_key limit = %+v", l)
+	if got := strings.Join(r.Domains(), ","); got != "one,two" {
+		t.Errorf("Domains = %q, want one,two", got)
 	}
-	p := key.keyOnly["path"].limits[0]
-	if p.Size != 90*time.Second || p.Multiplier != 90 || p.FailureMode != FailDeny || p.Rule != "api_key.path" {
-		t.Errorf("path limit = %+v", p)
+	write("c.yaml", "\n\ndomain: one\n")
+	write("d.yaml", "domain: d\nbogus: 1\n")
+	_, err = Load(dir)
+	if err == nil {
+		t.Fatal("Load with a duplicate domain succeeded")
 	}
-	ra := d.root.keyOnly["remote_address"].limits
-	if len(ra) != 2 || !ra[0].Shadow || !ra[1].Shadow || ra[1].Algorithm != window.SlidingWindow || ra[0].Algorithm != window.FixedWindow || ra[1].Rule != "remote_address[1]" {
-		t.Errorf("remote_address limits = %+v %+v", ra[0], ra[1])
+	for _, w := range []string{"c.yaml:3: domain: domain \"one\" is already defined in " + filepath.Join(dir, "a.yaml") + ":1", "d.yaml:2: bogus: unknown field"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
 	}
-	if u := d.root.keyOnly["internal"].limits[0]; !u.Unlimited {
-		t.Errorf("internal limit = %+v, want unlimited", u)
-	}
-	js, err := json.Marshal(r)
-	if err != nil || !strings.Contains(string(js), `"requests_per_unit":2000`) || !strings.Contains(string(js), `"unit_multiplier":90`) {
-		t.Errorf("MarshalJSON = %s, %v", js, err)
+	if _, err := Load(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Load(missing) = %v, want an error naming the path", err)
 	}
 }
 
-// TestParseRulesProblems: each bad file names file, line and field, and
+// TestParseProblems: each bad file names file, line and field, and
 // every problem of a file is reported, not only the first.
-func TestParseRulesProblems(t *testing.T) {
+func TestParseProblems(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -121,9 +107,9 @@ func TestParseRulesProblems(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := parseOne(t, tt.src)
-			var re *RulesError
-			if !errors.As(err, &re) || !errors.Is(err, ErrRules) {
-				t.Fatalf("ParseRules = %v, want a *RulesError", err)
+			var re *Error
+			if !errors.As(err, &re) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Parse = %v, want a *Error", err)
 			}
 			msg := err.Error()
 			for _, w := range tt.want {
@@ -138,45 +124,9 @@ func TestParseRulesProblems(t *testing.T) {
 	}
 }
 
-func TestLoadRulesDirectory(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, src string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("a.yaml", "domain: one\n")
-	write("b.yml", "domain: two\n")
-	write("notes.txt", "not rules")
-	write(".hidden.yaml", "domain: [broken")
-	r, err := LoadRules(dir)
-	if err != nil {
-		t.Fatalf("LoadRules: %v", err)
-	}
-	if got := strings.Join(r.Domains(), ","); got != "one,two" {
-		t.Errorf("Domains = %q, want one,two", got)
-	}
-	write("c.yaml", "\n\ndomain: one\n")
-	write("d.yaml", "domain: d\nbogus: 1\n")
-	_, err = LoadRules(dir)
-	if err == nil {
-		t.Fatal("LoadRules with a duplicate domain succeeded")
-	}
-	for _, w := range []string{"c.yaml:3: domain: domain \"one\" is already defined in " + filepath.Join(dir, "a.yaml") + ":1", "d.yaml:2: bogus: unknown field"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q lacks %q", err, w)
-		}
-	}
-	if _, err := LoadRules(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Errorf("LoadRules(missing) = %v, want an error naming the path", err)
-	}
-}
-
-// FuzzParseRules: the parser never panics, and whatever it accepts is a
+// FuzzParse: the parser never panics, and whatever it accepts is a
 // well-formed tree that matching and JSON rendering can walk.
-func FuzzParseRules(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, seed := range []string{
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    value: 'v*'\n    descriptors:\n      - key: x\n        rate_limits: [{unit: day, requests_per_unit: 5, unit_multiplier: 3}]\n",
@@ -190,9 +140,9 @@ func FuzzParseRules(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src string) {
 		r, err := parseOne(t, src)
 		if err != nil {
-			var re *RulesError
+			var re *Error
 			if !errors.As(err, &re) || len(re.Problems) == 0 {
-				t.Fatalf("error %v is not a *RulesError with problems", err)
+				t.Fatalf("error %v is not a *Error with problems", err)
 			}
 			return
 		}

@@ -1,4 +1,4 @@
-package envoyrls
+package rules
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 // node is one descriptor of the compiled rules tree.
 type node struct {
 	key, value string
-	path       string // "key_value.key2" for logs and metric labels
 	limits     []*Limit
 
 	exact     map[entryKey]*node
@@ -68,11 +67,14 @@ func (n *node) child(e *rlv3.RateLimitDescriptor_Entry) *node {
 	return n.keyOnly[e.Key]
 }
 
-// match walks the entries down the tree as envoyproxy/ratelimit does and
-// returns the node whose limits apply, or nil. A node applies only if the
-// descriptor's last entry lands on it and it has limits: a descriptor longer
-// or shorter than the rule that it walks along gets no limit.
-func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry) *node {
+// Match walks a descriptor's entries down the domain's tree as
+// envoyproxy/ratelimit does and returns the limits of the node it ends on,
+// in file order, or nil. A node applies only if the descriptor's last entry
+// lands on it and it has limits: a descriptor longer or shorter than the
+// rule that it walks along gets no limit. A nil Domain matches nothing.
+// Match does not allocate; the returned slice belongs to the Domain and
+// must not be modified.
+func (d *Domain) Match(entries []*rlv3.RateLimitDescriptor_Entry) []*Limit {
 	if d == nil {
 		return nil
 	}
@@ -83,10 +85,7 @@ func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry) *node {
 			return nil
 		}
 		if i == len(entries)-1 {
-			if len(next.limits) == 0 {
-				return nil
-			}
-			return next
+			return next.limits // nil for a node without limits
 		}
 		level = next // a leaf has no child for the next entry: nil above
 	}

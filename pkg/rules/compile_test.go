@@ -1,0 +1,106 @@
+package rules
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// TestCompile: limits take their settings from where they are written and
+// inherit the rest.
+func TestCompile(t *testing.T) {
+	t.Parallel()
+	r := mustRules(t, `
+domain: edge
+failure_mode: allow
+descriptors:
+  - key: api_key
+    rate_limit: {unit: MINUTE, requests_per_unit: 100, name: per_key}
+    descriptors:
+      - key: path
+        failure_mode: deny
+        rate_limit: {unit: second, unit_multiplier: 90, requests_per_unit: 20}
+  - key: remote_address
+    shadow_mode: true
+    rate_limits:
+      - {unit: hour, requests_per_unit: 2000}
+      - {unit: minute, requests_per_unit: 33, algorithm: sliding_window}
+  - key: internal
+    rate_limit: {unlimited: true}
+`)
+	d := r.Domain("edge")
+	if d == nil {
+		t.Fatal("domain edge missing")
+	}
+	key := d.root.keyOnly["api_key"]
+	if key == nil || len(key.limits) != 1 {
+		t.Fatalf("api_key node = %+v", key)
+	}
+	l := key.limits[0]
+	if l.RequestsPerUnit != 100 || l.Unit != window.Minute || l.Size != time.Minute || l.Name != "per_key" || l.Rule != "per_key" || l.FailureMode != FailAllow {
+		t.Errorf("api_key limit = %+v", l)
+	}
+	p := key.keyOnly["path"].limits[0]
+	if p.Size != 90*time.Second || p.Multiplier != 90 || p.FailureMode != FailDeny || p.Rule != "api_key.path" {
+		t.Errorf("path limit = %+v", p)
+	}
+	ra := d.root.keyOnly["remote_address"].limits
+	if len(ra) != 2 || !ra[0].Shadow || !ra[1].Shadow || ra[1].Algorithm != window.SlidingWindow || ra[0].Algorithm != window.FixedWindow || ra[1].Rule != "remote_address[1]" {
+		t.Errorf("remote_address limits = %+v %+v", ra[0], ra[1])
+	}
+	if u := d.root.keyOnly["internal"].limits[0]; !u.Unlimited {
+		t.Errorf("internal limit = %+v, want unlimited", u)
+	}
+}
+
+// TestCompileWithoutPositions: Compile takes files from any decoder, such
+// as one of xDS, that knows no lines: fields count as given by their
+// values, and problems name the field without a line.
+func TestCompileWithoutPositions(t *testing.T) {
+	t.Parallel()
+	one := uint32(1)
+	tests := []struct {
+		name string
+		file File
+		want []string // each a Problem.Error() substring; none for a valid file
+	}{
+		{"valid", File{Name: "x", Domain: "d", Descriptors: []Descriptor{
+			{Key: "k", RateLimit: &RateLimit{Unit: "minute", RequestsPerUnit: &one}},
+		}}, nil},
+		{"missing domain and key", File{Name: "x", Descriptors: []Descriptor{
+			{Pos: Pos{Path: "descriptors[0]"}, RateLimit: &RateLimit{Unlimited: true}},
+		}}, []string{"x: domain: missing", "x: descriptors[0].key: missing"}},
+		{"unknown unit, no number", File{Name: "x", Domain: "d", Descriptors: []Descriptor{
+			{Key: "k", Pos: Pos{Path: "descriptors[0]"}, RateLimit: &RateLimit{Unit: "fortnight", Pos: Pos{Path: "descriptors[0].rate_limit"}}},
+		}}, []string{`x: descriptors[0].rate_limit.unit: unknown unit "fortnight"`, "x: descriptors[0].rate_limit.requests_per_unit: missing"}},
+		{"neither limit nor children", File{Name: "x", Domain: "d", Descriptors: []Descriptor{{Key: "k", Pos: Pos{Path: "descriptors[0]"}}}},
+			[]string{`x: descriptors[0]: descriptor "k" has neither rate_limit nor descriptors`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			set, err := Compile([]*File{&tt.file})
+			if len(tt.want) == 0 {
+				if err != nil || set.Domain(tt.file.Domain) == nil {
+					t.Fatalf("Compile = %v, %v, want domain %q", set, err, tt.file.Domain)
+				}
+				return
+			}
+			var re *Error
+			if !errors.As(err, &re) {
+				t.Fatalf("Compile = %v, want an *Error", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%s\nlacks %q", err, w)
+				}
+			}
+			if len(re.Problems) != len(tt.want) {
+				t.Errorf("%d problems, want %d", len(re.Problems), len(tt.want))
+			}
+		})
+	}
+}

@@ -1,0 +1,35 @@
+// Package rules loads rate-limit rules in envoyproxy/ratelimit's YAML format
+// and matches request descriptors against them.
+//
+// Each file holds one domain: a tree of descriptors (a key, an optional
+// value) with the limits that apply when a request's descriptor walks down
+// to them. Rules go through three steps:
+//
+//   - Decode turns one file's YAML into a File: typed structs holding the
+//     values as written, with the path and line of each (Pos). It is strict:
+//     unknown or repeated fields and values of the wrong kind are problems.
+//   - Compile checks Files (required fields, names of units, algorithms and
+//     failure modes, window sizes, duplicate descriptors and domains),
+//     resolves what limits inherit, and builds a Set: per domain, a match
+//     tree whose nodes hold compiled Limits. A File made by another decoder
+//     (say, of an xDS RateLimitConfig) compiles the same way.
+//   - Domain.Match walks a request descriptor's entries down the tree, as
+//     envoyproxy/ratelimit does, without allocating.
+//
+// Load reads a file, or a directory of them, and Parse decodes and compiles
+// contents in memory. Every step reports all problems of all files at once,
+// each with file, line and field, in an *Error that wraps ErrInvalid. A Set
+// is immutable and safe for concurrent use; its JSON is its Files as
+// decoded, for GET /rules.
+//
+// A new rule field is a field of the decoded struct (and its case in the
+// decoder), and its check and effect in Compile.
+//
+// Names: package rules holds rules, so its types do not repeat the word:
+// rules.Set (a loaded set of domains), rules.Domain, rules.Limit, rules.Error,
+// rules.Load.
+//
+// Files: decode.go (YAML to File), compile.go (File to Set), set.go (Set and
+// Domain), limit.go (Limit and FailureMode), match.go (the tree and Match),
+// load.go (Load and Parse), problem.go (Problem and Error).
+package rules

@@ -1,0 +1,137 @@
+package rules
+
+import (
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// FailureMode says what a limit answers when the store fails. The zero
+// FailureMode is unset and inherits from the enclosing descriptor or domain;
+// a domain that sets none uses FailError.
+type FailureMode uint8
+
+const (
+	failUnset FailureMode = iota
+	// FailError returns gRPC Unavailable, so Envoy's failure_mode_deny
+	// decides: by default Envoy lets the request through.
+	FailError
+	// FailAllow answers OK for the descriptor.
+	FailAllow
+	// FailDeny answers OVER_LIMIT for the descriptor, with retry-after.
+	FailDeny
+)
+
+// String returns the mode as written in rules: "error", "allow", "deny".
+func (m FailureMode) String() string {
+	switch m {
+	case FailAllow:
+		return "allow"
+	case FailDeny:
+		return "deny"
+	case FailError:
+		return "error"
+	}
+	return ""
+}
+
+func parseFailureMode(s string) (FailureMode, bool) {
+	switch strings.ToLower(s) {
+	case "allow":
+		return FailAllow, true
+	case "deny":
+		return FailDeny, true
+	case "error":
+		return FailError, true
+	}
+	return failUnset, false
+}
+
+func parseAlgorithm(s string) (window.Algorithm, bool) {
+	switch strings.ToLower(s) {
+	case "fixed_window":
+		return window.FixedWindow, true
+	case "sliding_window":
+		return window.SlidingWindow, true
+	}
+	return 0, false
+}
+
+// Limit is one compiled rate limit of a descriptor node. Its configuration
+// is immutable once compiled, and limits are shared by concurrent requests;
+// the one thing that changes is Denial, a cache swapped atomically. Use it
+// by pointer.
+type Limit struct {
+	Name            string // rate_limit.name; "" when unnamed
+	RequestsPerUnit uint32
+	Unit            window.Unit
+	Multiplier      uint32        // unit_multiplier, >= 1
+	Size            time.Duration // Unit x Multiplier
+	Unlimited       bool
+	Shadow          bool
+	Replaces        []string
+	Algorithm       window.Algorithm
+	FailureMode     FailureMode // resolved: never unset
+	DetailedMetric  bool
+	// Rule names the limit in metrics and logs: its name, else the path of
+	// descriptor keys (and exact values) that leads to it.
+	Rule string
+
+	// Override marks Envoy's per-request limit override, which a server
+	// builds per request and keys apart from configured limits. Loaded
+	// limits never have it.
+	Override bool
+	// Denial holds the 429 parts a server last built for this limit's
+	// denials, for the next denial at the same retry-after to share.
+	// Loading leaves it empty; package rules never reads it.
+	Denial atomic.Pointer[Denial]
+
+	pb *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
+}
+
+// Denial is the body and headers that Envoy sends with an HTTP 429 for one
+// limit's denial with one retry-after. It is shared by every response that
+// carries it: nothing may modify it once it is stored in Limit.Denial.
+type Denial struct {
+	RetryAfter int64 // whole seconds, at least 1
+	Body       []byte
+	Headers    []*corev3.HeaderValue
+}
+
+// envoyUnits maps window units to the response's unit enum. The numbers
+// differ: window.Unit has Week (5) between Day and Month, while the response
+// enum, which gained WEEK last, has MONTH 5, YEAR 6 and WEEK 7. (Envoy's
+// RateLimitUnit, of request overrides, has no WEEK.)
+var envoyUnits = map[window.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	window.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	window.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	window.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	window.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	window.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	window.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	window.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// Proto returns the limit as Envoy's current_limit. Loaded limits build it
+// once and share it with every response, so callers must not modify it;
+// other limits (overrides) get a new one per call.
+func (l *Limit) Proto() *rlsv3.RateLimitResponse_RateLimit {
+	if l.pb != nil {
+		return l.pb
+	}
+	pb := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name,
+		RequestsPerUnit: l.RequestsPerUnit,
+		Unit:            envoyUnits[l.Unit],
+	}
+	if l.Multiplier > 1 {
+		pb.UnitMultiplier = wrapperspb.UInt32(l.Multiplier)
+	}
+	return pb
+}
