@@ -98,16 +98,16 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 // cannot parse are copied as they are, for the decoder to reject.
 func fixRequest(b []byte) (out []byte, changed bool) {
 	return fixMessage(b, func(num protowire.Number, v []byte) ([]byte, bool) {
-		switch num {
-		case wireRequestDomain:
+		switch wireRequestFields.role(num) {
+		case wireDomain:
 			return fixString(v)
-		case wireRequestDescriptors:
+		case wireDescriptor:
 			return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
-				if num != wireDescriptorEntries {
+				if wireDescriptorFields.role(num) != wireEntry {
 					return v, false
 				}
 				return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
-					if num == wireEntryKey || num == wireEntryValue {
+					if r := wireEntryFields.role(num); r == wireKey || r == wireValue {
 						return fixString(v)
 					}
 					return v, false

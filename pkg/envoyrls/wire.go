@@ -9,6 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -23,7 +24,7 @@ import (
 
 // The request's field numbers, by message: RateLimitRequest.domain (1),
 // descriptors (2) and hits_addend (3); RateLimitDescriptor.entries (1);
-// Entry.key (1) and value (2). fixRequest (codec.go) walks the same ones.
+// Entry.key (1) and value (2).
 const (
 	wireRequestDomain      = 1
 	wireRequestDescriptors = 2
@@ -32,6 +33,68 @@ const (
 	wireEntryKey           = 1
 	wireEntryValue         = 2
 )
+
+// wireRole is what decodeRequest (and fixRequest, in codec.go) does with a
+// field of the request.
+type wireRole uint8
+
+const (
+	// wireDecline: a request holding the field is left to proto.
+	wireDecline wireRole = iota
+	wireDomain
+	wireDescriptor
+	wireHits
+	wireEntry
+	wireKey
+	wireValue
+)
+
+// wireField is one field of a message the request decoder reads, by its
+// number and its name in the proto.
+type wireField struct {
+	num  protowire.Number
+	name protoreflect.Name
+	role wireRole
+}
+
+// wireFields lists every field of one message that the decoder reads.
+type wireFields []wireField
+
+// The fields of the messages the request decoder reads: every field of
+// each, handled or declined. A field missing from its list is declined too,
+// but TestWireFieldsMatchProto fails until it is listed, so that a field a
+// go-control-plane upgrade adds is decided on, not dropped unnoticed. A
+// declined message field (a descriptor's limit override) is never read,
+// so its message needs no list. A descriptor's own hits_addend and
+// is_negative_hits are declined as rare: proto decodes them.
+var (
+	wireRequestFields = wireFields{
+		{wireRequestDomain, "domain", wireDomain},
+		{wireRequestDescriptors, "descriptors", wireDescriptor},
+		{wireRequestHits, "hits_addend", wireHits},
+	}
+	wireDescriptorFields = wireFields{
+		{wireDescriptorEntries, "entries", wireEntry},
+		{2, "limit", wireDecline},
+		{3, "hits_addend", wireDecline},
+		{4, "is_negative_hits", wireDecline},
+	}
+	wireEntryFields = wireFields{
+		{wireEntryKey, "key", wireKey},
+		{wireEntryValue, "value", wireValue},
+	}
+)
+
+// role returns what the decoder does with field num: wireDecline for a
+// field not in fs.
+func (fs wireFields) role(num protowire.Number) wireRole {
+	for _, f := range fs {
+		if f.num == num {
+			return f.role
+		}
+	}
+	return wireDecline
+}
 
 // The most descriptors and entries decodeRequest takes; a larger request is
 // for proto. Envoy sends a descriptor per rate limit action list.
@@ -136,18 +199,18 @@ func (p *requestParse) request(b []byte) bool {
 			return false
 		}
 		pos += n
-		switch {
-		case num == wireRequestDomain && typ == protowire.BytesType && !domain:
+		switch role := wireRequestFields.role(num); {
+		case role == wireDomain && typ == protowire.BytesType && !domain:
 			var ok bool
 			if p.domain, ok = text(v, pos); !ok {
 				return false
 			}
 			domain = true
-		case num == wireRequestDescriptors && typ == protowire.BytesType:
+		case role == wireDescriptor && typ == protowire.BytesType:
 			if !p.descriptor(v, pos-len(v)) {
 				return false
 			}
-		case num == wireRequestHits && typ == protowire.VarintType && !hits && x <= math.MaxUint32:
+		case role == wireHits && typ == protowire.VarintType && !hits && x <= math.MaxUint32:
 			p.hits, hits = uint32(x), true
 		default:
 			return false
@@ -163,7 +226,7 @@ func (p *requestParse) descriptor(b []byte, base int) bool {
 	}
 	for pos := 0; pos < len(b); {
 		num, typ, v, _, n := field(b[pos:])
-		if n < 0 || num != wireDescriptorEntries || typ != protowire.BytesType {
+		if n < 0 || wireDescriptorFields.role(num) != wireEntry || typ != protowire.BytesType {
 			return false
 		}
 		pos += n
@@ -190,12 +253,12 @@ func (p *requestParse) entry(b []byte, base int) bool {
 		}
 		pos += n
 		sp, ok := text(v, base+pos)
-		switch {
+		switch role := wireEntryFields.role(num); {
 		case !ok:
 			return false
-		case num == wireEntryKey && !key:
+		case role == wireKey && !key:
 			e[0], key = sp, true
-		case num == wireEntryValue && !value:
+		case role == wireValue && !value:
 			e[1], value = sp, true
 		default:
 			return false

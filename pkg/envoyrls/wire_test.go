@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -92,6 +93,7 @@ func TestDecodeRequest(t *testing.T) {
 		{"invalid UTF-8 domain", wireRequest("\xff", [][2]string{{"k", "v"}}), false},
 		{"limit override", descriptorOf(protowire.AppendBytes(tag(nil, 2, protowire.BytesType), []byte{0x08, 0x05})), false},
 		{"descriptor hits_addend", descriptorOf(protowire.AppendBytes(tag(nil, 3, protowire.BytesType), []byte{0x08, 0x02})), false},
+		{"descriptor is_negative_hits", descriptorOf(protowire.AppendVarint(tag(nil, 4, protowire.VarintType), 1)), false},
 		{"unknown request field", protowire.AppendVarint(tag(nil, 9, protowire.VarintType), 1), false},
 		{"unknown entry field", descriptorOf(entryAt(3)), false},
 		{"domain as varint", protowire.AppendVarint(tag(nil, wireRequestDomain, protowire.VarintType), 1), false},
@@ -113,6 +115,71 @@ func TestDecodeRequest(t *testing.T) {
 				t.Errorf("Codec: %v, %v; proto: %v", &viaCodec, errCodec, &viaProto)
 			} else if _, fixed := fixRequest(tt.wire); errProto != nil && errCodec == nil && !fixed {
 				t.Errorf("Codec decoded what proto refuses: %v", errProto)
+			}
+		})
+	}
+}
+
+// TestWireFieldsMatchProto: the request decoder's field lists (wire.go)
+// name every field of the messages it reads, as the protos declare them, and
+// each handled field has the kind the decoder reads it as. A field that a
+// go-control-plane upgrade adds fails here until it is handled or declined.
+func TestWireFieldsMatchProto(t *testing.T) {
+	t.Parallel()
+	kinds := map[wireRole]protoreflect.Kind{
+		wireDomain:     protoreflect.StringKind,
+		wireDescriptor: protoreflect.MessageKind,
+		wireHits:       protoreflect.Uint32Kind,
+		wireEntry:      protoreflect.MessageKind,
+		wireKey:        protoreflect.StringKind,
+		wireValue:      protoreflect.StringKind,
+	}
+	// What a handled message field holds: the next message the decoder reads.
+	msgs := map[wireRole]protoreflect.FullName{
+		wireDescriptor: (&rlv3.RateLimitDescriptor{}).ProtoReflect().Descriptor().FullName(),
+		wireEntry:      (&rlv3.RateLimitDescriptor_Entry{}).ProtoReflect().Descriptor().FullName(),
+	}
+	tests := []struct {
+		msg    proto.Message
+		fields wireFields
+	}{
+		{&rlsv3.RateLimitRequest{}, wireRequestFields},
+		{&rlv3.RateLimitDescriptor{}, wireDescriptorFields},
+		{&rlv3.RateLimitDescriptor_Entry{}, wireEntryFields},
+	}
+	for _, tt := range tests {
+		md := tt.msg.ProtoReflect().Descriptor()
+		t.Run(string(md.Name()), func(t *testing.T) {
+			listed := map[protowire.Number]bool{}
+			for _, f := range tt.fields {
+				if listed[f.num] {
+					t.Errorf("field %d listed twice", f.num)
+				}
+				listed[f.num] = true
+				fd := md.Fields().ByNumber(f.num)
+				switch {
+				case fd == nil:
+					t.Errorf("field %d (%s) is listed, but %s has no such field", f.num, f.name, md.FullName())
+					continue
+				case fd.Name() != f.name:
+					t.Errorf("field %d is %s in the proto, listed as %s", f.num, fd.Name(), f.name)
+				}
+				if f.role == wireDecline {
+					continue
+				}
+				if want, ok := kinds[f.role]; !ok || fd.Kind() != want {
+					t.Errorf("field %s is a %v, decoded as %v", fd.Name(), fd.Kind(), want)
+				}
+				if want := msgs[f.role]; want != "" && fd.Message().FullName() != want {
+					t.Errorf("field %s holds %s, decoded as %s", fd.Name(), fd.Message().FullName(), want)
+				}
+			}
+			fds := md.Fields()
+			for i := range fds.Len() {
+				if fd := fds.Get(i); !listed[fd.Number()] {
+					t.Errorf("%s has field %d (%s), which the request decoder neither handles nor declines: add it to its list in wire.go",
+						md.FullName(), fd.Number(), fd.Name())
+				}
 			}
 		})
 	}
