@@ -277,11 +277,12 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 // same parts, so each limit keeps the last ones it built (Limit.tooMany)
 // and responses share them, as they share current_limit: nothing writes a
 // response's fields after it is built. Building them anew, with JSON
-// marshalling and Sprintf, was ~6% of the sidecar's CPU when answering from
-// the over-limit cache (pprof, scenario (b); BenchmarkShouldRateLimitHotKey
-// measures that path now). Only fixed windows keep them: a full sliding
-// counter's retry-after is its own estimate of when it admits again, which
-// differs from key to key, so their denials build their own.
+// marshalling and Sprintf, would cost every denial of a key under attack,
+// which the over-limit cache otherwise answers cheaply
+// (BenchmarkShouldRateLimitHotKey measures that path). Only fixed windows
+// keep them: a full sliding counter's retry-after is its own estimate of
+// when it admits again, which differs from key to key, so their denials
+// build their own.
 type tooMany struct {
 	secs    int64
 	body    []byte

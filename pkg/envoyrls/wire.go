@@ -11,13 +11,12 @@ import (
 )
 
 // The hot path's own request decoder. Every decision decodes one
-// RateLimitRequest; through gRPC's proto codec, with its generic tables,
-// decoding it and encoding the response took about 2.3 µs of the sidecar's
-// CPU per decision in scenario (a) (pprof). go-control-plane generates
-// encoders (Codec.Marshal uses them) but no decoders, so decodeRequest is
-// written by hand: it handles the shape Envoy sends and reports false for
-// anything else, which Codec then hands to proto. The tests hold it to
-// proto's messages (wire_test.go); BenchmarkCodec compares it with proto's.
+// RateLimitRequest, which gRPC's proto codec does through generic tables,
+// with more CPU and allocations. go-control-plane generates encoders
+// (Codec.Marshal uses them) but no decoders, so decodeRequest is written by
+// hand: it handles the shape Envoy sends and reports false for anything
+// else, which Codec then hands to proto. The tests hold it to proto's
+// messages (wire_test.go); BenchmarkCodec compares it with proto's.
 
 // The request's field numbers, by message: RateLimitRequest.domain (1),
 // descriptors (2) and hits_addend (3); RateLimitDescriptor.entries (1);
