@@ -196,8 +196,9 @@ func lastValue(req *rlsv3.RateLimitRequest, owner int, l *Limit) string {
 // failureResponse decides a request whose store call failed, wholly or (on
 // Redis Cluster, a *window.PartialError) for some counters. Answered counters
 // decide as usual; each failed one applies its limit's failure mode: any
-// "deny" makes the request OVER_LIMIT, else any "error" returns Unavailable
-// so Envoy's failure_mode_deny decides, else the answered counters decide.
+// "deny" makes the request OVER_LIMIT, else any "error" returns
+// ErrUnavailable (Unavailable, once ShouldRateLimit maps it) so Envoy's
+// failure_mode_deny decides, else the answered counters decide.
 // If a failure mode refuses a request whose answered counters were counted,
 // their hits are given back.
 func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
@@ -236,7 +237,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 		s.refund(ctx, now, c)
 	}
 	if !deny && unavailable {
-		return nil, grpcError(fmt.Errorf("%w: %w", ErrUnavailable, err))
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return s.response(req, c, now), nil
 }
