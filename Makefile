@@ -1,5 +1,10 @@
 # The README's two commands are `make run` and `make test`.
 GO ?= go
+# go-control-plane compiles the generated encoders that envoyrls.Codec uses
+# for responses only with this build tag; every go command below, and the go
+# builds that tests and the bench harness run, inherit it (after any GOFLAGS
+# already set, in the environment or with go env -w).
+export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -tags=vtprotobuf)
 
 .PHONY: run test deps build lint unit e2e fuzz bench
 

@@ -12,10 +12,11 @@ import (
 )
 
 // Codec is the gRPC codec to serve with (grpc.ForceServerCodecV2): gRPC's
-// own proto codec, except that the usual RateLimitRequest and
-// RateLimitResponse go through wire.go's hand-written code (the same
-// messages and bytes as proto's, for less CPU and fewer allocations), and
-// that RateLimitRequests whose strings are not valid UTF-8 are decoded.
+// own proto codec, except that the usual RateLimitRequest goes through
+// wire.go's hand-written decoder and the usual RateLimitResponse through
+// go-control-plane's generated encoder (the same messages and bytes as
+// proto's, for less CPU and fewer allocations), and that RateLimitRequests
+// whose strings are not valid UTF-8 are decoded.
 //
 // Envoy copies header bytes into descriptor values as they are, so an
 // x-api-key of Latin-1 bytes arrives as a proto3 string that is not UTF-8.
@@ -42,24 +43,81 @@ func NewCodec() Codec {
 // Name is "proto", the content subtype the codec replaces.
 func (c Codec) Name() string { return "proto" }
 
-// Marshal encodes a RateLimitResponse with appendResponse when it can (the
-// same bytes as proto's, without its generic tables), and anything else with
-// gRPC's proto marshalling. Like gRPC's codec, it takes a large buffer from
-// gRPC's pool, which gRPC returns after the write.
+// Marshal encodes a RateLimitResponse with go-control-plane's generated
+// vtprotobuf encoder when it is compiled in and vtEncodable reports that it
+// writes proto.Marshal's bytes, and anything else with gRPC's proto
+// marshalling. Like gRPC's codec, it takes a large buffer from gRPC's pool,
+// which gRPC returns after the write.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	resp, _ := v.(*rlsv3.RateLimitResponse)
-	n, ok := responseSize(resp) // false for nil
-	if !ok {
+	vt, ok := any(resp).(vtMarshaler)
+	if !ok || !vtEncodable(resp) { // vtEncodable is false for nil
 		return c.proto.Marshal(v)
 	}
+	n := vt.SizeVT()
 	if mem.IsBelowBufferPoolingThreshold(n) {
-		return mem.BufferSlice{mem.SliceBuffer(appendResponse(make([]byte, 0, n), resp))}, nil
+		b := make([]byte, n)
+		if _, err := vt.MarshalToSizedBufferVTStrict(b); err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(n)
-	*buf = appendResponse((*buf)[:0], resp)
+	if _, err := vt.MarshalToSizedBufferVTStrict((*buf)[:n]); err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
+
+// vtMarshaler is the generated encoder of a go-control-plane message, which
+// its module compiles only with the vtprotobuf build tag (the Makefile and
+// the Dockerfile build with it); without the tag, Marshal uses proto for
+// every message, with the same bytes.
+type vtMarshaler interface {
+	// SizeVT returns the size of the message's encoding.
+	SizeVT() int
+	// MarshalToSizedBufferVTStrict writes the encoding at the end of its
+	// argument and returns its size.
+	MarshalToSizedBufferVTStrict([]byte) (int, error)
+}
+
+// vtEncodable reports whether the generated encoder writes r as
+// proto.Marshal would. It does not where it differs from proto: it writes
+// strings that are not valid UTF-8, on which proto.Marshal fails, and drops
+// the unknown fields of well-known types (a Duration or a UInt32Value).
+// The parts this server never sets (request headers, dynamic metadata,
+// quotas) go to proto too, so that only what it sends needs checking here.
+func vtEncodable(r *rlsv3.RateLimitResponse) bool {
+	if r == nil || len(r.RequestHeadersToAdd) > 0 || r.DynamicMetadata != nil || r.Quota != nil {
+		return false
+	}
+	for _, st := range r.Statuses {
+		if st == nil {
+			continue
+		}
+		if st.Quota != nil {
+			return false
+		}
+		if l := st.CurrentLimit; l != nil && (!utf8.ValidString(l.Name) ||
+			l.UnitMultiplier != nil && unknown(l.UnitMultiplier)) {
+			return false
+		}
+		if d := st.DurationUntilReset; d != nil && unknown(d) {
+			return false
+		}
+	}
+	for _, h := range r.ResponseHeadersToAdd {
+		if h != nil && (!utf8.ValidString(h.Key) || !utf8.ValidString(h.Value)) {
+			return false
+		}
+	}
+	return true
+}
+
+// unknown reports whether m carries unknown fields.
+func unknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
 
 // Unmarshal decodes a RateLimitRequest of the shape Envoy sends with
 // decodeRequest, and anything else with gRPC's proto unmarshalling, with a
@@ -98,16 +156,16 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 // cannot parse are copied as they are, for the decoder to reject.
 func fixRequest(b []byte) (out []byte, changed bool) {
 	return fixMessage(b, func(num protowire.Number, v []byte) ([]byte, bool) {
-		switch num {
-		case wireRequestDomain:
+		switch wireRequestFields.role(num) {
+		case wireDomain:
 			return fixString(v)
-		case wireRequestDescriptors:
+		case wireDescriptor:
 			return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
-				if num != wireDescriptorEntries {
+				if wireDescriptorFields.role(num) != wireEntry {
 					return v, false
 				}
 				return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
-					if num == wireEntryKey || num == wireEntryValue {
+					if r := wireEntryFields.role(num); r == wireKey || r == wireValue {
 						return fixString(v)
 					}
 					return v, false

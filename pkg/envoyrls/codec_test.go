@@ -1,12 +1,17 @@
 package envoyrls
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"testing"
+	"time"
 	"unicode/utf8"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -14,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -166,6 +173,221 @@ func FuzzFixRequest(f *testing.F) {
 				check(e.Key)
 				check(e.Value)
 			}
+		}
+	})
+}
+
+// vtCompiled reports whether go-control-plane's generated encoders are
+// compiled in (go test -tags vtprotobuf). Without them Codec.Marshal is
+// proto's, which the tests below check too.
+var vtCompiled = func() bool {
+	_, ok := any(&rlsv3.RateLimitResponse{}).(vtMarshaler)
+	return ok
+}()
+
+// checkMarshal encodes r with Codec and with proto.Marshal: both must fail,
+// or write the same bytes. It reports whether the generated encoder took r.
+func checkMarshal(t testing.TB, r *rlsv3.RateLimitResponse) bool {
+	t.Helper()
+	want, errProto := proto.Marshal(r)
+	data, err := NewCodec().Marshal(r)
+	defer data.Free()
+	if (err != nil) != (errProto != nil) {
+		t.Fatalf("Codec.Marshal: %v; proto.Marshal: %v", err, errProto)
+	}
+	if got := data.Materialize(); err == nil && !bytes.Equal(got, want) {
+		t.Fatalf("Codec.Marshal:\n%x\nproto.Marshal:\n%x", got, want)
+	}
+	vt := vtCompiled && vtEncodable(r)
+	if vt && errProto != nil {
+		t.Fatalf("the generated encoder took what proto.Marshal refuses: %v", errProto)
+	}
+	return vt
+}
+
+func TestCodecMarshal(t *testing.T) {
+	t.Parallel()
+	limit := &rlsv3.RateLimitResponse_RateLimit{Name: "per key", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+		UnitMultiplier: wrapperspb.UInt32(5)}
+	unknownField := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1)
+	withUnknown := func(m proto.Message) proto.Message {
+		m.ProtoReflect().SetUnknown(unknownField)
+		return m
+	}
+	tests := []struct {
+		name string
+		resp *rlsv3.RateLimitResponse
+		vt   bool // the generated encoder, when compiled in, takes it (else proto)
+	}{
+		{"empty", &rlsv3.RateLimitResponse{}, true},
+		{"empty status", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{}}}, true},
+		{"zero multiplier and duration", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{UnitMultiplier: wrapperspb.UInt32(0)}, DurationUntilReset: &durationpb.Duration{}}}}, true},
+		{"negative enum and nanos", &rlsv3.RateLimitResponse{OverallCode: -1, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			Code: -2, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Unit: -3}, DurationUntilReset: &durationpb.Duration{Seconds: -1, Nanos: -5}}}}, true},
+		{"large values", &rlsv3.RateLimitResponse{OverallCode: 2, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			Code: 2, CurrentLimit: limit, LimitRemaining: 1<<32 - 1, DurationUntilReset: &durationpb.Duration{Seconds: 1 << 62, Nanos: 999999999}}}}, true},
+		{"headers and body", &rlsv3.RateLimitResponse{OverallCode: 2,
+			ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "retry-after", Value: "3"}, {Key: "x", RawValue: []byte{0xff, 0}}, {}},
+			RawBody:              bytes.Repeat([]byte("b"), 300)}, true},
+		{"a large response, from gRPC's pool", &rlsv3.RateLimitResponse{RawBody: bytes.Repeat([]byte("b"), 70000)}, true},
+		{"nil status", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{nil}}, true},
+		{"nil header", &rlsv3.RateLimitResponse{ResponseHeadersToAdd: []*corev3.HeaderValue{nil}}, true},
+		{"unknown fields", withUnknown(&rlsv3.RateLimitResponse{
+			Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{withUnknown(&rlsv3.RateLimitResponse_DescriptorStatus{
+				CurrentLimit: withUnknown(&rlsv3.RateLimitResponse_RateLimit{Name: "n"}).(*rlsv3.RateLimitResponse_RateLimit),
+			}).(*rlsv3.RateLimitResponse_DescriptorStatus)},
+			ResponseHeadersToAdd: []*corev3.HeaderValue{withUnknown(&corev3.HeaderValue{Key: "k"}).(*corev3.HeaderValue)},
+		}).(*rlsv3.RateLimitResponse), true},
+		// Declined: proto encodes these (or refuses them) itself.
+		{"request headers", &rlsv3.RateLimitResponse{RequestHeadersToAdd: []*corev3.HeaderValue{{Key: "k"}}}, false},
+		{"quota", &rlsv3.RateLimitResponse{Quota: &rlsv3.RateLimitResponse_Quota{Requests: 1}}, false},
+		{"status quota", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Quota: &rlsv3.RateLimitResponse_Quota{}}}}, false},
+		{"invalid UTF-8 name", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "\xff"}}}}, false},
+		{"invalid UTF-8 header", &rlsv3.RateLimitResponse{ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "k", Value: "\xfe"}}}, false},
+		{"unknown duration field", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			DurationUntilReset: withUnknown(&durationpb.Duration{Seconds: 1}).(*durationpb.Duration)}}}, false},
+		{"unknown multiplier field", &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{UnitMultiplier: withUnknown(wrapperspb.UInt32(2)).(*wrapperspb.UInt32Value)}}}}, false},
+		{"nil response", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checkMarshal(t, tt.resp); got != (tt.vt && vtCompiled) {
+				t.Errorf("the generated encoder took it: %v, want %v", got, tt.vt)
+			}
+		})
+	}
+}
+
+// TestCodecMarshalServesTheServer: every kind of answer the server gives
+// (allowed, over a limit with its 429 headers and body, an override with a
+// multiplier, a sliding window, a failed store that denies) is encoded by
+// the generated encoder (when compiled in), as proto would.
+func TestCodecMarshalServesTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// testRules, and a limit that denies when its store fails.
+	rules := mustRules(t, testRules+"  - key: closed\n    failure_mode: deny\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	now := func() time.Time { return t0 }
+	srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing, err := NewServer(Options{Store: failingStore{}, Rules: rules, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	override := desc("api_key", "o")
+	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	reqs := []*rlsv3.RateLimitRequest{
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "alice")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "bob"), desc("multi", "m"), desc("sliding", "s"), desc("nothing", "n")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("closed", "c"), desc("api_key", "dave", "path", "/p")}},
+		{Domain: "api", HitsAddend: 1000, Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "carol")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{override}},
+		{Domain: "unknown", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}},
+	}
+	var over bool
+	for _, s := range []*Server{srv, failing} {
+		for range 3 { // repeated, so that limits fill up and 429s come
+			for _, req := range reqs {
+				resp, err := s.ShouldRateLimit(ctx, req)
+				if err != nil {
+					continue // failure mode "error": no response to encode
+				}
+				over = over || len(resp.ResponseHeadersToAdd) > 0
+				if !checkMarshal(t, resp) && vtCompiled {
+					t.Errorf("a response to %v went to proto: %v", req, resp)
+				}
+			}
+		}
+	}
+	if !over {
+		t.Error("no response carried 429 headers: the test lost its over-limit case")
+	}
+}
+
+// FuzzCodecMarshal: any response of the fields the server sets encodes as
+// proto encodes it, and goes to proto only when proto refuses it.
+func FuzzCodecMarshal(f *testing.F) {
+	f.Add(int32(1), uint8(1), "per key", uint32(10), int32(2), uint32(0), false, uint32(9), int64(60), int32(0), "", "", []byte(nil), []byte(nil))
+	f.Add(int32(2), uint8(3), "", uint32(1<<31), int32(-1), uint32(7), true, uint32(0), int64(-5), int32(-1), "retry-after", "3", []byte{0xff}, []byte(`{"error":"x"}`))
+	f.Add(int32(0), uint8(0), "\xff", uint32(0), int32(0), uint32(0), false, uint32(0), int64(0), int32(0), "k\xfe", "", []byte(nil), []byte(nil))
+	f.Fuzz(func(t *testing.T, code int32, n uint8, name string, rpu uint32, unit int32, mult uint32, useMult bool,
+		remaining uint32, secs int64, nanos int32, hk, hv string, raw, body []byte) {
+		r := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_Code(code), RawBody: body}
+		for i := range int(n % 5) {
+			st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_Code(code + int32(i)), LimitRemaining: remaining}
+			if i%2 == 0 {
+				st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rpu, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(unit)}
+				if useMult {
+					st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(mult)
+				}
+				st.DurationUntilReset = &durationpb.Duration{Seconds: secs, Nanos: nanos}
+			}
+			r.Statuses = append(r.Statuses, st)
+		}
+		if hk != "" || hv != "" || len(raw) > 0 {
+			r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: hk, Value: hv, RawValue: raw}}
+		}
+		if !checkMarshal(t, r) && vtCompiled {
+			if _, err := proto.Marshal(r); err == nil {
+				t.Fatalf("sent to proto a response the generated encoder takes: %v", r)
+			}
+		}
+	})
+}
+
+// BenchmarkCodec compares Codec (the hand-written request decoder, the
+// generated response encoder) with proto's, on scenario (a)'s request and an
+// allowed answer to it.
+func BenchmarkCodec(b *testing.B) {
+	reqWire := wireRequest("bench", [][2]string{{"api_key", "key-123"}})
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+		Code:               rlsv3.RateLimitResponse_OK,
+		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: "per key", RequestsPerUnit: 1000000, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		LimitRemaining:     999000,
+		DurationUntilReset: &durationpb.Duration{Seconds: 42},
+	}}}
+	b.Run("request/wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req rlsv3.RateLimitRequest
+			if !decodeRequest(reqWire, &req) {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("request/proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req rlsv3.RateLimitRequest
+			if err := proto.Unmarshal(reqWire, &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	codec := NewCodec()
+	b.Run("response/wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			data, err := codec.Marshal(resp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			data.Free()
+		}
+	})
+	b.Run("response/proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			data, err := codec.proto.Marshal(resp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			data.Free()
 		}
 	})
 }

@@ -6,5 +6,6 @@
 // Files: server.go answers ShouldRateLimit, response.go builds Envoy's
 // response, errors.go maps errors to gRPC codes (the one place that does),
 // codec.go is the gRPC codec (it decodes requests that are not valid UTF-8),
-// and wire.go decodes the usual request by hand.
+// and wire.go decodes the usual request by hand; responses go through
+// go-control-plane's generated encoder when built with -tags vtprotobuf.
 package envoyrls

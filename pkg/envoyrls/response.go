@@ -165,8 +165,9 @@ func lastValue(req *rlsv3.RateLimitRequest, owner int, l *rules.Limit) string {
 // failureResponse decides a request whose store call failed, wholly or (on
 // Redis Cluster, a *window.PartialError) for some counters. Answered counters
 // decide as usual; each failed one applies its limit's failure mode: any
-// "deny" makes the request OVER_LIMIT, else any "error" returns Unavailable
-// so Envoy's failure_mode_deny decides, else the answered counters decide.
+// "deny" makes the request OVER_LIMIT, else any "error" returns
+// ErrUnavailable (Unavailable, once ShouldRateLimit maps it) so Envoy's
+// failure_mode_deny decides, else the answered counters decide.
 // If a failure mode refuses a request whose answered counters were counted,
 // their hits are given back.
 func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
@@ -205,7 +206,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 		s.refund(ctx, now, c)
 	}
 	if !deny && unavailable {
-		return nil, grpcError(fmt.Errorf("%w: %w", ErrUnavailable, err))
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return s.response(req, c, now), nil
 }
@@ -245,11 +246,13 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 // window every denial by a key under attack within that second gets the
 // same parts, so each limit keeps the last ones it built (Limit.Denial) and
 // responses share them, as they share current_limit: nothing writes a
-// response's fields after it is built, and building them anew (JSON and
-// Sprintf) is costly on the path that denies from the over-limit cache
-// (BenchmarkShouldRateLimitHotKey). Only fixed windows keep them: a full
-// sliding counter's retry-after is its own estimate of when it admits
-// again, which differs from key to key, so their denials build their own.
+// response's fields after it is built. Building them anew, with JSON
+// marshalling and Sprintf, would cost every denial of a key under attack,
+// which the over-limit cache otherwise answers cheaply
+// (BenchmarkShouldRateLimitHotKey measures that path). Only fixed windows
+// keep them: a full sliding counter's retry-after is its own estimate of
+// when it admits again, which differs from key to key, so their denials
+// build their own.
 func newTooMany(domain string, secs int64, l *rules.Limit) *rules.Denial {
 	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
 	if l.Name != "" {

@@ -257,7 +257,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	allowed, err := s.take(ctx, now, c)
 	if err != nil {
-		return s.failureResponse(ctx, req, c, now, allowed, err)
+		resp, err := s.failureResponse(ctx, req, c, now, allowed, err)
+		return resp, grpcError(err)
 	}
 	return s.response(req, c, now), nil
 }
