@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // redisConfig is the Redis topology, credentials, TLS and circuit breaker
@@ -74,7 +75,7 @@ func (c *config) usesRedis() bool { return len(c.redisGiven) > 0 }
 // and a cluster client for cluster (IsClusterMode). Whatever the flags, the
 // counting path gets no retries (a retried script can count twice), and
 // ContextTimeoutEnabled, so the deadline the store puts on each call
-// (-redis-timeout, see window.RedisOptions) bounds it.
+// (-redis-timeout, see redisstore.Options) bounds it.
 func redisOptions(c *config) (*redis.UniversalOptions, error) {
 	r := &c.redis
 	var errs []error
@@ -186,7 +187,7 @@ func redisOptions(c *config) (*redis.UniversalOptions, error) {
 		fail("-redis-timeout %v: want more than 0", c.redisTimeout)
 	}
 	// A batch never waits more than half the time to its earliest
-	// deadline (window.BatchOptions.Linger), so more would not be waited.
+	// deadline (redisstore.BatchOptions.Linger), so more would not be waited.
 	if r.batchLinger < 0 || r.batchLinger > c.redisTimeout/2 {
 		fail("-redis-batch-linger %v: want 0 (off) to half of -redis-timeout (%v)", r.batchLinger, c.redisTimeout/2)
 	}
@@ -253,7 +254,7 @@ func newRedisClient(c *config) (redis.UniversalClient, error) {
 // server is handed Store, so a decision pays no extra call through it.
 type redisStore struct {
 	Store   envoyrls.Store // the outermost layer
-	redis   *window.Redis
+	redis   *redisstore.Store
 	breaker *window.Breaker // nil without -redis-breaker-failures
 }
 
@@ -269,21 +270,21 @@ func (s *redisStore) BreakerOpen() bool {
 func (s *redisStore) Close() error { return s.redis.Close() }
 
 // batchOptions are the batched store's options from the flags.
-func (r *redisConfig) batchOptions() window.BatchOptions {
-	return window.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
+func (r *redisConfig) batchOptions() redisstore.BatchOptions {
+	return redisstore.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
 }
 
 // newRedisStore returns the store over client; see redisStore. The
 // breaker's changes are logged.
 func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *redisStore {
 	rs := &redisStore{}
-	ro := window.RedisOptions{Timeout: c.redisTimeout}
+	ro := redisstore.Options{Timeout: c.redisTimeout}
 	if c.redis.batchWorkers > 0 {
 		// Not batched on a cluster, where requests of different slots
-		// cannot share a script; see window.NewBatchedRedis.
-		rs.redis = window.NewBatchedRedis(client, ro, c.redis.batchOptions())
+		// cannot share a script; see redisstore.NewBatched.
+		rs.redis = redisstore.NewBatched(client, ro, c.redis.batchOptions())
 	} else {
-		rs.redis = window.NewRedis(client, ro)
+		rs.redis = redisstore.New(client, ro)
 	}
 	rs.Store = rs.redis
 	if c.redis.breakerFailures > 0 {

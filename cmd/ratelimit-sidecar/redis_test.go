@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // writeCA writes a self-signed CA certificate as PEM and returns its path.
@@ -294,7 +295,7 @@ func TestBatchOptions(t *testing.T) {
 	if _, err := redisOptions(c); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.redis.batchOptions(), (window.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
+	if got, want := c.redis.batchOptions(), (redisstore.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
 		t.Errorf("batchOptions() = %+v, want %+v", got, want)
 	}
 }

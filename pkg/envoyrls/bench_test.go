@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // benchRulesFile holds the rules of the load harness (bench/harness), so the
@@ -36,14 +37,14 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	}{
 		{"memory", func(b *testing.B) Store { return window.NewMemory() }},
 		{"redis", func(b *testing.B) Store {
-			s := window.NewRedis(redistest.Start(b).Client(b), window.RedisOptions{})
+			s := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{})
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
 		{"redis-batched", func(b *testing.B) Store {
-			s := window.NewBatchedRedis(redistest.Start(b).Client(b), window.RedisOptions{}, window.BatchOptions{})
+			s := redisstore.NewBatched(redistest.Start(b).Client(b), redisstore.Options{}, redisstore.BatchOptions{})
 			b.Cleanup(func() { s.Close() })
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)

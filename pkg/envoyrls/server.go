@@ -18,8 +18,8 @@ import (
 )
 
 // Store checks and counts the counters of one request atomically. Both
-// *window.Memory and *window.Redis implement it. A store that waits on
-// anything bounds its Takes itself (window.RedisOptions.Timeout), and
+// *window.Memory and *redisstore.Store implement it. A store that waits on
+// anything bounds its Takes itself (redisstore.Options.Timeout), and
 // returns by ctx's deadline: the server applies failure modes to what it
 // returns and must still answer before its caller gives up.
 type Store interface {

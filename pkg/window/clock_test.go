@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // tolerance is how far a measured offset may be from the truth against a
@@ -276,7 +277,7 @@ func TestClockTwoSidecarsAgreeOnTheWindow(t *testing.T) {
 	ctx := context.Background()
 
 	type sidecar struct {
-		store *window.Redis
+		store *redisstore.Store
 		local func() time.Time
 		clock *window.Clock
 	}
@@ -292,7 +293,7 @@ func TestClockTwoSidecarsAgreeOnTheWindow(t *testing.T) {
 		if err := c.Sync(ctx); err != nil {
 			t.Fatalf("Sync: %v", err)
 		}
-		sidecars = append(sidecars, sidecar{window.NewRedis(client, window.RedisOptions{}), skewed(&s), c})
+		sidecars = append(sidecars, sidecar{redisstore.New(client, redisstore.Options{}), skewed(&s), c})
 	}
 	if d := sidecars[0].clock.Now().Sub(sidecars[1].clock.Now()); abs(d) > tolerance {
 		t.Fatalf("the corrected clocks differ by %v, want within %v", d, tolerance)

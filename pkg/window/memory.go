@@ -69,7 +69,7 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 			p := w.Previous()
 			prev = m.get(cellID{r.Key, p.Size, p.Start}, nowMs)
 		}
-		over := r.over(cur+pending, prev, r.weight(w, nowMs))
+		over := r.over(cur+pending, prev, r.Weight(w, nowMs))
 		res[i] = Result{Count: cur, Previous: prev, Over: over}
 		if over && !r.Shadow {
 			allowed = false
@@ -87,7 +87,7 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 		id := cellID{r.Key, w.Size, w.Start}
 		c, ok := m.cells[id]
 		if !ok || c.expires <= nowMs {
-			c = cell{expires: nowMs + r.ttl()}
+			c = cell{expires: nowMs + r.TTL().Milliseconds()}
 		}
 		if r.Refund {
 			c.count -= min(c.count, r.Hits)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // countingStore counts the calls that reach the wrapped store.
@@ -87,8 +88,8 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	replicas := []*window.OverLimitCache{
-		window.NewOverLimitCache(window.NewRedis(srv.Client(t), window.RedisOptions{})),
-		window.NewOverLimitCache(window.NewRedis(srv.Client(t), window.RedisOptions{})),
+		window.NewOverLimitCache(redisstore.New(srv.Client(t), redisstore.Options{})),
+		window.NewOverLimitCache(redisstore.New(srv.Client(t), redisstore.Options{})),
 	}
 	admitted := admitConcurrently(t, 16, 25, taking([]window.Request{req("cached-conc", 60, 1)}, replicas...))
 	if admitted != 60 {

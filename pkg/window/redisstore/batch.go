@@ -1,4 +1,4 @@
-package window
+package redisstore
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 // ErrBatcherClosed is returned for a Take on a batched Redis after Close.
@@ -39,7 +41,7 @@ type BatchOptions struct {
 	Linger time.Duration
 }
 
-// NewBatchedRedis returns a Redis store that coalesces concurrent Takes into
+// NewBatched returns a Redis store that coalesces concurrent Takes into
 // one script call: the script decides each request on its own, in order, so
 // semantics are those of separate calls, but Redis runs one script
 // invocation and one round trip for the whole batch. A worker takes the first
@@ -54,10 +56,10 @@ type BatchOptions struct {
 // it fails, as each would alone.
 //
 // On Redis Cluster the store is not batched (requests of different slots
-// cannot share a script), and NewBatchedRedis returns the plain store. Close
+// cannot share a script), and NewBatched returns the plain store. Close
 // stops the workers.
-func NewBatchedRedis(client scripter, ro RedisOptions, o BatchOptions) *Redis {
-	s := NewRedis(client, ro)
+func NewBatched(client scripter, ro Options, o BatchOptions) *Store {
+	s := New(client, ro)
 	if s.shards != nil {
 		return s
 	}
@@ -80,18 +82,18 @@ func NewBatchedRedis(client scripter, ro RedisOptions, o BatchOptions) *Redis {
 // Close stops a batched store's workers after their current calls and fails
 // the requests still waiting. It does not close the client; on an unbatched
 // store it does nothing.
-func (s *Redis) Close() error {
+func (s *Store) Close() error {
 	if s.batch == nil {
 		return nil
 	}
 	return s.batch.close()
 }
 
-// Batched reports whether Takes are coalesced (see NewBatchedRedis).
-func (s *Redis) Batched() bool { return s.batch != nil }
+// Batched reports whether Takes are coalesced (see NewBatched).
+func (s *Store) Batched() bool { return s.batch != nil }
 
 type batcher struct {
-	s      *Redis
+	s      *Store
 	opts   BatchOptions
 	queue  chan *batchCall
 	mu     sync.RWMutex // guards closed against sends racing close
@@ -107,7 +109,7 @@ type batchCall struct {
 	ctx      context.Context
 	deadline time.Time // of the Take (callDeadline)
 	nowMs    int64
-	reqs     []Request
+	reqs     []window.Request
 	short    bool  // sent in the script's short form
 	vals     []any // its part of the reply
 	err      error
@@ -118,14 +120,14 @@ type batchCall struct {
 // a batch's reply. The wait is bounded: first by the call in flight, whose
 // deadline came before this Take's (see send), then by this Take's batch,
 // whose deadline is the earliest of its Takes'.
-func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
+func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
 	c.ctx, c.deadline, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, deadline, nowMs, reqs, shortCall(reqs, nil), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
 		b.calls.Put(c)
-		return false, fmt.Errorf("%w: %w", ErrStore, ErrBatcherClosed)
+		return false, fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
 	}
 	b.queue <- c
 	b.mu.RUnlock()
@@ -152,7 +154,7 @@ func (b *batcher) close() error {
 	for {
 		select {
 		case c := <-b.queue:
-			c.err = fmt.Errorf("%w: %w", ErrStore, ErrBatcherClosed)
+			c.err = fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
 			c.done <- struct{}{}
 		default:
 			return nil
@@ -274,7 +276,7 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 			err = context.DeadlineExceeded
 		}
 		if err != nil {
-			c.err = fmt.Errorf("%w: not sent: %w", ErrStore, err) // nothing counted
+			c.err = fmt.Errorf("%w: not sent: %w", window.ErrStore, err) // nothing counted
 			continue
 		}
 		// The earliest deadline bounds the call: a Take must not wait past
@@ -308,17 +310,17 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	v, err := b.s.script(ctx, args)
 	vals, ok := v.([]any)
 	if err == nil && !ok {
-		err = fmt.Errorf("%w: unexpected script reply %T", ErrStore, v)
+		err = fmt.Errorf("%w: unexpected script reply %T", window.ErrStore, v)
 	}
 	off := 0
 	for _, c := range live {
 		if err != nil {
-			c.err = fmt.Errorf("%w: take (batch of %d): %w", ErrStore, len(live), err)
+			c.err = fmt.Errorf("%w: take (batch of %d): %w", window.ErrStore, len(live), err)
 			continue
 		}
 		size := replySize(c.short, len(c.reqs))
 		if off+size > len(vals) {
-			c.err = fmt.Errorf("%w: script reply of %d values is short", ErrStore, len(vals))
+			c.err = fmt.Errorf("%w: script reply of %d values is short", window.ErrStore, len(vals))
 			continue
 		}
 		c.vals = vals[off : off+size]

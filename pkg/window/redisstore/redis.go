@@ -1,4 +1,4 @@
-package window
+package redisstore
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 //go:embed take.lua
@@ -34,7 +36,7 @@ type sharded interface {
 	ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
-// Redis is a Store whose counters live in Redis and are shared by every
+// Store is a window.Store whose counters live in Redis and are shared by every
 // replica that uses the same server and key prefix.
 //
 // On a single node or behind Sentinel each Take is one round trip: one
@@ -50,15 +52,15 @@ type sharded interface {
 // consumes no quota once Take returns. In between, other requests can see those hits and be denied, so
 // under concurrency a multi-slot counter may admit fewer than its limit
 // (never more); a counter whose request's other counters never deny admits
-// exactly its limit. Refunds (Request.Refund) of a multi-slot request are
+// exactly its limit. Refunds (window.Request.Refund) of a multi-slot request are
 // applied after every slot has allowed, in one more parallel step. In cluster mode
-// every Request.Key must hold a hash tag (AppendKey's keys do); an untagged
+// every window.Request.Key must hold a hash tag (AppendKey's keys do); an untagged
 // sliding-window key fails with CROSSSLOT.
 //
 // When some slots fail (a cluster node down) and others answer, Take returns
-// a *PartialError naming the failed requests; see PartialError.
+// a *window.PartialError naming the failed requests; see window.PartialError.
 //
-// Every Take is bounded by RedisOptions.Timeout (see callDeadline), so a
+// Every Take is bounded by Options.Timeout (see callDeadline), so a
 // caller need not wrap its context in a timeout of its own. A batched Take
 // waits for the batch call in flight and then for its own; a batch call is
 // bounded by the earliest deadline of the Takes in it, and a Take whose
@@ -71,31 +73,31 @@ type sharded interface {
 // nothing ran. The client should also have ContextTimeoutEnabled on, so that
 // the deadline bounds the call, and MaxRetries -1. A Redis is safe for
 // concurrent use; it does not own the client and does not close it.
-type Redis struct {
+type Store struct {
 	client     scripter
 	shards     sharded // nil unless the client is a cluster client
 	timeout    time.Duration
 	roundTrips atomic.Uint64
-	batch      *batcher // nil unless made by NewBatchedRedis
+	batch      *batcher // nil unless made by NewBatched
 }
 
-// RedisOptions configure a Redis store. Zero fields take their defaults.
-type RedisOptions struct {
+// Options configure a Redis store. Zero fields take their defaults.
+type Options struct {
 	// Timeout bounds each Take; default 1s. A rate-limit service should set
 	// it below its callers' own timeout (Envoy's filter waits 20 ms by
 	// default), so that a failure mode is applied before they give up.
 	Timeout time.Duration
 }
 
-// NewRedis returns a store over client: a redis.UniversalClient
+// New returns a store over client: a redis.UniversalClient
 // (*redis.Client, a Sentinel failover client, *redis.ClusterClient), or
 // anything with the same methods. A client with a ForEachShard method is
 // treated as a cluster: counters are grouped by hash slot.
-func NewRedis(client scripter, o RedisOptions) *Redis {
+func New(client scripter, o Options) *Store {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	s := &Redis{client: client, timeout: o.Timeout}
+	s := &Store{client: client, timeout: o.Timeout}
 	s.shards, _ = client.(sharded)
 	return s
 }
@@ -114,41 +116,11 @@ func callDeadline(ctx context.Context, start time.Time, timeout time.Duration) t
 	return dl
 }
 
-// PartialError is the error of a Take of which some requests were answered
-// and others not, on Redis Cluster when the nodes of some slots fail. It
-// wraps ErrStore and the first underlying error.
-//
-// Failed lists the indexes (into the reqs given to Take) of the requests
-// whose counters are in an unknown state; their Results are meaningless. The
-// Results of every other request are valid, and Take's allowed reports
-// whether all of those non-shadow counters had room. When allowed is true
-// the answered counters have been counted, as if the failed ones had
-// allowed; when it is false nothing answered was counted.
-//
-// A server applies each failed request's failure mode and decides. If it
-// then denies a request that Take allowed (a failed counter fails closed),
-// the answered counters hold hits of a denied request; to give them back,
-// call Take again with the same now and the answered requests that had
-// Hits > 0 and no Refund, each with Refund set.
-type PartialError struct {
-	// Failed holds request indexes in increasing order.
-	Failed []int
-	// Err is the first failure; it wraps ErrStore.
-	Err error
-}
-
-func (e *PartialError) Error() string {
-	return fmt.Sprintf("window: %d request(s) failed: %v", len(e.Failed), e.Err)
-}
-
-// Unwrap returns Err, so errors.Is(err, ErrStore) holds.
-func (e *PartialError) Unwrap() error { return e.Err }
-
 // Ping checks that Redis answers, and loads the script so the first request
 // does not pay for it. On a cluster it pings and loads the script on every
 // node it knows, and fails only if none answers: a cluster with one node
 // down still serves the other nodes' slots.
-func (s *Redis) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	if s.shards != nil {
 		var ok atomic.Int64
 		err := s.shards.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
@@ -162,15 +134,15 @@ func (s *Redis) Ping(ctx context.Context) error {
 			return nil
 		})
 		if err != nil && ok.Load() == 0 {
-			return fmt.Errorf("%w: %w", ErrStore, err)
+			return fmt.Errorf("%w: %w", window.ErrStore, err)
 		}
 		return nil
 	}
 	if err := s.client.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("%w: ping: %w", ErrStore, err)
+		return fmt.Errorf("%w: ping: %w", window.ErrStore, err)
 	}
 	if err := s.client.ScriptLoad(ctx, takeSource).Err(); err != nil {
-		return fmt.Errorf("%w: script load: %w", ErrStore, err)
+		return fmt.Errorf("%w: script load: %w", window.ErrStore, err)
 	}
 	return nil
 }
@@ -178,14 +150,14 @@ func (s *Redis) Ping(ctx context.Context) error {
 // RoundTrips returns how many calls this store has sent to Redis, for
 // measuring round trips per decision. On a cluster, one parallel step over
 // several slots counts as one.
-func (s *Redis) RoundTrips() uint64 { return s.roundTrips.Load() }
+func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 
 // Take checks every request against its counter at now and, only if every
-// non-shadow request has room, counts them all. It writes one Result per
+// non-shadow request has room, counts them all. It writes one window.Result per
 // request into res (len(res) >= len(reqs)). now should be the time the
 // replicas agree on (see package doc); Redis's own clock only runs the TTLs.
-// Errors wrap ErrStore; on a cluster they may be a *PartialError.
-func (s *Redis) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+// Errors wrap window.ErrStore; on a cluster they may be a *window.PartialError.
+func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	if len(reqs) == 0 {
 		return true, nil
 	}
@@ -220,7 +192,7 @@ var takeHash = takeScript.Hash()
 
 // callSize is how many requests a call of reqs[idx] (all of reqs when idx
 // is nil) carries.
-func callSize(reqs []Request, idx []int) int {
+func callSize(reqs []window.Request, idx []int) int {
 	if idx != nil {
 		return len(idx)
 	}
@@ -228,7 +200,7 @@ func callSize(reqs []Request, idx []int) int {
 }
 
 // callReq is the j-th request of a call of reqs[idx].
-func callReq(reqs []Request, idx []int, j int) *Request {
+func callReq(reqs []window.Request, idx []int, j int) *window.Request {
 	if idx != nil {
 		return &reqs[idx[j]]
 	}
@@ -236,12 +208,12 @@ func callReq(reqs []Request, idx []int, j int) *Request {
 }
 
 // shortCall reports whether a call of reqs[idx] goes in the script's short
-// form (see take.lua): every request a plain counter (Request.short), each
+// form (see take.lua): every request a plain counter (plain), each
 // on a key of its own.
-func shortCall(reqs []Request, idx []int) bool {
+func shortCall(reqs []window.Request, idx []int) bool {
 	for j := range callSize(reqs, idx) {
 		r := callReq(reqs, idx, j)
-		if !r.short() {
+		if !plain(r) {
 			return false
 		}
 		for i := range j {
@@ -253,10 +225,16 @@ func shortCall(reqs []Request, idx []int) bool {
 	return true
 }
 
+// plain reports whether r is a plain counter, which the script's short form
+// can carry: a fixed window, not a shadow, not a refund, hits >= 1.
+func plain(r *window.Request) bool {
+	return r.Algorithm != window.SlidingWindow && !r.Shadow && !r.Refund && r.Hits >= 1
+}
+
 // appendCall appends to dst[:0] a whole script call for reqs[idx]: EVALSHA,
 // the hash, the key count, the keys and the arguments. Keys are appended to
 // arena, which is returned for reuse once the call is done.
-func appendCall(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int) ([]any, []byte) {
+func appendCall(dst []any, arena []byte, nowMs int64, reqs []window.Request, idx []int) ([]any, []byte) {
 	dst, arena = appendKeys(callStart(dst), arena, nowMs, reqs, idx)
 	dst, head := callArgs(dst)
 	var t triples
@@ -301,8 +279,8 @@ type triple struct {
 }
 
 // number returns the number, from 1, of r's triple, adding it if new.
-func (t *triples) number(r *Request) int {
-	want := triple{r.Limit, r.Hits, r.ttl()}
+func (t *triples) number(r *window.Request) int {
+	want := triple{r.Limit, r.Hits, r.TTL().Milliseconds()}
 	if len(t.list) <= triplesScanned {
 		for i, have := range t.list {
 			if have == want {
@@ -363,18 +341,18 @@ func shortHead(n int) any {
 // appendKeys appends the script keys of a call of reqs[idx] to dst, each a
 // slice of arena: per request its current window's key and, for a sliding
 // window, the previous window's.
-func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int) ([]any, []byte) {
+func appendKeys(dst []any, arena []byte, nowMs int64, reqs []window.Request, idx []int) ([]any, []byte) {
 	for j := range callSize(reqs, idx) {
 		r := callReq(reqs, idx, j)
-		w := AtMillis(nowMs, r.Size.Milliseconds())
+		w := window.AtMillis(nowMs, r.Size.Milliseconds())
 		// A slice taken before arena grows keeps pointing at the old array,
 		// whose bytes are never written again: it stays valid.
 		from := len(arena)
-		arena = AppendWindow(append(arena, r.Key...), w)
+		arena = window.AppendWindow(append(arena, r.Key...), w)
 		dst = append(dst, arena[from:len(arena):len(arena)])
-		if r.Algorithm == SlidingWindow {
+		if r.Algorithm == window.SlidingWindow {
 			from = len(arena)
-			arena = AppendWindow(append(arena, r.Key...), w.Previous())
+			arena = window.AppendWindow(append(arena, r.Key...), w.Previous())
 			dst = append(dst, arena[from:len(arena):len(arena)])
 		}
 	}
@@ -385,7 +363,7 @@ func appendKeys(dst []any, arena []byte, nowMs int64, reqs []Request, idx []int)
 // reqs when idx is nil), to dst: in the short form (short, from shortCall) minus the
 // counter count and per counter the number of its triple, added to t; else
 // the count and five values per counter.
-func appendArgs(dst []any, t *triples, short bool, nowMs int64, reqs []Request, idx []int) []any {
+func appendArgs(dst []any, t *triples, short bool, nowMs int64, reqs []window.Request, idx []int) []any {
 	n := callSize(reqs, idx)
 	if short {
 		dst = append(dst, shortHead(n))
@@ -397,7 +375,7 @@ func appendArgs(dst []any, t *triples, short bool, nowMs int64, reqs []Request, 
 	dst = append(dst, n)
 	for j := range n {
 		r := callReq(reqs, idx, j)
-		w := AtMillis(nowMs, r.Size.Milliseconds())
+		w := window.AtMillis(nowMs, r.Size.Milliseconds())
 		flags := 0
 		if r.Shadow {
 			flags |= 1
@@ -405,25 +383,25 @@ func appendArgs(dst []any, t *triples, short bool, nowMs int64, reqs []Request, 
 		if r.Refund {
 			flags |= 2
 		}
-		if r.Algorithm == SlidingWindow {
+		if r.Algorithm == window.SlidingWindow {
 			flags |= 4
 		}
-		dst = append(dst, r.Limit, r.Hits, r.ttl(), flags, r.weight(w, nowMs))
+		dst = append(dst, r.Limit, r.Hits, r.TTL().Milliseconds(), flags, r.Weight(w, nowMs))
 	}
 	return dst
 }
 
-func (s *Redis) run(ctx context.Context, args []any, res []Result) (bool, error) {
+func (s *Store) run(ctx context.Context, args []any, res []window.Result) (bool, error) {
 	v, err := s.script(ctx, args)
 	if err != nil {
-		return false, fmt.Errorf("%w: take %q: %w", ErrStore, args[3], err)
+		return false, fmt.Errorf("%w: take %q: %w", window.ErrStore, args[3], err)
 	}
 	return parseTake(v, res)
 }
 
 // script sends one call of the take script (args from appendCall) and
 // counts its round trips; see eval.
-func (s *Redis) script(ctx context.Context, args []any) (any, error) {
+func (s *Store) script(ctx context.Context, args []any) (any, error) {
 	v, trips, err := s.eval(ctx, args)
 	s.roundTrips.Add(uint64(trips))
 	return v, err
@@ -434,7 +412,7 @@ func (s *Redis) script(ctx context.Context, args []any) (any, error) {
 // cluster node that never saw the script), so sending it again cannot count
 // twice; EVAL also caches the script for the next EVALSHA. trips is how many
 // round trips that took, 1 or 2.
-func (s *Redis) eval(ctx context.Context, args []any) (v any, trips int, err error) {
+func (s *Store) eval(ctx context.Context, args []any) (v any, trips int, err error) {
 	cmd := scriptCmd(ctx, false, args)
 	err = s.client.Process(ctx, cmd)
 	trips = 1
@@ -481,22 +459,22 @@ type slotGroup struct {
 
 // groupBySlot splits reqs by the hash slot of their current window's key,
 // in order of first appearance.
-func groupBySlot(nowMs int64, reqs []Request) []*slotGroup {
+func groupBySlot(nowMs int64, reqs []window.Request) []*slotGroup {
 	var groups []*slotGroup
 	var buf []byte
 	for i := range reqs {
 		r := &reqs[i]
-		buf = AppendWindow(append(buf[:0], r.Key...), AtMillis(nowMs, r.Size.Milliseconds()))
-		slot := Slot(string(buf))
+		buf = window.AppendWindow(append(buf[:0], r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds()))
+		id := slot(string(buf))
 		var g *slotGroup
 		for _, h := range groups {
-			if h.slot == slot {
+			if h.slot == id {
 				g = h
 				break
 			}
 		}
 		if g == nil {
-			g = &slotGroup{slot: slot}
+			g = &slotGroup{slot: id}
 			groups = append(groups, g)
 		}
 		if r.Refund {
@@ -511,7 +489,7 @@ func groupBySlot(nowMs int64, reqs []Request) []*slotGroup {
 // takeSlots is Take over several hash slots: check and count per slot in
 // parallel, give back what was counted if any slot denied, then apply the
 // refunds.
-func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res []Result, groups []*slotGroup) (bool, error) {
+func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Request, res []window.Result, groups []*slotGroup) (bool, error) {
 	allowed := true
 	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.take },
 		func(g *slotGroup, ok bool) {
@@ -522,9 +500,9 @@ func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res 
 		// Undo the slots that counted: each counted request again as a
 		// refund of its hits on its current window (floored at zero,
 		// keeping the TTL), which gives back only what this call added.
-		undo := make([]Request, len(reqs))
+		undo := make([]window.Request, len(reqs))
 		for i, r := range reqs {
-			r.Refund, r.Algorithm = true, FixedWindow
+			r.Refund, r.Algorithm = true, window.FixedWindow
 			undo[i] = r
 		}
 		back := slices.Clone(res) // a request that took no hits needs no undo and keeps its count
@@ -558,7 +536,7 @@ func (s *Redis) takeSlots(ctx context.Context, nowMs int64, reqs []Request, res 
 // when a pipeline's retry for a failing node gives up, go-redis sets that
 // error on every command of the pipeline, also on those other nodes
 // answered, and a healthy slot would then look failed.
-func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res []Result, groups []*slotGroup,
+func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Request, res []window.Result, groups []*slotGroup,
 	idx func(*slotGroup) []int, done func(g *slotGroup, allowed bool)) {
 	type call struct {
 		g     *slotGroup
@@ -594,14 +572,14 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 	}
 	s.roundTrips.Add(uint64(trips))
 	for _, c := range calls {
-		sub := make([]Result, len(c.idx))
+		sub := make([]window.Result, len(c.idx))
 		ok, err := false, c.err
 		if err == nil {
 			ok, err = parseTake(c.v, sub)
 		}
 		if err != nil {
-			if !errors.Is(err, ErrStore) {
-				err = fmt.Errorf("%w: take %q: %w", ErrStore, c.args[3], err)
+			if !errors.Is(err, window.ErrStore) {
+				err = fmt.Errorf("%w: take %q: %w", window.ErrStore, c.args[3], err)
 			}
 			c.g.err = err
 			continue
@@ -616,7 +594,7 @@ func (s *Redis) runGroups(ctx context.Context, nowMs int64, reqs []Request, res 
 }
 
 // partial returns nil when no group failed, the first error when all of
-// the n requests failed, and a *PartialError otherwise.
+// the n requests failed, and a *window.PartialError otherwise.
 func partial(groups []*slotGroup, n int) error {
 	var failed []int
 	var first error
@@ -637,14 +615,14 @@ func partial(groups []*slotGroup, n int) error {
 		return first
 	}
 	slices.Sort(failed)
-	return &PartialError{Failed: failed, Err: first}
+	return &window.PartialError{Failed: failed, Err: first}
 }
 
-// Slot returns the Redis Cluster hash slot of key, 0 to 16383: the CRC16
+// slot returns the Redis Cluster hash slot of key, 0 to 16383: the CRC16
 // (XMODEM) of its hash tag modulo 16384. The hash tag is what lies between
 // the first '{' and the next '}' when that is not empty, else the whole key,
 // exactly as Redis Cluster computes it.
-func Slot(key string) uint16 {
+func slot(key string) uint16 {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
 			key = key[s+1 : s+1+e]
@@ -679,10 +657,10 @@ var crc16Table = func() (t [256]uint16) {
 }()
 
 // parseTake reads the script's reply {allowed, (count, previous, over)...}.
-func parseTake(v any, res []Result) (bool, error) {
+func parseTake(v any, res []window.Result) (bool, error) {
 	vals, ok := v.([]any)
 	if !ok {
-		return false, fmt.Errorf("%w: unexpected script reply %T", ErrStore, v)
+		return false, fmt.Errorf("%w: unexpected script reply %T", window.ErrStore, v)
 	}
 	return parseRequest(vals, res)
 }
@@ -699,28 +677,28 @@ func replySize(short bool, n int) int {
 // parseRequest reads one request's part of the script's reply: status,
 // then per counter either (current, previous, over) or, in the short form,
 // one value.
-func parseRequest(vals []any, res []Result) (bool, error) {
+func parseRequest(vals []any, res []window.Result) (bool, error) {
 	short := len(vals) == replySize(true, len(res))
 	if !short && len(vals) != replySize(false, len(res)) {
-		return false, fmt.Errorf("%w: script reply of %d values for %d counters", ErrStore, len(vals), len(res))
+		return false, fmt.Errorf("%w: script reply of %d values for %d counters", window.ErrStore, len(vals), len(res))
 	}
 	status, ok := vals[0].(int64)
 	switch {
 	case !ok || status < -1 || status > 1:
-		return false, fmt.Errorf("%w: unexpected script status %v", ErrStore, vals[0])
+		return false, fmt.Errorf("%w: unexpected script status %v", window.ErrStore, vals[0])
 	case status == -1:
-		return false, fmt.Errorf("%w: a counter key holds something other than an integer", ErrStore)
+		return false, fmt.Errorf("%w: a counter key holds something other than an integer", window.ErrStore)
 	}
 	if short {
 		for i := range res {
 			v, ok := vals[1+i].(int64)
 			switch {
 			case !ok || status == 1 && v < 1:
-				return false, fmt.Errorf("%w: unexpected script value %v", ErrStore, vals[1+i])
+				return false, fmt.Errorf("%w: unexpected script value %v", window.ErrStore, vals[1+i])
 			case v >= 0:
-				res[i] = Result{Count: uint64(v)}
+				res[i] = window.Result{Count: uint64(v)}
 			default: // denied, and this counter had no room
-				res[i] = Result{Count: uint64(-1 - v), Over: true}
+				res[i] = window.Result{Count: uint64(-1 - v), Over: true}
 			}
 		}
 		return status == 1, nil
@@ -730,11 +708,11 @@ func parseRequest(vals []any, res []Result) (bool, error) {
 		for j := range n {
 			v, ok := vals[1+3*i+j].(int64)
 			if !ok || v < 0 {
-				return false, fmt.Errorf("%w: unexpected script value %v", ErrStore, vals[1+3*i+j])
+				return false, fmt.Errorf("%w: unexpected script value %v", window.ErrStore, vals[1+3*i+j])
 			}
 			n[j] = v
 		}
-		res[i] = Result{Count: uint64(n[0]), Previous: uint64(n[1]), Over: n[2] == 1}
+		res[i] = window.Result{Count: uint64(n[0]), Previous: uint64(n[1]), Over: n[2] == 1}
 	}
 	return status == 1, nil
 }

@@ -1,4 +1,4 @@
-package window
+package redisstore
 
 import (
 	"context"
@@ -7,29 +7,30 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 func TestShortCallOnlyForPlainCounters(t *testing.T) {
 	t.Parallel()
-	base := Request{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
-	other := Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
-	longer := Request{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
+	base := window.Request{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
+	other := window.Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
+	longer := window.Request{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
 	tests := []struct {
 		name    string
-		reqs    []Request
+		reqs    []window.Request
 		short   bool
 		triples int // distinct (limit, hits, TTL) in the short form
 	}{
-		{"one fixed counter", []Request{base}, true, 1},
-		{"hits above one", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1},
-		{"two counters, one rule", []Request{base, other}, true, 1},
-		{"one descriptor, two windows", []Request{base, longer}, true, 2},
-		{"the same counter twice", []Request{base, other, base}, false, 0},
-		{"shadow", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
-		{"refund request", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0},
-		{"check only (hits 0)", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0},
-		{"sliding window", []Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: SlidingWindow}}, false, 0},
-		{"a plain counter and a shadow", []Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
+		{"one fixed counter", []window.Request{base}, true, 1},
+		{"hits above one", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1},
+		{"two counters, one rule", []window.Request{base, other}, true, 1},
+		{"one descriptor, two windows", []window.Request{base, longer}, true, 2},
+		{"the same counter twice", []window.Request{base, other, base}, false, 0},
+		{"shadow", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
+		{"refund request", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0},
+		{"check only (hits 0)", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0},
+		{"sliding window", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: window.SlidingWindow}}, false, 0},
+		{"a plain counter and a shadow", []window.Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
 	}
 	for _, tt := range tests {
 		if got := shortCall(tt.reqs, nil); got != tt.short {
@@ -60,14 +61,14 @@ func TestTriples(t *testing.T) {
 		const distinct = 3 * triplesScanned
 		var want []any
 		for i := range distinct {
-			r := &Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}
+			r := &window.Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}
 			if got := tr.number(r); got != i+1 {
 				t.Fatalf("call %d: triple %d numbered %d, want %d", call, i, got, i+1)
 			}
-			want = append(want, r.Limit, r.Hits, r.ttl())
+			want = append(want, r.Limit, r.Hits, r.TTL().Milliseconds())
 		}
 		for i := distinct - 1; i >= 0; i-- { // again, from both sides of the switch to the index
-			if got := tr.number(&Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}); got != i+1 {
+			if got := tr.number(&window.Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}); got != i+1 {
 				t.Fatalf("call %d: triple %d again numbered %d, want %d", call, i, got, i+1)
 			}
 		}
@@ -85,13 +86,13 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := NewRedis(client, RedisOptions{})
+	s := New(client, Options{})
 	ctx := context.Background()
 	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 	now := time.UnixMilli(1_763_800_035_000)
-	w := At(now, time.Minute)
+	w := window.At(now, time.Minute)
 	// A counter: its value before the call ("" missing, "x" not an
 	// integer) and the hits the call takes; every limit is 5.
 	type counter struct {
@@ -110,40 +111,40 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 	type outcome struct {
 		allowed bool
 		failed  bool
-		res     []Result
+		res     []window.Result
 		after   []string
 		ttl     []time.Duration
 	}
 	for i, counters := range cases {
 		var got [2]outcome
 		for form := range 2 {
-			reqs := make([]Request, len(counters))
+			reqs := make([]window.Request, len(counters))
 			for j, c := range counters {
 				key := fmt.Sprintf("t:{%d-%d-%d}", i, form, j)
 				if c.before != "" {
-					full := string(AppendWindow([]byte(key), w))
+					full := string(window.AppendWindow([]byte(key), w))
 					if err := client.Set(ctx, full, c.before, time.Hour).Err(); err != nil {
 						t.Fatal(err)
 					}
 				}
-				reqs[j] = Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
+				reqs[j] = window.Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
 			}
 			args, _ := appendCall(nil, nil, now.UnixMilli(), reqs, nil)
 			if form == 1 { // the same call in the full form: no triples, flags 0, weight 0
 				args = append(args[:3+len(reqs)], 0, len(reqs))
 				for _, r := range reqs {
-					args = append(args, r.Limit, r.Hits, r.ttl(), 0, 0)
+					args = append(args, r.Limit, r.Hits, r.TTL().Milliseconds(), 0, 0)
 				}
 			}
 			o := &got[form]
-			o.res = make([]Result, len(reqs))
+			o.res = make([]window.Result, len(reqs))
 			v, err := s.script(ctx, args)
 			if err == nil {
 				o.allowed, err = parseTake(v, o.res)
 			}
 			o.failed = err != nil
 			for _, r := range reqs {
-				full := string(AppendWindow([]byte(r.Key), w))
+				full := string(window.AppendWindow([]byte(r.Key), w))
 				after, _ := client.Get(ctx, full).Result()
 				o.after = append(o.after, after)
 				o.ttl = append(o.ttl, client.TTL(ctx, full).Val().Round(time.Minute))
@@ -210,7 +211,7 @@ func FuzzParseRequest(f *testing.F) {
 		if len(raw) > 0 {
 			vals = append(vals, string(raw)) // not an integer
 		}
-		res := make([]Result, counters)
+		res := make([]window.Result, counters)
 		allowed, err := parseRequest(vals, res)
 		if err != nil {
 			return
