@@ -15,29 +15,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-func TestSlot(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		key  string
-		want uint16
-	}{
-		{"123456789", 0x31C3}, // the CRC-16/XMODEM check value; below 16384
-		{"foo", 12182},
-		{"{123456789}.x", 0x31C3},
-		{"a{123456789}:60000:0", 0x31C3},
-		{"foo{}{123456789}", slot("foo{}{123456789}")},
-		{"x{{bar}}", slot("{bar")},
-		{"x{bar}{zap}", slot("bar")},
-	} {
-		if got := slot(tt.key); got != tt.want {
-			t.Errorf("Slot(%q) = %d, want %d", tt.key, got, tt.want)
-		}
-	}
-	if slot("foo{}{123456789}") == 0x31C3 {
-		t.Errorf("Slot(%q) used the tag after an empty one", "foo{}{123456789}")
-	}
-}
-
 // clusterClient returns a cluster client configured like the sidecar's:
 // no retries, deadlines from the context.
 func clusterClient(t *testing.T, c *redistest.Cluster) *redis.ClusterClient {
@@ -102,21 +79,6 @@ func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n i
 		}
 		if done {
 			return out
-		}
-	}
-}
-
-func TestClusterSlotMatchesRedis(t *testing.T) {
-	t.Parallel()
-	c := redistest.StartCluster(t, 3)
-	cc := clusterClient(t, c)
-	for _, key := range []string{"123456789", "foo", "ratelimit:{edge|api_key=alice}:60000:0", "x{{bar}}", "foo{}{bar}"} {
-		want, err := cc.ClusterKeySlot(context.Background(), key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := slot(key); int64(got) != want {
-			t.Errorf("Slot(%q) = %d, want %d (CLUSTER KEYSLOT)", key, got, want)
 		}
 	}
 }
