@@ -103,15 +103,12 @@ type batcher struct {
 	calls  sync.Pool
 }
 
-// batchCall is one Take waiting in a batch. The worker reads reqs, which
-// the caller does not touch until done.
+// batchCall is one Take waiting in a batch.
 type batchCall struct {
 	ctx      context.Context
 	deadline time.Time // of the Take (callDeadline)
-	nowMs    int64
-	reqs     []window.Request
-	short    bool  // sent in the script's short form
-	vals     []any // its part of the reply
+	request            // the worker reads reqs, which the caller leaves alone until done
+	vals     []any     // its part of the reply
 	err      error
 	done     chan struct{}
 }
@@ -122,7 +119,7 @@ type batchCall struct {
 // whose deadline is the earliest of its Takes'.
 func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.deadline, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, deadline, nowMs, reqs, shortCall(reqs, nil), nil, nil
+	c.ctx, c.deadline, c.request, c.vals, c.err = ctx, deadline, newRequest(nowMs, reqs, nil), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
@@ -133,7 +130,7 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 	b.mu.RUnlock()
 	<-c.done
 	vals, err := c.vals, c.err
-	c.ctx, c.reqs, c.vals, c.err = nil, nil, nil, nil
+	c.ctx, c.request, c.vals, c.err = nil, request{}, nil, nil
 	b.calls.Put(c)
 	if err != nil {
 		return false, err
@@ -165,10 +162,9 @@ func (b *batcher) close() error {
 // sendBuf is a worker's memory for building its script calls, reused from
 // one batch to the next.
 type sendBuf struct {
-	live    []*batchCall
-	args    []any
-	arena   []byte
-	triples triples
+	live  []*batchCall
+	parts []request
+	call  callBuf
 }
 
 func (b *batcher) work() {
@@ -291,39 +287,33 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	if len(live) == 0 {
 		return
 	}
-	// One call: every request's keys, then every request's arguments.
-	args, arena := callStart(buf.args), buf.arena[:0]
+	parts := buf.parts[:0]
 	for _, c := range live {
-		args, arena = appendKeys(args, arena, c.nowMs, c.reqs, nil)
+		parts = append(parts, c.request)
 	}
-	args, head := callArgs(args)
-	for _, c := range live {
-		args = appendArgs(args, &buf.triples, c.short, c.nowMs, c.reqs, nil)
-	}
-	args = buf.triples.appendTo(args, head)
+	args := buf.call.build(parts)
 	defer func() {
-		clear(args) // let go of the keys
-		buf.args, buf.arena = args[:0], arena[:0]
+		buf.call.release() // let go of the keys
+		clear(parts)       // and of the requests
+		buf.parts = parts[:0]
 	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	v, err := b.s.script(ctx, args)
-	vals, ok := v.([]any)
-	if err == nil && !ok {
-		err = fmt.Errorf("%w: unexpected script reply %T", window.ErrStore, v)
+	var vals []any
+	if err == nil {
+		vals, err = replyValues(v)
 	}
-	off := 0
 	for _, c := range live {
 		if err != nil {
 			c.err = fmt.Errorf("%w: take (batch of %d): %w", window.ErrStore, len(live), err)
 			continue
 		}
-		size := replySize(c.short, len(c.reqs))
-		if off+size > len(vals) {
-			c.err = fmt.Errorf("%w: script reply of %d values is short", window.ErrStore, len(vals))
+		part, rest, cerr := cutReply(vals, c.short, len(c.reqs))
+		if cerr != nil {
+			c.err = cerr
 			continue
 		}
-		c.vals = vals[off : off+size]
-		off += size
+		c.vals, vals = part, rest
 	}
 }

@@ -57,7 +57,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		if i == expired {
 			deadline = time.Now().Add(-time.Millisecond)
 		}
-		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil)})
+		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, request: newRequest(now.UnixMilli(), reqs, nil)})
 	}
 	before := s.RoundTrips()
 	buf := &sendBuf{}

@@ -12,39 +12,50 @@ import (
 // more (Go boxes smaller ones without allocating): per triple its ttl and
 // large limits, per full-form counter its ttl, large limits and weight.
 
-// callSize is how many requests a call of reqs[idx] (all of reqs when idx
-// is nil) carries.
-func callSize(reqs []window.Request, idx []int) int {
-	if idx != nil {
-		return len(idx)
-	}
-	return len(reqs)
+// request is one request of a script call, which the script decides on
+// its own: the counters reqs[idx] (all of reqs when idx is nil) at nowMs.
+type request struct {
+	nowMs int64
+	reqs  []window.Request
+	idx   []int
+	short bool // sent in the script's short form; see newRequest
 }
 
-// callReq is the j-th request of a call of reqs[idx].
-func callReq(reqs []window.Request, idx []int, j int) *window.Request {
-	if idx != nil {
-		return &reqs[idx[j]]
-	}
-	return &reqs[j]
-}
-
-// shortCall reports whether a call of reqs[idx] goes in the script's short
-// form (see take.lua): every request a plain counter (plain), each
-// on a key of its own.
-func shortCall(reqs []window.Request, idx []int) bool {
-	for j := range callSize(reqs, idx) {
-		r := callReq(reqs, idx, j)
-		if !plain(r) {
-			return false
+// newRequest returns the request for reqs[idx] at nowMs. It goes in the
+// script's short form (see take.lua) when every counter is plain (see
+// plain) and on a key of its own.
+func newRequest(nowMs int64, reqs []window.Request, idx []int) request {
+	r := request{nowMs: nowMs, reqs: reqs, idx: idx, short: true}
+	for j := range r.len() {
+		c := r.at(j)
+		if !plain(c) {
+			r.short = false
+			break
 		}
 		for i := range j {
-			if o := callReq(reqs, idx, i); o.Key == r.Key && o.Size == r.Size {
-				return false // the same counter twice: the full form adds them up
+			if o := r.at(i); o.Key == c.Key && o.Size == c.Size {
+				r.short = false // the same counter twice: the full form adds them up
+				break
 			}
 		}
 	}
-	return true
+	return r
+}
+
+// len is how many counters r carries.
+func (r *request) len() int {
+	if r.idx != nil {
+		return len(r.idx)
+	}
+	return len(r.reqs)
+}
+
+// at is r's j-th counter.
+func (r *request) at(j int) *window.Request {
+	if r.idx != nil {
+		return &r.reqs[r.idx[j]]
+	}
+	return &r.reqs[j]
 }
 
 // plain reports whether r is a plain counter, which the script's short form
@@ -53,27 +64,46 @@ func plain(r *window.Request) bool {
 	return r.Algorithm != window.SlidingWindow && !r.Shadow && !r.Refund && r.Hits >= 1
 }
 
-// appendCall appends to dst[:0] a whole script call for reqs[idx]: EVALSHA,
-// the hash, the key count, the keys and the arguments. Keys are appended to
-// arena, which is returned for reuse once the call is done.
-func appendCall(dst []any, arena []byte, nowMs int64, reqs []window.Request, idx []int) ([]any, []byte) {
-	dst, arena = appendKeys(callStart(dst), arena, nowMs, reqs, idx)
-	dst, head := callArgs(dst)
-	var t triples
-	dst = appendArgs(dst, &t, shortCall(reqs, idx), nowMs, reqs, idx)
-	return t.appendTo(dst, head), arena
+// callBuf is the memory script calls are built in: the argument list, the
+// byte arena the keys are slices of, and the triples. The batch worker
+// keeps one from call to call. The zero callBuf is ready to use; it is not
+// safe for concurrent use.
+type callBuf struct {
+	args    []any
+	arena   []byte
+	triples triples
 }
 
-// callStart begins a call in dst[:0]: EVALSHA, the hash and a place for the
-// key count. The keys follow (appendKeys), then callArgs.
-func callStart(dst []any) []any { return append(dst[:0], "evalsha", takeHash, 0) }
+// build returns the script call of rs in b's memory, valid until the next
+// build or release: EVALSHA, the hash, the key count, every request's keys,
+// then the count of triples, every request's arguments and the triples
+// (see take.lua). It is the one place a call is laid out.
+func (b *callBuf) build(rs []request) []any {
+	args, arena := append(b.args[:0], "evalsha", takeHash, 0), b.arena[:0]
+	for i := range rs {
+		args, arena = appendKeys(args, arena, &rs[i])
+	}
+	args[2] = len(args) - 3 // the key count
+	head := len(args)
+	args = append(args, 0) // the count of triples, known at the end
+	for i := range rs {
+		args = appendArgs(args, &b.triples, &rs[i])
+	}
+	b.args, b.arena = b.triples.appendTo(args, head), arena
+	return b.args
+}
 
-// callArgs ends the keys of a call begun by callStart and begins its
-// arguments with a place for the count of triples, at head (see
-// triples.appendTo). The requests' arguments follow (appendArgs).
-func callArgs(dst []any) (_ []any, head int) {
-	dst[2] = len(dst) - 3
-	return append(dst, 0), len(dst)
+// release lets go of the keys of the last call and keeps the memory.
+func (b *callBuf) release() {
+	clear(b.args)
+	b.args, b.arena = b.args[:0], b.arena[:0]
+}
+
+// newCall returns the script call of the one request reqs[idx] at nowMs,
+// in memory of its own.
+func newCall(nowMs int64, reqs []window.Request, idx []int) []any {
+	var b callBuf
+	return b.build([]request{newRequest(nowMs, reqs, idx)})
 }
 
 // triples gathers the distinct (limit, hits, TTL) triples of a call's
@@ -160,55 +190,54 @@ func shortHead(n int) any {
 	return -n
 }
 
-// appendKeys appends the script keys of a call of reqs[idx] to dst, each a
-// slice of arena: per request its current window's key and, for a sliding
-// window, the previous window's.
-func appendKeys(dst []any, arena []byte, nowMs int64, reqs []window.Request, idx []int) ([]any, []byte) {
-	for j := range callSize(reqs, idx) {
-		r := callReq(reqs, idx, j)
-		w := window.AtMillis(nowMs, r.Size.Milliseconds())
+// appendKeys appends r's script keys to dst, each a slice of arena: per
+// counter its current window's key and, for a sliding window, the previous
+// window's.
+func appendKeys(dst []any, arena []byte, r *request) ([]any, []byte) {
+	for j := range r.len() {
+		c := r.at(j)
+		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
 		// A slice taken before arena grows keeps pointing at the old array,
 		// whose bytes are never written again: it stays valid.
 		from := len(arena)
-		arena = window.AppendWindow(append(arena, r.Key...), w)
+		arena = window.AppendWindow(append(arena, c.Key...), w)
 		dst = append(dst, arena[from:len(arena):len(arena)])
-		if r.Algorithm == window.SlidingWindow {
+		if c.Algorithm == window.SlidingWindow {
 			from = len(arena)
-			arena = window.AppendWindow(append(arena, r.Key...), w.Previous())
+			arena = window.AppendWindow(append(arena, c.Key...), w.Previous())
 			dst = append(dst, arena[from:len(arena):len(arena)])
 		}
 	}
 	return dst, arena
 }
 
-// appendArgs appends one script request, all counters of reqs[idx] (all of
-// reqs when idx is nil), to dst: in the short form (short, from shortCall) minus the
-// counter count and per counter the number of its triple, added to t; else
-// the count and five values per counter.
-func appendArgs(dst []any, t *triples, short bool, nowMs int64, reqs []window.Request, idx []int) []any {
-	n := callSize(reqs, idx)
-	if short {
+// appendArgs appends r's script arguments to dst: in the short form minus
+// the counter count and per counter the number of its triple, added to t;
+// else the count and five values per counter.
+func appendArgs(dst []any, t *triples, r *request) []any {
+	n := r.len()
+	if r.short {
 		dst = append(dst, shortHead(n))
 		for j := range n {
-			dst = append(dst, t.number(callReq(reqs, idx, j)))
+			dst = append(dst, t.number(r.at(j)))
 		}
 		return dst
 	}
 	dst = append(dst, n)
 	for j := range n {
-		r := callReq(reqs, idx, j)
-		w := window.AtMillis(nowMs, r.Size.Milliseconds())
+		c := r.at(j)
+		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
 		flags := 0
-		if r.Shadow {
+		if c.Shadow {
 			flags |= 1
 		}
-		if r.Refund {
+		if c.Refund {
 			flags |= 2
 		}
-		if r.Algorithm == window.SlidingWindow {
+		if c.Algorithm == window.SlidingWindow {
 			flags |= 4
 		}
-		dst = append(dst, r.Limit, r.Hits, r.TTL().Milliseconds(), flags, r.Weight(w, nowMs))
+		dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, c.Weight(w, r.nowMs))
 	}
 	return dst
 }

@@ -33,10 +33,10 @@ func TestShortCallOnlyForPlainCounters(t *testing.T) {
 		{"a plain counter and a shadow", []window.Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
 	}
 	for _, tt := range tests {
-		if got := shortCall(tt.reqs, nil); got != tt.short {
+		if got := newRequest(0, tt.reqs, nil).short; got != tt.short {
 			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
 		}
-		call, _ := appendCall(nil, nil, 1_763_800_035_000, tt.reqs, nil)
+		call := newCall(1_763_800_035_000, tt.reqs, nil)
 		// After EVALSHA, the hash, the key count and the keys: the count of
 		// triples, the request, the triples.
 		args := call[3+call[2].(int):]
@@ -129,7 +129,7 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 				}
 				reqs[j] = window.Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
 			}
-			args, _ := appendCall(nil, nil, now.UnixMilli(), reqs, nil)
+			args := newCall(now.UnixMilli(), reqs, nil)
 			if form == 1 { // the same call in the full form: no triples, flags 0, weight 0
 				args = append(args[:3+len(reqs)], 0, len(reqs))
 				for _, r := range reqs {

@@ -114,7 +114,7 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 			continue
 		}
 		if ix := idx(g); len(ix) > 0 {
-			args, _ := appendCall(nil, nil, nowMs, reqs, ix)
+			args := newCall(nowMs, reqs, ix)
 			calls = append(calls, &call{g: g, idx: ix, args: args})
 		}
 	}

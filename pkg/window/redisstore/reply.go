@@ -6,17 +6,41 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// parseTake reads the script's reply {allowed, (count, previous, over)...}.
+// The script replies with one list; each request's part of it is its
+// status, then per counter either (current, previous, over) or, in the
+// short form, one value (see take.lua). replyValues, cutReply and
+// parseRequest are the one reader of that reply.
+
+// parseTake reads the reply v of a call of one request into res.
 func parseTake(v any, res []window.Result) (bool, error) {
-	vals, ok := v.([]any)
-	if !ok {
-		return false, fmt.Errorf("%w: unexpected script reply %T", window.ErrStore, v)
+	vals, err := replyValues(v)
+	if err != nil {
+		return false, err
 	}
 	return parseRequest(vals, res)
 }
 
-// replySize is how many values of the script's reply belong to a call of
-// n requests, in the short form or not.
+// replyValues returns the script's reply v as its list of values.
+func replyValues(v any) ([]any, error) {
+	vals, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: unexpected script reply %T", window.ErrStore, v)
+	}
+	return vals, nil
+}
+
+// cutReply cuts the part of a request of n counters, in the short form or
+// not, from the front of vals and returns it and the rest.
+func cutReply(vals []any, short bool, n int) (part, rest []any, err error) {
+	size := replySize(short, n)
+	if size > len(vals) {
+		return nil, nil, fmt.Errorf("%w: script reply of %d values is short", window.ErrStore, len(vals))
+	}
+	return vals[:size], vals[size:], nil
+}
+
+// replySize is how many values of the script's reply belong to a request
+// of n counters, in the short form or not.
 func replySize(short bool, n int) int {
 	if short {
 		return 1 + n
@@ -24,9 +48,9 @@ func replySize(short bool, n int) int {
 	return 1 + 3*n
 }
 
-// parseRequest reads one request's part of the script's reply: status,
-// then per counter either (current, previous, over) or, in the short form,
-// one value.
+// parseRequest reads one request's part of the script's reply into res,
+// one Result per counter, and reports whether the request was allowed. It
+// tells the short form by the part's length.
 func parseRequest(vals []any, res []window.Result) (bool, error) {
 	short := len(vals) == replySize(true, len(res))
 	if !short && len(vals) != replySize(false, len(res)) {

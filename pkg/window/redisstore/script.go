@@ -17,7 +17,7 @@ var takeScript = redis.NewScript(takeSource)
 // takeHash is the SHA1 of take.lua, EVALSHA's second argument.
 var takeHash = takeScript.Hash()
 
-// script sends one call of the take script (args from appendCall) and
+// script sends one call of the take script (args from callBuf.build) and
 // counts its round trips; see eval.
 func (s *Store) script(ctx context.Context, args []any) (any, error) {
 	v, trips, err := s.eval(ctx, args)
@@ -50,7 +50,7 @@ type noRetryCmd struct{ *redis.Cmd }
 
 func (noRetryCmd) NoRetry() bool { return true }
 
-// scriptCmd returns the call args (from appendCall) as EVALSHA of the take
+// scriptCmd returns the call args (from callBuf.build) as EVALSHA of the take
 // script, or as EVAL of its source: it rewrites args' first two values.
 func scriptCmd(ctx context.Context, source bool, args []any) noRetryCmd {
 	if source {

@@ -165,7 +165,7 @@ func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, 
 			return s.takeSlots(ctx, nowMs, reqs, res, groups)
 		}
 	}
-	args, _ := appendCall(nil, nil, nowMs, reqs, nil)
+	args := newCall(nowMs, reqs, nil)
 	return s.run(ctx, args, res)
 }
 
