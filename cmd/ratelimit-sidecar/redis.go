@@ -255,6 +255,7 @@ func newRedisClient(c *config) (redis.UniversalClient, error) {
 type redisStore struct {
 	Store   envoyrls.Store // the outermost layer
 	redis   *redisstore.Store
+	batched bool            // Takes are coalesced: -redis-batch-workers > 0, not a cluster
 	breaker *window.Breaker // nil without -redis-breaker-failures
 }
 
@@ -280,10 +281,17 @@ func newRedisStore(c *config, client redis.UniversalClient, log *zap.Logger) *re
 	rs := &redisStore{}
 	ro := redisstore.Options{Timeout: c.redisTimeout}
 	if c.redis.batchWorkers > 0 {
-		// Not batched on a cluster, where requests of different slots
-		// cannot share a script; see redisstore.NewBatched.
-		rs.redis = redisstore.NewBatched(client, ro, c.redis.batchOptions())
-	} else {
+		var err error
+		rs.redis, err = redisstore.NewBatched(client, ro, c.redis.batchOptions())
+		// It fails only for a cluster client (redisstore.ErrClusterBatch),
+		// whose requests of different slots cannot share a script: a
+		// cluster is served unbatched, as -redis-batch-workers documents.
+		rs.batched = err == nil
+		if err != nil {
+			log.Info("redis cluster: requests are sent unbatched", zap.Error(err))
+		}
+	}
+	if !rs.batched {
 		rs.redis = redisstore.New(client, ro)
 	}
 	rs.Store = rs.redis

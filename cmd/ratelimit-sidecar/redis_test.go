@@ -217,8 +217,8 @@ func TestRedisStoreOverCluster(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store := newRedisStore(c, client, zaptest.NewLogger(t))
 	t.Cleanup(func() { store.Close() })
-	if store.redis.Batched() || store.breaker == nil {
-		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.redis.Batched(), store.breaker)
+	if store.batched || store.breaker == nil {
+		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.batched, store.breaker)
 	}
 	ctx := context.Background()
 	if err := store.Store.Ping(ctx); err != nil {
@@ -260,8 +260,8 @@ func TestRedisStoreLayers(t *testing.T) {
 		store := newRedisStore(c, client, zaptest.NewLogger(t))
 		t.Cleanup(func() { store.Close() })
 		_, cached := store.Store.(*window.OverLimitCache)
-		if store.redis.Batched() != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {
-			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.redis.Batched(), store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
+		if store.batched != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {
+			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.batched, store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
 		}
 		ctx := context.Background()
 		if err := store.Store.Ping(ctx); err != nil {

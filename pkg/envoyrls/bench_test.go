@@ -44,7 +44,10 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			return s
 		}},
 		{"redis-batched", func(b *testing.B) Store {
-			s := redisstore.NewBatched(redistest.Start(b).Client(b), redisstore.Options{}, redisstore.BatchOptions{})
+			s, err := redisstore.NewBatched(redistest.Start(b).Client(b), redisstore.Options{}, redisstore.BatchOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.Cleanup(func() { s.Close() })
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)

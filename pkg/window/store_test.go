@@ -29,7 +29,10 @@ func stores() map[string]func(t *testing.T) window.Store {
 		// The sidecar's default: the same script, several Takes per call.
 		"redis-batched": func(t *testing.T) window.Store {
 			srv := redistest.Start(t)
-			s := redisstore.NewBatched(srv.Client(t), redisstore.Options{}, redisstore.BatchOptions{})
+			s, err := redisstore.NewBatched(srv.Client(t), redisstore.Options{}, redisstore.BatchOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { _ = s.Close() })
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)

@@ -10,10 +10,15 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// ErrBatcherClosed is returned for a Take on a batched Redis after Close.
-var ErrBatcherClosed = errors.New("window: batcher closed")
+// ErrBatcherClosed is returned, wrapped with window.ErrStore, for a Take on
+// a batched Store after Close.
+var ErrBatcherClosed = errors.New("redisstore: batcher closed")
 
-// BatchOptions configure a batched Redis store. Zero Workers and MaxBatch
+// ErrClusterBatch is returned by NewBatched for a cluster client: requests
+// whose counters lie on different hash slots cannot share a script call.
+var ErrClusterBatch = errors.New("redisstore: a cluster client cannot be batched")
+
+// BatchOptions configure a batched Store (see NewBatched). Zero Workers and MaxBatch
 // take their defaults; a zero Linger sends every batch at once.
 type BatchOptions struct {
 	// Workers is how many batched script calls may be in flight at once;
@@ -41,7 +46,7 @@ type BatchOptions struct {
 	Linger time.Duration
 }
 
-// NewBatched returns a Redis store that coalesces concurrent Takes into
+// NewBatched returns a Store that coalesces concurrent Takes into
 // one script call: the script decides each request on its own, in order, so
 // semantics are those of separate calls, but Redis runs one script
 // invocation and one round trip for the whole batch. A worker takes the first
@@ -55,13 +60,14 @@ type BatchOptions struct {
 // before its batch was sent is not sent. If the call fails, every request in
 // it fails, as each would alone.
 //
-// On Redis Cluster the store is not batched (requests of different slots
-// cannot share a script), and NewBatched returns the plain store. Close
-// stops the workers.
-func NewBatched(client scripter, ro Options, o BatchOptions) *Store {
+// Close stops the workers. For a cluster client (one with ForEachShard)
+// NewBatched fails with ErrClusterBatch, and only then: requests of
+// different hash slots cannot share a script, so a caller that is given a
+// cluster serves it with New, unbatched.
+func NewBatched(client scripter, ro Options, o BatchOptions) (*Store, error) {
 	s := New(client, ro)
 	if s.shards != nil {
-		return s
+		return nil, ErrClusterBatch
 	}
 	if o.Workers <= 0 {
 		o.Workers = 1
@@ -76,7 +82,7 @@ func NewBatched(client scripter, ro Options, o BatchOptions) *Store {
 		go b.work()
 	}
 	s.batch = b
-	return s
+	return s, nil
 }
 
 // Close stops a batched store's workers after their current calls and fails
@@ -88,9 +94,6 @@ func (s *Store) Close() error {
 	}
 	return s.batch.close()
 }
-
-// Batched reports whether Takes are coalesced (see NewBatched).
-func (s *Store) Batched() bool { return s.batch != nil }
 
 type batcher struct {
 	s      *Store

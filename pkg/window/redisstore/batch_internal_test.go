@@ -22,7 +22,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := NewBatched(client, Options{}, BatchOptions{Workers: 1})
+	s := mustBatched(t, client, Options{}, BatchOptions{Workers: 1})
 	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	if err := s.Ping(ctx); err != nil { // loads the script: no NOSCRIPT round trip

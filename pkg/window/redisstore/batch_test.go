@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -14,11 +16,11 @@ import (
 func newBatched(t *testing.T, o BatchOptions) *Store {
 	t.Helper()
 	srv := redistest.Start(t)
-	s := NewBatched(srv.Client(t), Options{}, o)
-	t.Cleanup(func() { s.Close() })
-	if !s.Batched() {
-		t.Fatal("NewBatchedRedis over one node is not batched")
+	s, err := NewBatched(srv.Client(t), Options{}, o)
+	if err != nil || s.batch == nil {
+		t.Fatalf("NewBatched over one node = %v, not batched", err)
 	}
+	t.Cleanup(func() { s.Close() })
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -83,5 +85,22 @@ func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	_, err := s.Take(context.Background(), t0, []window.Request{req("closed", 5, 1)}, make([]window.Result, 1))
 	if !errors.Is(err, ErrBatcherClosed) || !errors.Is(err, window.ErrStore) {
 		t.Errorf("Take after Close = %v, want ErrBatcherClosed wrapping ErrStore", err)
+	}
+}
+
+// shardedFake is a client with ForEachShard, which New takes for a
+// cluster client.
+type shardedFake struct{ scripter }
+
+func (shardedFake) ForEachShard(context.Context, func(context.Context, *redis.Client) error) error {
+	return nil
+}
+
+// TestNewBatchedRefusesCluster: requests of different slots cannot share a
+// script, so a cluster client is not batched, and NewBatched says so.
+func TestNewBatchedRefusesCluster(t *testing.T) {
+	t.Parallel()
+	if s, err := NewBatched(shardedFake{}, Options{}, BatchOptions{}); !errors.Is(err, ErrClusterBatch) || s != nil {
+		t.Errorf("NewBatched over a cluster client = %v, %v, want nil, ErrClusterBatch", s, err)
 	}
 }

@@ -12,6 +12,16 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
+// mustBatched is NewBatched for a client that is not a cluster's.
+func mustBatched(t testing.TB, client scripter, ro Options, o BatchOptions) *Store {
+	t.Helper()
+	s, err := NewBatched(client, ro, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // t0 is the start of a minute window, so tests know where boundaries are.
 var t0 = time.UnixMilli(1_763_800_020_000)
 
@@ -149,7 +159,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 		stores := []*Store{New(srv.Client(t), Options{}), New(srv.Client(t), Options{})}
 		if batched {
 			for i := range stores {
-				stores[i] = NewBatched(srv.Client(t), Options{}, BatchOptions{})
+				stores[i] = mustBatched(t, srv.Client(t), Options{}, BatchOptions{})
 				t.Cleanup(func() { _ = stores[i].Close() })
 			}
 		}

@@ -20,7 +20,7 @@ func TestRedisTakeHonoursDeadline(t *testing.T) {
 	ro := Options{Timeout: 50 * time.Millisecond}
 	stores := map[string]*Store{
 		"plain":   New(client, ro),
-		"batched": NewBatched(client, ro, BatchOptions{}),
+		"batched": mustBatched(t, client, ro, BatchOptions{}),
 	}
 	t.Cleanup(func() { _ = stores["batched"].Close() })
 	for _, s := range stores {
@@ -69,7 +69,7 @@ func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.BoundedClient(t)
 	const timeout = 400 * time.Millisecond
-	s := NewBatched(client, Options{Timeout: timeout}, BatchOptions{})
+	s := mustBatched(t, client, Options{Timeout: timeout}, BatchOptions{})
 	t.Cleanup(func() { _ = s.Close() })
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
