@@ -227,7 +227,7 @@ func TestRedisStoreOverCluster(t *testing.T) {
 	now := time.UnixMilli(1_763_800_020_000)
 	var reqs []window.Request
 	for _, d := range []string{"a", "b", "c", "d"} {
-		key := window.AppendKey(nil, "rl", "edge", []window.Entry{{Key: "k", Value: d}}, "")
+		key := window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "rl", "edge"), "k", d))
 		reqs = append(reqs, window.Request{Key: string(key), Limit: 2, Size: time.Minute, Hits: 1})
 	}
 	for i, want := range []bool{true, true, false} {
@@ -267,7 +267,7 @@ func TestRedisStoreLayers(t *testing.T) {
 		if err := store.Store.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
-		key := string(window.AppendKey(nil, "rl", "edge", []window.Entry{{Key: "k", Value: strings.Join(tt.args, "")}}, ""))
+		key := string(window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "rl", "edge"), "k", strings.Join(tt.args, ""))))
 		r := []window.Request{{Key: key, Limit: 1, Size: time.Minute, Hits: 1}}
 		before := store.RoundTrips()
 		for i, want := range []bool{true, false, false} {

@@ -276,8 +276,8 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 	return uint64(req.HitsAddend), d.IsNegativeHits
 }
 
-// appendKey is window.AppendKey over Envoy's entry type, so no []Entry copy
-// is made per request.
+// appendKey builds a counter key (see window.AppendKeyHead) straight from
+// Envoy's entries, so no copy is made per request.
 func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry, override bool) []byte {
 	dst = window.AppendKeyHead(dst, s.prefix, domain)
 	for _, e := range entries {

@@ -40,13 +40,6 @@ func NewMemory() *Memory {
 // Ping always succeeds: the store is this process.
 func (m *Memory) Ping(ctx context.Context) error { return nil }
 
-// Len returns the number of live and not yet swept counters.
-func (m *Memory) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.cells)
-}
-
 // Take checks every request against its counter at now and, only if every
 // non-shadow request has room, counts them all. It writes one Result per
 // request into res (len(res) >= len(reqs)) and reports whether the requests

@@ -34,7 +34,7 @@ type sharded interface {
 // the request atomically.
 //
 // On Redis Cluster a script may only touch keys of one hash slot. Counter
-// keys carry a hash tag per descriptor (see AppendKey), so a request whose
+// keys carry a hash tag per descriptor (see window.AppendKeyHead), so a request whose
 // counters share a slot (always the case with one descriptor) is still one
 // EVALSHA. A request over several slots runs one script per slot, all in
 // parallel. If any slot denies, the slots that allowed, and so counted, are
@@ -44,7 +44,7 @@ type sharded interface {
 // (never more); a counter whose request's other counters never deny admits
 // exactly its limit. Refunds (window.Request.Refund) of a multi-slot request are
 // applied after every slot has allowed, in one more parallel step. In cluster mode
-// every window.Request.Key must hold a hash tag (AppendKey's keys do); an untagged
+// every window.Request.Key must hold a hash tag (window.AppendKeyHead's keys do); an untagged
 // sliding-window key fails with CROSSSLOT.
 //
 // When some slots fail (a cluster node down) and others answer, Take returns

@@ -81,7 +81,7 @@ func TestRedisKeysAreReadableWithTTL(t *testing.T) {
 	if err := s.Ping(ctx); err != nil { // loads the script: no NOSCRIPT round trip below
 		t.Fatal(err)
 	}
-	key := string(window.AppendKey(nil, "ratelimit", "edge", []window.Entry{{Key: "api_key", Value: "alice"}}, ""))
+	key := string(window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "ratelimit", "edge"), "api_key", "alice")))
 	r := window.Request{Key: key, Limit: 10, Size: time.Minute, Hits: 3}
 	if _, err := s.Take(ctx, t0, []window.Request{r}, make([]window.Result, 1)); err != nil {
 		t.Fatal(err)
