@@ -26,7 +26,7 @@ func stores() map[string]func(t *testing.T) window.Store {
 			}
 			return s
 		},
-		// The sidecar's default: the same script, several Takes per call.
+		// The command's default: the same script, several Takes per call.
 		"redis-batched": func(t *testing.T) window.Store {
 			srv := redistest.Start(t)
 			s, err := redisstore.NewBatched(srv.Client(t), redisstore.Options{}, redisstore.BatchOptions{})

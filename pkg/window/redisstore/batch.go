@@ -248,8 +248,9 @@ func (b *batcher) lingerFor(batch []*batchCall, now time.Time) time.Duration {
 }
 
 // linger sleeps for wait (from lingerFor), on the channel after returns, or
-// until Close, and then fills the batch. It sleeps rather than waking for each request that arrives: a
-// wake per request cost the sidecar more CPU than the larger batch saved.
+// until Close, and then fills the batch. It sleeps rather than waking for
+// each request that arrives: a wake per request costs the calling process
+// more CPU than the larger batch saves.
 func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan time.Time, wait time.Duration) []*batchCall {
 	if wait <= 0 {
 		return batch

@@ -15,7 +15,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// clusterClient returns a cluster client configured like the sidecar's:
+// clusterClient returns a cluster client configured for counting:
 // no retries, deadlines from the context.
 func clusterClient(t *testing.T, c *redistest.Cluster) *redis.ClusterClient {
 	t.Helper()
