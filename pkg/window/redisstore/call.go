@@ -211,6 +211,14 @@ func appendKeys(dst []any, arena []byte, r *request) ([]any, []byte) {
 	return dst, arena
 }
 
+// The flags of a full-form counter, added up; take.lua names the same
+// values SHADOW, REFUND and SLIDING.
+const (
+	flagShadow  = 1 // checked and counted, but never denies
+	flagRefund  = 2 // hits are given back instead of taken
+	flagSliding = 4 // estimate = previous*weight + current
+)
+
 // appendArgs appends r's script arguments to dst: in the short form minus
 // the counter count and per counter the number of its triple, added to t;
 // else the count and five values per counter.
@@ -229,13 +237,13 @@ func appendArgs(dst []any, t *triples, r *request) []any {
 		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
 		flags := 0
 		if c.Shadow {
-			flags |= 1
+			flags |= flagShadow
 		}
 		if c.Refund {
-			flags |= 2
+			flags |= flagRefund
 		}
 		if c.Algorithm == window.SlidingWindow {
-			flags |= 4
+			flags |= flagSliding
 		}
 		dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, c.Weight(w, r.nowMs))
 	}

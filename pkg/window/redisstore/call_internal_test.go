@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -155,6 +157,18 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 			!short.failed && fmt.Sprint(short.res) != fmt.Sprint(full.res) ||
 			fmt.Sprint(short.after, short.ttl) != fmt.Sprint(full.after, full.ttl) {
 			t.Errorf("case %d %v:\nshort form %+v\nfull form  %+v", i, counters, short, full)
+		}
+	}
+}
+
+// TestFlagsMatchTheScript: the flag values the Go side sends are those
+// take.lua names.
+func TestFlagsMatchTheScript(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]int{"SHADOW": flagShadow, "REFUND": flagRefund, "SLIDING": flagSliding} {
+		m := regexp.MustCompile(`(?m)^local ` + name + ` = (\d+)`).FindStringSubmatch(takeSource)
+		if m == nil || m[1] != strconv.Itoa(want) {
+			t.Errorf("take.lua: %s = %v, want %d", name, m, want)
 		}
 	}
 }
