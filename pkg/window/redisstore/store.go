@@ -11,7 +11,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// scripter is the part of a go-redis client that Redis uses. A
+// scripter is the part of a go-redis client that a Store uses. A
 // redis.UniversalClient (*redis.Client, a Sentinel failover client or a
 // *redis.ClusterClient) has it.
 type scripter interface {
@@ -20,48 +20,32 @@ type scripter interface {
 	Ping(ctx context.Context) *redis.StatusCmd
 }
 
-// sharded is the part of a *redis.ClusterClient that tells Redis its
+// sharded is the part of a *redis.ClusterClient that tells a Store its
 // counters are spread over nodes.
 type sharded interface {
 	ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
-// Store is a window.Store whose counters live in Redis and are shared by every
-// replica that uses the same server and key prefix.
+// Store is a window.Store whose counters live in Redis and are shared by
+// every replica that uses the same server and key prefix. On a single node
+// or behind Sentinel each Take is one EVALSHA of the embedded script; on
+// Redis Cluster a request whose counters lie on several hash slots is one
+// script per slot, in parallel, with refunds when a slot denies (see the
+// package doc).
 //
-// On a single node or behind Sentinel each Take is one round trip: one
-// EVALSHA of an embedded Lua script that checks and counts all counters of
-// the request atomically.
-//
-// On Redis Cluster a script may only touch keys of one hash slot. Counter
-// keys carry a hash tag per descriptor (see window.AppendKeyHead), so a request whose
-// counters share a slot (always the case with one descriptor) is still one
-// EVALSHA. A request over several slots runs one script per slot, all in
-// parallel. If any slot denies, the slots that allowed, and so counted, are
-// given their hits back in a second parallel step: a denied request still
-// consumes no quota once Take returns. In between, other requests can see those hits and be denied, so
-// under concurrency a multi-slot counter may admit fewer than its limit
-// (never more); a counter whose request's other counters never deny admits
-// exactly its limit. Refunds (window.Request.Refund) of a multi-slot request are
-// applied after every slot has allowed, in one more parallel step. In cluster mode
-// every window.Request.Key must hold a hash tag (window.AppendKeyHead's keys do); an untagged
-// sliding-window key fails with CROSSSLOT.
-//
-// When some slots fail (a cluster node down) and others answer, Take returns
-// a *window.PartialError naming the failed requests; see window.PartialError.
-//
-// Every Take is bounded by Options.Timeout (see callDeadline), so a
-// caller need not wrap its context in a timeout of its own. A batched Take
-// waits for the batch call in flight and then for its own; a batch call is
-// bounded by the earliest deadline of the Takes in it, and a Take whose
-// deadline passed before its batch went out is not sent. So against a
-// stalled Redis a Take ends about Timeout after it began; only a context
-// deadline sooner than Timeout can be overrun, by the call in flight.
+// Every Take is bounded by Options.Timeout, or sooner by nine tenths of
+// the way to ctx's deadline, so a caller need not wrap its context in a
+// timeout of its own. A batched Take (see NewBatched) waits for the batch
+// call in flight and then for its own; a batch call is bounded by the
+// earliest deadline of the Takes in it, and a Take whose deadline passed
+// before its batch went out is not sent. So against a stalled Redis a Take
+// ends about Timeout after it began; only a context deadline sooner than
+// Timeout can be overrun, by the call in flight.
 //
 // Script calls are never retried by go-redis (a retried script could count
 // twice), except after a NOSCRIPT error or a cluster redirection, when
 // nothing ran. The client should also have ContextTimeoutEnabled on, so that
-// the deadline bounds the call, and MaxRetries -1. A Redis is safe for
+// the deadline bounds the call, and MaxRetries -1. A Store is safe for
 // concurrent use; it does not own the client and does not close it.
 type Store struct {
 	client     scripter
@@ -71,7 +55,7 @@ type Store struct {
 	batch      *batcher // nil unless made by NewBatched
 }
 
-// Options configure a Redis store. Zero fields take their defaults.
+// Options configure a Store. Zero fields take their defaults.
 type Options struct {
 	// Timeout bounds each Take; default 1s. A rate-limit service should set
 	// it below its callers' own timeout (Envoy's filter waits 20 ms by
@@ -79,7 +63,7 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// New returns a store over client: a redis.UniversalClient
+// New returns an unbatched Store over client: a redis.UniversalClient
 // (*redis.Client, a Sentinel failover client, *redis.ClusterClient), or
 // anything with the same methods. A client with a ForEachShard method is
 // treated as a cluster: counters are grouped by hash slot.
@@ -143,10 +127,11 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 
 // Take checks every request against its counter at now and, only if every
-// non-shadow request has room, counts them all. It writes one window.Result per
-// request into res (len(res) >= len(reqs)). now should be the time the
-// replicas agree on (see package doc); Redis's own clock only runs the TTLs.
-// Errors wrap window.ErrStore; on a cluster they may be a *window.PartialError.
+// non-shadow request has room, counts them all. It writes one window.Result
+// per request into res (len(res) >= len(reqs)) and reports whether the
+// requests were allowed. now should be the time the replicas agree on (see
+// window.Clock); Redis's own clock only runs the TTLs. Errors wrap
+// window.ErrStore; on a cluster they may be a *window.PartialError.
 func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	if len(reqs) == 0 {
 		return true, nil
@@ -169,6 +154,7 @@ func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, 
 	return s.run(ctx, args, res)
 }
 
+// run sends the call args of one request and reads its reply into res.
 func (s *Store) run(ctx context.Context, args []any, res []window.Result) (bool, error) {
 	v, err := s.script(ctx, args)
 	if err != nil {
