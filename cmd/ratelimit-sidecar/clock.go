@@ -65,7 +65,7 @@ func startClock(ctx context.Context, client timeClient, interval time.Duration, 
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		client = clusterTime{cc}
 	}
-	opts := window.ClockOptions{Interval: interval, Logger: log}
+	opts := window.ClockOptions{Interval: interval, Logger: log.Sugar()}
 	if offset != nil {
 		opts.OnOffset = func(d time.Duration) { offset.Set(d.Seconds()) }
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // redisOptions validates the Redis flags together and returns the options of
@@ -26,7 +27,7 @@ import (
 // and a cluster client for cluster (IsClusterMode). Whatever the flags, the
 // counting path gets no retries (a retried script can count twice), and
 // ContextTimeoutEnabled, so the deadline the store puts on each call
-// (-redis-timeout, see window.RedisOptions) bounds it. Every problem is
+// (-redis-timeout, see redisstore.Options) bounds it. Every problem is
 // reported at once.
 func redisOptions(c *options) (*redis.UniversalOptions, error) {
 	r := &c.redis
@@ -179,7 +180,7 @@ func checkRedisLimits(c *options, p *problems) {
 		p.add("-redis-timeout %v: want more than 0", c.redisTimeout)
 	}
 	// A batch never waits more than half the time to its earliest
-	// deadline (window.BatchOptions.Linger), so more would not be waited.
+	// deadline (redisstore.BatchOptions.Linger), so more would not be waited.
 	if r.batchLinger < 0 || r.batchLinger > c.redisTimeout/2 {
 		p.add("-redis-batch-linger %v: want 0 (off) to half of -redis-timeout (%v)", r.batchLinger, c.redisTimeout/2)
 	}
@@ -262,7 +263,8 @@ func poolStatsOf(s *redis.PoolStats) *metrics.PoolStats {
 // server is handed Store, so a decision pays no extra call through it.
 type redisStore struct {
 	Store   envoyrls.Store // the outermost layer
-	redis   *window.Redis
+	redis   *redisstore.Store
+	batched bool            // Takes are coalesced: -redis-batch-workers > 0, not a cluster
 	breaker *window.Breaker // nil without -redis-breaker-failures
 }
 
@@ -278,21 +280,28 @@ func (s *redisStore) BreakerOpen() bool {
 func (s *redisStore) Close() error { return s.redis.Close() }
 
 // batchOptions are the batched store's options from the flags.
-func (r *redisConfig) batchOptions() window.BatchOptions {
-	return window.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
+func (r *redisConfig) batchOptions() redisstore.BatchOptions {
+	return redisstore.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
 }
 
 // newRedisStore returns the store over client; see redisStore. The
 // breaker's changes are logged.
 func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger) *redisStore {
 	rs := &redisStore{}
-	ro := window.RedisOptions{Timeout: c.redisTimeout}
+	ro := redisstore.Options{Timeout: c.redisTimeout}
 	if c.redis.batchWorkers > 0 {
-		// Not batched on a cluster, where requests of different slots
-		// cannot share a script; see window.NewBatchedRedis.
-		rs.redis = window.NewBatchedRedis(client, ro, c.redis.batchOptions())
-	} else {
-		rs.redis = window.NewRedis(client, ro)
+		var err error
+		rs.redis, err = redisstore.NewBatched(client, ro, c.redis.batchOptions())
+		// It fails only for a cluster client (redisstore.ErrClusterBatch),
+		// whose requests of different slots cannot share a script: a
+		// cluster is served unbatched, as -redis-batch-workers documents.
+		rs.batched = err == nil
+		if err != nil {
+			log.Info("redis cluster: requests are sent unbatched", zap.Error(err))
+		}
+	}
+	if !rs.batched {
+		rs.redis = redisstore.New(client, ro)
 	}
 	rs.Store = rs.redis
 	if c.redis.breakerFailures > 0 {

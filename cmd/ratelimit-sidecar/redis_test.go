@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // writeCA writes a self-signed CA certificate as PEM and returns its path.
@@ -217,8 +218,8 @@ func TestRedisStoreOverCluster(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store := newRedisStore(c, client, zaptest.NewLogger(t))
 	t.Cleanup(func() { store.Close() })
-	if store.redis.Batched() || store.breaker == nil {
-		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.redis.Batched(), store.breaker)
+	if store.batched || store.breaker == nil {
+		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.batched, store.breaker)
 	}
 	ctx := context.Background()
 	if err := store.Store.Ping(ctx); err != nil {
@@ -227,7 +228,7 @@ func TestRedisStoreOverCluster(t *testing.T) {
 	now := time.UnixMilli(1_763_800_020_000)
 	var reqs []window.Request
 	for _, d := range []string{"a", "b", "c", "d"} {
-		key := window.AppendKey(nil, "rl", "edge", []window.Entry{{Key: "k", Value: d}}, "")
+		key := window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "rl", "edge"), "k", d))
 		reqs = append(reqs, window.Request{Key: string(key), Limit: 2, Size: time.Minute, Hits: 1})
 	}
 	for i, want := range []bool{true, true, false} {
@@ -260,14 +261,14 @@ func TestRedisStoreLayers(t *testing.T) {
 		store := newRedisStore(c, client, zaptest.NewLogger(t))
 		t.Cleanup(func() { store.Close() })
 		_, cached := store.Store.(*window.OverLimitCache)
-		if store.redis.Batched() != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {
-			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.redis.Batched(), store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
+		if store.batched != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {
+			t.Errorf("%q: batcher %v breaker %v cache %v, want %v %v %v", tt.args, store.batched, store.breaker != nil, cached, tt.batcher, tt.breaker, tt.cached)
 		}
 		ctx := context.Background()
 		if err := store.Store.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
-		key := string(window.AppendKey(nil, "rl", "edge", []window.Entry{{Key: "k", Value: strings.Join(tt.args, "")}}, ""))
+		key := string(window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "rl", "edge"), "k", strings.Join(tt.args, ""))))
 		r := []window.Request{{Key: key, Limit: 1, Size: time.Minute, Hits: 1}}
 		before := store.RoundTrips()
 		for i, want := range []bool{true, false, false} {
@@ -295,7 +296,7 @@ func TestBatchOptions(t *testing.T) {
 	if _, err := redisOptions(c); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.redis.batchOptions(), (window.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
+	if got, want := c.redis.batchOptions(), (redisstore.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
 		t.Errorf("batchOptions() = %+v, want %+v", got, want)
 	}
 }

@@ -20,7 +20,7 @@ type Options struct {
 	// do not collide.
 	Registerer prometheus.Registerer
 	// RoundTrips, when set, is exported as ratelimit_store_round_trips_total;
-	// *window.Redis has a RoundTrips method to pass here. It is called at
+	// *redisstore.Store has a RoundTrips method to pass here. It is called at
 	// each scrape and must be safe for concurrent use.
 	RoundTrips func() uint64
 	// PoolStats, when set, exports a Redis connection pool as

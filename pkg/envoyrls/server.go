@@ -19,8 +19,8 @@ import (
 )
 
 // Store checks and counts the counters of one request atomically. Both
-// *window.Memory and *window.Redis implement it. A store that waits on
-// anything bounds its Takes itself (window.RedisOptions.Timeout), and
+// *window.Memory and *redisstore.Store implement it. A store that waits on
+// anything bounds its Takes itself (redisstore.Options.Timeout), and
 // returns by ctx's deadline: the server applies failure modes to what it
 // returns and must still answer before its caller gives up.
 type Store interface {
@@ -275,8 +275,8 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 	return uint64(req.HitsAddend), d.IsNegativeHits
 }
 
-// appendKey is window.AppendKey over Envoy's entry type, so no []Entry copy
-// is made per request.
+// appendKey builds a counter key (see window.AppendKeyHead) straight from
+// Envoy's entries, so no copy is made per request.
 func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry, override bool) []byte {
 	dst = window.AppendKeyHead(dst, s.prefix, domain)
 	for _, e := range entries {

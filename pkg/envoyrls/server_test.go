@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 const (
@@ -92,7 +93,7 @@ func newFixture(t *testing.T, store Store, rules string, opts ...func(*Options))
 var storeKinds = map[string]func(t *testing.T) Store{
 	"memory": func(t *testing.T) Store { return window.NewMemory() },
 	"redis": func(t *testing.T) Store {
-		return window.NewRedis(redistest.Start(t).Client(t), window.RedisOptions{})
+		return redisstore.New(redistest.Start(t).Client(t), redisstore.Options{})
 	},
 }
 
@@ -503,7 +504,7 @@ func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	// As the sidecar makes its client: deadlines bound calls, no retries.
 	client := srv.BoundedClient(t)
-	f := newFixture(t, window.NewRedis(client, window.RedisOptions{Timeout: 300 * time.Millisecond}), testRules)
+	f := newFixture(t, redisstore.New(client, redisstore.Options{Timeout: 300 * time.Millisecond}), testRules)
 	// A first call leaves a pooled connection. Then the server hangs
 	// (SIGSTOP) rather than stops: a stopped one refuses connections at
 	// once, which would answer fast whatever the bound.
@@ -539,7 +540,7 @@ func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 
 // slowOK is a store timeout for exactness tests: under -race on a shared
 // machine they are about counts, not latency.
-var slowOK = window.RedisOptions{Timeout: 5 * time.Second}
+var slowOK = redisstore.Options{Timeout: 5 * time.Second}
 
 // TestTwoReplicasAdmitExactlyTheLimit: many goroutines against two servers
 // sharing one Redis admit exactly the limit per window.
@@ -548,8 +549,8 @@ func TestTwoReplicasAdmitExactlyTheLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 50}\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 100000}\n"
 	replicas := []*fixture{
-		newFixture(t, window.NewRedis(srv.Client(t), slowOK), rules),
-		newFixture(t, window.NewRedis(srv.Client(t), slowOK), rules),
+		newFixture(t, redisstore.New(srv.Client(t), slowOK), rules),
+		newFixture(t, redisstore.New(srv.Client(t), slowOK), rules),
 	}
 	var admitted, errs atomic.Int64
 	var wg sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // fakeStore answers Take with err (nil: allowed) and counts calls. If block
@@ -197,7 +198,7 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	client := srv.BoundedClient(t)
 	const openFor = 200 * time.Millisecond
 	clk := newClock()
-	b := window.NewBreaker(window.NewRedis(client, window.RedisOptions{}),
+	b := window.NewBreaker(redisstore.New(client, redisstore.Options{}),
 		window.BreakerOptions{FailFor: -1, FailureThreshold: 5, OpenFor: openFor, Now: clk.Now})
 	takeCtx := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

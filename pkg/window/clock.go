@@ -8,13 +8,27 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 )
 
 // timer is the part of a go-redis client that Clock uses.
 type timer interface {
 	Time(ctx context.Context) *redis.TimeCmd
 }
+
+// Logger is the part of a structured logger that Clock logs through: a
+// message and alternating keys and values. A *zap.SugaredLogger has it.
+type Logger interface {
+	Debugw(msg string, keysAndValues ...any)
+	Infow(msg string, keysAndValues ...any)
+	Warnw(msg string, keysAndValues ...any)
+}
+
+// nopLogger logs nothing.
+type nopLogger struct{}
+
+func (nopLogger) Debugw(string, ...any) {}
+func (nopLogger) Infow(string, ...any)  {}
+func (nopLogger) Warnw(string, ...any)  {}
 
 // ClockOptions configures NewClock. The zero value uses every default.
 type ClockOptions struct {
@@ -30,8 +44,8 @@ type ClockOptions struct {
 	// WarnAbove is the offset above which (in either direction) a sync logs
 	// a warning, since the host clock is then far off; default 250 ms.
 	WarnAbove time.Duration
-	// Logger receives sync failures and large offsets; default zap.NewNop().
-	Logger *zap.Logger
+	// Logger receives sync failures and large offsets; default none.
+	Logger Logger
 	// OnOffset, if set, is called with the new offset after every
 	// successful sync, for example to set a ratelimit_clock_offset_seconds
 	// gauge. It runs on the syncing goroutine and must not block.
@@ -51,7 +65,7 @@ const (
 // ErrClock reports bad ClockOptions.
 var ErrClock = errors.New("window: clock")
 
-// Clock is the time every replica of the sidecar agrees on: the Redis
+// Clock is the time every replica of a service agrees on: the Redis
 // server's clock, read through the local clock plus a measured offset.
 // Windows are aligned to the Unix epoch, so replicas whose clocks disagree by
 // d count a request in different windows for d around every boundary, and
@@ -64,7 +78,7 @@ var ErrClock = errors.New("window: clock")
 // the local clock's rate is trusted; ordinary drift (tens of ppm) moves it by
 // about a millisecond per 30 s interval. A go-redis cluster client sends a
 // keyless TIME to the shards in turn, so for Redis Cluster pass a client that
-// always asks one node (the sidecar asks the master of a fixed slot), or the
+// always asks one node (the master of a fixed slot, say), or the
 // replicas agree only to within the nodes' own skew.
 //
 // The zero Clock is not usable; call NewClock. Before the first successful
@@ -99,7 +113,7 @@ func NewClock(client timer, opts ClockOptions) (*Clock, error) {
 		opts.WarnAbove = defaultClockWarn
 	}
 	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
+		opts.Logger = nopLogger{}
 	}
 	return &Clock{client: client, opts: opts}, nil
 }
@@ -160,12 +174,12 @@ func (c *Clock) Sync(ctx context.Context) error {
 	}
 	c.offset.Store(int64(best))
 	c.synced.Store(true)
-	log := c.opts.Logger.Debug
+	log := c.opts.Logger.Debugw
 	if best > c.opts.WarnAbove || best < -c.opts.WarnAbove {
-		log = c.opts.Logger.Warn
+		log = c.opts.Logger.Warnw
 	}
 	log("clock offset to redis measured; the local clock is off by -offset",
-		zap.Duration("offset", best), zap.Duration("rtt", bestRTT), zap.Duration("warn_above", c.opts.WarnAbove))
+		"offset", best, "rtt", bestRTT, "warn_above", c.opts.WarnAbove)
 	if c.opts.OnOffset != nil {
 		c.opts.OnOffset(best)
 	}
@@ -200,10 +214,10 @@ func (c *Clock) Run(ctx context.Context) {
 		}
 		switch {
 		case err != nil && !failing:
-			c.opts.Logger.Warn("clock sync with redis failed: keeping the last offset, retrying",
-				zap.Duration("offset", c.Offset()), zap.Duration("retry", retry), zap.Error(err))
+			c.opts.Logger.Warnw("clock sync with redis failed: keeping the last offset, retrying",
+				"offset", c.Offset(), "retry", retry, "error", err)
 		case err == nil && failing:
-			c.opts.Logger.Info("clock sync with redis recovered", zap.Duration("offset", c.Offset()))
+			c.opts.Logger.Infow("clock sync with redis recovered", "offset", c.Offset())
 		}
 		failing = err != nil
 		wait = c.opts.Interval

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // tolerance is how far a measured offset may be from the truth against a
@@ -113,7 +114,7 @@ func TestClockSyncPicksShortestRoundTrip(t *testing.T) {
 	c, err := window.NewClock(f, window.ClockOptions{
 		Local:    localSeq(base, 0, 100, 200, 202, 300, 340, 1000),
 		Samples:  3,
-		Logger:   zap.New(core),
+		Logger:   zap.New(core).Sugar(),
 		OnOffset: func(d time.Duration) { reported = append(reported, d) },
 	})
 	if err != nil {
@@ -198,7 +199,7 @@ func TestClockSyncRealRedis(t *testing.T) {
 			t.Parallel()
 			var s atomic.Int64
 			s.Store(int64(skew))
-			c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t)})
+			c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t).Sugar()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +228,7 @@ func TestClockRunResyncsAfterRestart(t *testing.T) {
 	var skew atomic.Int64
 	skew.Store(int64(4 * time.Second))
 	core, logs := observer.New(zapcore.InfoLevel)
-	c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&skew), Interval: 20 * time.Millisecond, Logger: zap.New(core)})
+	c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&skew), Interval: 20 * time.Millisecond, Logger: zap.New(core).Sugar()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,43 +263,43 @@ func TestClockRunResyncsAfterRestart(t *testing.T) {
 	waitFor("the recovery log", func() bool { return logs.FilterMessageSnippet("recovered").Len() > 0 })
 }
 
-// TestClockTwoSidecarsAgreeOnTheWindow runs two sidecars, each with its own
+// TestClockTwoReplicasAgreeOnTheWindow runs two replicas, each with its own
 // client and Redis store, on hosts whose clocks are 3 s fast and 2 s slow.
 // With a 5 s window, the uncorrected clocks are exactly one window apart
-// whatever the real time, so each sidecar counts in its own window and the
+// whatever the real time, so each replica counts in its own window and the
 // pair admits twice the limit. Reading the time through a Clock puts both in
 // the same window and the pair admits exactly the limit.
-func TestClockTwoSidecarsAgreeOnTheWindow(t *testing.T) {
+func TestClockTwoReplicasAgreeOnTheWindow(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const limit = 10
 	size := 5 * time.Second
 	ctx := context.Background()
 
-	type sidecar struct {
-		store *window.Redis
+	type replica struct {
+		store *redisstore.Store
 		local func() time.Time
 		clock *window.Clock
 	}
-	var sidecars []sidecar
+	var replicas []replica
 	for _, skew := range []time.Duration{3 * time.Second, -2 * time.Second} {
 		var s atomic.Int64
 		s.Store(int64(skew))
 		client := srv.Client(t)
-		c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t)})
+		c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t).Sugar()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Sync(ctx); err != nil {
 			t.Fatalf("Sync: %v", err)
 		}
-		sidecars = append(sidecars, sidecar{window.NewRedis(client, window.RedisOptions{}), skewed(&s), c})
+		replicas = append(replicas, replica{redisstore.New(client, redisstore.Options{}), skewed(&s), c})
 	}
-	if d := sidecars[0].clock.Now().Sub(sidecars[1].clock.Now()); abs(d) > tolerance {
+	if d := replicas[0].clock.Now().Sub(replicas[1].clock.Now()); abs(d) > tolerance {
 		t.Fatalf("the corrected clocks differ by %v, want within %v", d, tolerance)
 	}
 
-	// admit alternates 3*limit calls between the sidecars and returns how
+	// admit alternates 3*limit calls between the replicas and returns how
 	// many were allowed and whether every call fell in one window.
 	admit := func(key string, now func(i int) time.Time) (admitted int, oneWindow bool) {
 		r := []window.Request{{Key: "clock:{" + key + "}", Limit: limit, Size: size, Hits: 1}}
@@ -312,7 +313,7 @@ func TestClockTwoSidecarsAgreeOnTheWindow(t *testing.T) {
 				first = w
 			}
 			oneWindow = oneWindow && w == first
-			ok, err := sidecars[i%2].store.Take(ctx, at, r, res)
+			ok, err := replicas[i%2].store.Take(ctx, at, r, res)
 			if err != nil {
 				t.Fatalf("Take: %v", err)
 			}
@@ -328,7 +329,7 @@ func TestClockTwoSidecarsAgreeOnTheWindow(t *testing.T) {
 	// it, since boundaries are 5 s apart.
 	var corrected int
 	for attempt := 0; ; attempt++ {
-		n, one := admit(fmt.Sprint("corrected", attempt), func(i int) time.Time { return sidecars[i%2].clock.Now() })
+		n, one := admit(fmt.Sprint("corrected", attempt), func(i int) time.Time { return replicas[i%2].clock.Now() })
 		if one {
 			corrected = n
 			break
@@ -337,12 +338,12 @@ func TestClockTwoSidecarsAgreeOnTheWindow(t *testing.T) {
 			t.Fatal("three runs each straddled a window boundary")
 		}
 	}
-	uncorrected, _ := admit("uncorrected", func(i int) time.Time { return sidecars[i%2].local() })
+	uncorrected, _ := admit("uncorrected", func(i int) time.Time { return replicas[i%2].local() })
 	t.Logf("admitted of %d calls with limit %d: %d with the clock, %d with the skewed local clocks", 3*limit, limit, corrected, uncorrected)
 	if corrected != limit {
-		t.Errorf("with the clock the sidecars admitted %d, want exactly the limit %d", corrected, limit)
+		t.Errorf("with the clock the replicas admitted %d, want exactly the limit %d", corrected, limit)
 	}
 	if uncorrected <= limit {
-		t.Errorf("without the clock the sidecars admitted %d, want more than the limit %d (else the test shows nothing)", uncorrected, limit)
+		t.Errorf("without the clock the replicas admitted %d, want more than the limit %d (else the test shows nothing)", uncorrected, limit)
 	}
 }

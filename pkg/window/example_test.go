@@ -15,8 +15,11 @@ func ExampleAt() {
 	// Output: 10:30:00 45s
 }
 
-func ExampleAppendKey() {
-	key := window.AppendKey(nil, "ratelimit", "edge", []window.Entry{{Key: "api_key", Value: "alice"}, {Key: "path", Value: "/v1|x"}}, "")
+func ExampleAppendKeyHead() {
+	key := window.AppendKeyHead(nil, "ratelimit", "edge")
+	key = window.AppendKeyEntry(key, "api_key", "alice")
+	key = window.AppendKeyEntry(key, "path", "/v1|x")
+	key = window.AppendKeyEnd(key)
 	key = window.AppendWindow(key, window.Window{Start: 1763800020000, Size: 60000})
 	fmt.Println(string(key))
 	// Output: ratelimit:{edge|api_key=alice|path=/v1%7Cx}:60000:1763800020000

@@ -7,12 +7,6 @@ import (
 	"strings"
 )
 
-// Entry is one key/value pair of a descriptor, in request order.
-type Entry struct {
-	Key   string
-	Value string
-}
-
 // ErrBadPrefix reports a key prefix that would break the key layout.
 var ErrBadPrefix = errors.New("window: bad key prefix")
 
@@ -25,7 +19,10 @@ func CheckPrefix(prefix string) error {
 	return nil
 }
 
-// AppendKey appends to dst the identity of a descriptor's counters:
+// AppendKeyHead appends to dst the start of the identity of a descriptor's
+// counters; AppendKeyEntry, AppendKeyQualifier and AppendKeyEnd complete
+// it: head, then each entry in request order, then at most one qualifier,
+// then the end. The whole key is
 //
 //	<prefix>:{<domain>|<key1>=<value1>|<key2>=<value2>...[|!<qualifier>]}
 //
@@ -37,21 +34,6 @@ func CheckPrefix(prefix string) error {
 // an operator still finds "alice" with redis-cli --scan --pattern '*alice*'.
 // A qualifier (for example "override") keys the same descriptor separately;
 // it is empty for configured limits. prefix must pass CheckPrefix.
-func AppendKey(dst []byte, prefix, domain string, entries []Entry, qualifier string) []byte {
-	dst = AppendKeyHead(dst, prefix, domain)
-	for _, e := range entries {
-		dst = AppendKeyEntry(dst, e.Key, e.Value)
-	}
-	if qualifier != "" {
-		dst = AppendKeyQualifier(dst, qualifier)
-	}
-	return AppendKeyEnd(dst)
-}
-
-// AppendKeyHead, AppendKeyEntry, AppendKeyQualifier and AppendKeyEnd build
-// the same key as AppendKey piece by piece, for callers whose entries are not
-// []Entry: head, then each entry in order, then at most one qualifier, then
-// the end.
 func AppendKeyHead(dst []byte, prefix, domain string) []byte {
 	dst = append(dst, prefix...)
 	dst = append(dst, ":{"...)
@@ -77,7 +59,7 @@ func AppendKeyQualifier(dst []byte, qualifier string) []byte {
 // AppendKeyEnd closes the hash tag; see AppendKeyHead.
 func AppendKeyEnd(dst []byte) []byte { return append(dst, '}') }
 
-// AppendWindow appends ":<size ms>:<start ms>" to a key from AppendKey. The
+// AppendWindow appends ":<size ms>:<start ms>" to a key from AppendKeyEnd. The
 // size is part of the key so that two limits of different lengths on one
 // descriptor, or a rule whose window changed on reload, never share a counter.
 func AppendWindow(key []byte, w Window) []byte {

@@ -8,26 +8,45 @@ import (
 	"testing"
 )
 
+// entry is one key/value pair of a descriptor, in request order.
+type entry struct {
+	Key   string
+	Value string
+}
+
+// appendKey appends the key of a descriptor with the given entries, built
+// piece by piece as AppendKeyHead describes.
+func appendKey(dst []byte, prefix, domain string, entries []entry, qualifier string) []byte {
+	dst = AppendKeyHead(dst, prefix, domain)
+	for _, e := range entries {
+		dst = AppendKeyEntry(dst, e.Key, e.Value)
+	}
+	if qualifier != "" {
+		dst = AppendKeyQualifier(dst, qualifier)
+	}
+	return AppendKeyEnd(dst)
+}
+
 func TestAppendKey(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
 		domain    string
-		entries   []Entry
+		entries   []entry
 		qualifier string
 		want      string
 	}{
-		{"one entry", "edge", []Entry{{"api_key", "alice"}}, "", "ratelimit:{edge|api_key=alice}"},
-		{"nested", "edge", []Entry{{"api_key", "alice"}, {"path", "/v1/x"}}, "", "ratelimit:{edge|api_key=alice|path=/v1/x}"},
-		{"empty value", "edge", []Entry{{"k", ""}}, "", "ratelimit:{edge|k=}"},
-		{"separators escaped", "d|x", []Entry{{"a=b", "c:d}{%|"}}, "", "ratelimit:{d%7Cx|a%3Db=c%3Ad%7D%7B%25%7C}"},
-		{"control bytes escaped", "d", []Entry{{"k", "a\nb\x7f"}}, "", "ratelimit:{d|k=a%0Ab%7F}"},
-		{"unicode verbatim", "d", []Entry{{"user", "zoë"}}, "", "ratelimit:{d|user=zoë}"},
-		{"qualifier", "edge", []Entry{{"api_key", "alice"}}, "override", "ratelimit:{edge|api_key=alice|!override}"},
+		{"one entry", "edge", []entry{{"api_key", "alice"}}, "", "ratelimit:{edge|api_key=alice}"},
+		{"nested", "edge", []entry{{"api_key", "alice"}, {"path", "/v1/x"}}, "", "ratelimit:{edge|api_key=alice|path=/v1/x}"},
+		{"empty value", "edge", []entry{{"k", ""}}, "", "ratelimit:{edge|k=}"},
+		{"separators escaped", "d|x", []entry{{"a=b", "c:d}{%|"}}, "", "ratelimit:{d%7Cx|a%3Db=c%3Ad%7D%7B%25%7C}"},
+		{"control bytes escaped", "d", []entry{{"k", "a\nb\x7f"}}, "", "ratelimit:{d|k=a%0Ab%7F}"},
+		{"unicode verbatim", "d", []entry{{"user", "zoë"}}, "", "ratelimit:{d|user=zoë}"},
+		{"qualifier", "edge", []entry{{"api_key", "alice"}}, "override", "ratelimit:{edge|api_key=alice|!override}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := string(AppendKey(nil, "ratelimit", tt.domain, tt.entries, tt.qualifier))
+			got := string(appendKey(nil, "ratelimit", tt.domain, tt.entries, tt.qualifier))
 			if got != tt.want {
 				t.Errorf("AppendKey = %q, want %q", got, tt.want)
 			}
@@ -69,7 +88,7 @@ func hashTag(key string) string {
 
 // parseKey inverts AppendKey+AppendWindow; the round trip in FuzzKey proves
 // the encoding injective.
-func parseKey(key string) (domain string, entries []Entry, qualifier string, w Window, err error) {
+func parseKey(key string) (domain string, entries []entry, qualifier string, w Window, err error) {
 	open := strings.IndexByte(key, '{')
 	end := strings.IndexByte(key, '}')
 	if open < 0 || end < open {
@@ -109,7 +128,7 @@ func parseKey(key string) (domain string, entries []Entry, qualifier string, w W
 		if !ok {
 			return "", nil, "", w, fmt.Errorf("part %q has no '='", p)
 		}
-		var e Entry
+		var e entry
 		if e.Key, err = unesc(k); err != nil {
 			return
 		}
@@ -139,12 +158,12 @@ func FuzzKey(f *testing.F) {
 	f.Add("a", "b_c", "d", "x|y=z", "}{", "override", int64(1000), int64(-1000))
 	f.Add("%41", "=", "|", ":", "%", "!x", int64(5), int64(10))
 	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2, qualifier string, size, start int64) {
-		entries := []Entry{{k1, v1}}
+		entries := []entry{{k1, v1}}
 		if k2 != "" {
-			entries = append(entries, Entry{k2, v2})
+			entries = append(entries, entry{k2, v2})
 		}
 		w := Window{Start: start, Size: size}
-		key := string(AppendWindow(AppendKey(nil, "ratelimit", domain, entries, qualifier), w))
+		key := string(AppendWindow(appendKey(nil, "ratelimit", domain, entries, qualifier), w))
 		gd, ge, gq, gw, err := parseKey(key)
 		if err != nil {
 			t.Fatalf("parseKey(%q): %v", key, err)

@@ -40,13 +40,6 @@ func NewMemory() *Memory {
 // Ping always succeeds: the store is this process.
 func (m *Memory) Ping(ctx context.Context) error { return nil }
 
-// Len returns the number of live and not yet swept counters.
-func (m *Memory) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.cells)
-}
-
 // Take checks every request against its counter at now and, only if every
 // non-shadow request has room, counts them all. It writes one Result per
 // request into res (len(res) >= len(reqs)) and reports whether the requests
@@ -69,7 +62,7 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 			p := w.Previous()
 			prev = m.get(cellID{r.Key, p.Size, p.Start}, nowMs)
 		}
-		over := r.over(cur+pending, prev, r.weight(w, nowMs))
+		over := r.over(cur+pending, prev, r.Weight(w, nowMs))
 		res[i] = Result{Count: cur, Previous: prev, Over: over}
 		if over && !r.Shadow {
 			allowed = false
@@ -87,7 +80,7 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 		id := cellID{r.Key, w.Size, w.Start}
 		c, ok := m.cells[id]
 		if !ok || c.expires <= nowMs {
-			c = cell{expires: nowMs + r.ttl()}
+			c = cell{expires: nowMs + r.TTL().Milliseconds()}
 		}
 		if r.Refund {
 			c.count -= min(c.count, r.Hits)

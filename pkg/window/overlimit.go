@@ -30,7 +30,6 @@ type OverLimitCache struct {
 	mu        sync.RWMutex
 	full      map[fullKey]struct{}
 	nextSweep atomic.Int64
-	hits      atomic.Uint64
 }
 
 // fullKey is a counter known full: its key, window (Unix ms) and limit.
@@ -54,17 +53,6 @@ func NewOverLimitCache(next Store) *OverLimitCache {
 // Ping pings the wrapped store.
 func (c *OverLimitCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
 
-// Hits returns how many requests the cache denied without the store.
-func (c *OverLimitCache) Hits() uint64 { return c.hits.Load() }
-
-// Len returns the number of cached full counters, expired ones included
-// until they are swept.
-func (c *OverLimitCache) Len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.full)
-}
-
 // Take denies at once if a non-shadow fixed-window counter of reqs is known
 // full for the current window; otherwise it asks the wrapped store and
 // remembers the counters that came back full.
@@ -84,7 +72,6 @@ func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request
 				res[j] = Result{Skipped: true}
 			}
 			res[i] = Result{Count: r.Limit, Over: true}
-			c.hits.Add(1)
 			return false, nil
 		}
 	}

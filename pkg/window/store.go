@@ -3,6 +3,7 @@ package window
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 )
@@ -44,14 +45,43 @@ type Store interface {
 
 var (
 	_ Store = (*Memory)(nil)
-	_ Store = (*Redis)(nil)
 	_ Store = (*OverLimitCache)(nil)
 	_ Store = (*Breaker)(nil)
 )
 
+// PartialError is the error of a Take of which some requests were answered
+// and others not, on Redis Cluster when the nodes of some slots fail. It
+// wraps ErrStore and the first underlying error.
+//
+// Failed lists the indexes (into the reqs given to Take) of the requests
+// whose counters are in an unknown state; their Results are meaningless. The
+// Results of every other request are valid, and Take's allowed reports
+// whether all of those non-shadow counters had room. When allowed is true
+// the answered counters have been counted, as if the failed ones had
+// allowed; when it is false nothing answered was counted.
+//
+// A server applies each failed request's failure mode and decides. If it
+// then denies a request that Take allowed (a failed counter fails closed),
+// the answered counters hold hits of a denied request; to give them back,
+// call Take again with the same now and the answered requests that had
+// Hits > 0 and no Refund, each with Refund set.
+type PartialError struct {
+	// Failed holds request indexes in increasing order.
+	Failed []int
+	// Err is the first failure; it wraps ErrStore.
+	Err error
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("window: %d request(s) failed: %v", len(e.Failed), e.Err)
+}
+
+// Unwrap returns Err, so errors.Is(err, ErrStore) holds.
+func (e *PartialError) Unwrap() error { return e.Err }
+
 // Request asks a store to check and count hits on one counter.
 type Request struct {
-	// Key identifies the descriptor's counters (see AppendKey); the store
+	// Key identifies the descriptor's counters (see AppendKeyHead); the store
 	// appends the window.
 	Key string
 	// Limit is the number of hits a window admits. 0 admits none.
@@ -88,28 +118,26 @@ type Result struct {
 	Skipped bool
 }
 
-// short reports whether the request is a plain counter, which the script's
-// short form can carry: a fixed window, not a shadow, not a refund, hits >= 1.
-func (r *Request) short() bool {
-	return r.Algorithm != SlidingWindow && !r.Shadow && !r.Refund && r.Hits >= 1
-}
-
-// ttl is how long a counter key lives: its window plus one second, so a
-// counter outlives its window even if the clocks of replicas and Redis
-// disagree slightly. A sliding counter is read for one more window.
-func (r *Request) ttl() int64 {
+// TTL is how long a store keeps a counter of r after its first hit: its
+// window plus one second, so a counter outlives its window even if the
+// clocks of replicas and Redis disagree slightly, and for SlidingWindow one
+// more window, in which it is read as the previous one. It is whole
+// milliseconds, and a store never extends it.
+func (r *Request) TTL() time.Duration {
 	ms := r.Size.Milliseconds()
 	if r.Algorithm == SlidingWindow {
 		ms *= 2
 	}
-	return ms + 1000
+	return time.Duration(ms+1000) * time.Millisecond
 }
 
-// weight returns the share of the previous window that a rolling window
-// ending at nowMs still covers, for SlidingWindow; 0 otherwise. Both stores
-// compute the estimate as float64(previous)*weight + float64(current) in that
-// order, so they decide alike to the last bit.
-func (r *Request) weight(w Window, nowMs int64) float64 {
+// Weight returns the share of the previous window that a rolling window
+// ending at nowMs still covers, for SlidingWindow; 0 otherwise. w is r's
+// window at nowMs (AtMillis(nowMs, r.Size.Milliseconds())). Every store
+// computes a sliding counter's estimate as
+// float64(previous)*Weight + float64(current), in that order, so that all
+// stores decide alike to the last bit.
+func (r *Request) Weight(w Window, nowMs int64) float64 {
 	if r.Algorithm != SlidingWindow {
 		return 0
 	}
@@ -142,7 +170,7 @@ func (r *Request) Remaining(res Result, now time.Time) uint64 {
 	used := float64(res.Count)
 	if r.Algorithm == SlidingWindow {
 		w := At(now, r.Size)
-		used = math.Ceil(float64(res.Previous)*r.weight(w, now.UnixMilli()) + used)
+		used = math.Ceil(float64(res.Previous)*r.Weight(w, now.UnixMilli()) + used)
 	}
 	if used >= float64(r.Limit) {
 		return 0

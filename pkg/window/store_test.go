@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // stores returns a constructor per store kind. Every Redis test gets its own
@@ -19,16 +20,19 @@ func stores() map[string]func(t *testing.T) window.Store {
 		"memory": func(t *testing.T) window.Store { return window.NewMemory() },
 		"redis": func(t *testing.T) window.Store {
 			srv := redistest.Start(t)
-			s := window.NewRedis(srv.Client(t), window.RedisOptions{})
+			s := redisstore.New(srv.Client(t), redisstore.Options{})
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
 			}
 			return s
 		},
-		// The sidecar's default: the same script, several Takes per call.
+		// The command's default: the same script, several Takes per call.
 		"redis-batched": func(t *testing.T) window.Store {
 			srv := redistest.Start(t)
-			s := window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, window.BatchOptions{})
+			s, err := redisstore.NewBatched(srv.Client(t), redisstore.Options{}, redisstore.BatchOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { _ = s.Close() })
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
@@ -37,7 +41,7 @@ func stores() map[string]func(t *testing.T) window.Store {
 		},
 		"cluster": func(t *testing.T) window.Store {
 			c := redistest.StartCluster(t, 3)
-			s := window.NewRedis(c.Client(t), window.RedisOptions{})
+			s := redisstore.New(c.Client(t), redisstore.Options{})
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
 			}
@@ -197,83 +201,6 @@ func TestReset(t *testing.T) {
 	}
 }
 
-func TestRedisKeysAreReadableWithTTL(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	client := srv.Client(t)
-	s := window.NewRedis(client, window.RedisOptions{})
-	ctx := context.Background()
-	if err := s.Ping(ctx); err != nil { // loads the script: no NOSCRIPT round trip below
-		t.Fatal(err)
-	}
-	key := string(window.AppendKey(nil, "ratelimit", "edge", []window.Entry{{Key: "api_key", Value: "alice"}}, ""))
-	r := window.Request{Key: key, Limit: 10, Size: time.Minute, Hits: 3}
-	if _, err := s.Take(ctx, t0, []window.Request{r}, make([]window.Result, 1)); err != nil {
-		t.Fatal(err)
-	}
-	full := "ratelimit:{edge|api_key=alice}:60000:" + strconv.FormatInt(t0.UnixMilli(), 10)
-	keys, err := client.Keys(ctx, "*alice*").Result()
-	if err != nil || len(keys) != 1 || keys[0] != full {
-		t.Fatalf("KEYS *alice* = %q, %v, want [%q]", keys, err, full)
-	}
-	if v, err := client.Get(ctx, full).Result(); err != nil || v != "3" {
-		t.Errorf("GET = %q, %v, want 3", v, err)
-	}
-	ttl1, _ := client.PTTL(ctx, full).Result()
-	if ttl1 <= 60*time.Second || ttl1 > 61*time.Second {
-		t.Errorf("PTTL = %v, want in (60s, 61s]", ttl1)
-	}
-	// A later hit must not extend the TTL.
-	if err := client.PExpire(ctx, full, 30*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Take(ctx, t0, []window.Request{r}, make([]window.Result, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if ttl2, _ := client.PTTL(ctx, full).Result(); ttl2 > 30*time.Second {
-		t.Errorf("PTTL after a second hit = %v, want <= 30s (never extended)", ttl2)
-	}
-	if got := s.RoundTrips(); got != 2 {
-		t.Errorf("RoundTrips = %d after 2 Takes, want 2", got)
-	}
-}
-
-func TestRedisRecoversFromFlushedScripts(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	client := srv.Client(t)
-	s := window.NewRedis(client, window.RedisOptions{})
-	ctx := context.Background()
-	if err := s.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	ok, err := s.Take(ctx, t0, []window.Request{req("noscript", 1, 1)}, make([]window.Result, 1))
-	if err != nil || !ok {
-		t.Fatalf("Take after SCRIPT FLUSH = %v, %v, want true, nil", ok, err)
-	}
-}
-
-func TestRedisDownFailsFast(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	client := srv.Client(t)
-	s := window.NewRedis(client, window.RedisOptions{})
-	srv.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := s.Take(ctx, t0, []window.Request{req("down", 1, 1)}, make([]window.Result, 1))
-	if err == nil {
-		t.Fatal("Take with Redis down succeeded")
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Take with Redis down took %v, want about the 50ms deadline", d)
-	}
-}
-
 func TestMemorySweepsExpiredCounters(t *testing.T) {
 	t.Parallel()
 	m := window.NewMemory()
@@ -320,75 +247,5 @@ func admitConcurrently(t *testing.T, workers, each int, take func(worker int) (b
 func taking[S window.Store](reqs []window.Request, stores ...S) func(int) (bool, error) {
 	return func(w int) (bool, error) {
 		return stores[w%len(stores)].Take(context.Background(), t0, reqs, make([]window.Result, len(reqs)))
-	}
-}
-
-// TestExactUnderConcurrency: many goroutines on two stores sharing one Redis
-// (two replicas) admit exactly the limit, batched or not, with requests of
-// one counter (the script's short form) and of two.
-func TestExactUnderConcurrency(t *testing.T) {
-	t.Parallel()
-	for _, batched := range []bool{false, true} {
-		srv := redistest.Start(t)
-		stores := []*window.Redis{window.NewRedis(srv.Client(t), window.RedisOptions{}), window.NewRedis(srv.Client(t), window.RedisOptions{})}
-		if batched {
-			for i := range stores {
-				stores[i] = window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, window.BatchOptions{})
-				t.Cleanup(func() { _ = stores[i].Close() })
-			}
-		}
-		const limit, workers, each = 100, 16, 20
-		admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, stores...))
-		if admitted != limit {
-			t.Errorf("batched %v: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
-		}
-		// The other counter moved only for admitted requests.
-		_, res := take(t, stores[0], t0, req("conc-other", 1000, 0))
-		if res[0].Count != limit {
-			t.Errorf("batched %v: other counter = %d, want %d", batched, res[0].Count, limit)
-		}
-		admitted = admitConcurrently(t, workers, each, taking([]window.Request{req("conc-one", limit, 1)}, stores...))
-		if admitted != limit {
-			t.Errorf("batched %v, one counter: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
-		}
-	}
-}
-
-// TestRedisDenialLeavesNoTrace: the script counts first and undoes on
-// denial, so a denied request must not leave a key it created, nor change
-// the value or TTL of one that existed.
-func TestRedisDenialLeavesNoTrace(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	client := srv.Client(t)
-	s := window.NewRedis(client, window.RedisOptions{})
-	ctx := context.Background()
-	key := func(name string) string {
-		return string(window.AppendWindow([]byte("test:{"+name+"}"), window.At(t0, time.Minute)))
-	}
-	// A new counter that does not fit: never created.
-	if ok, _ := take(t, s, t0, req("zero", 0, 1)); ok {
-		t.Fatal("limit 0 allowed")
-	}
-	if n, _ := client.Exists(ctx, key("zero")).Result(); n != 0 {
-		t.Errorf("denied request left key %s", key("zero"))
-	}
-	// An existing counter keeps its value and TTL; a new one denied with it
-	// is not created.
-	take(t, s, t0, req("full", 2, 2))
-	if err := client.PExpire(ctx, key("full"), 30*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := take(t, s, t0, req("fresh", 5, 1), req("full", 2, 1)); ok {
-		t.Fatal("full counter allowed")
-	}
-	if v, _ := client.Get(ctx, key("full")).Result(); v != "2" {
-		t.Errorf("full = %q after a denial, want 2", v)
-	}
-	if ttl, _ := client.PTTL(ctx, key("full")).Result(); ttl > 30*time.Second || ttl < 29*time.Second {
-		t.Errorf("full TTL = %v after a denial, want about 30s (untouched)", ttl)
-	}
-	if n, _ := client.Exists(ctx, key("fresh")).Result(); n != 0 {
-		t.Errorf("denied request left key %s", key("fresh"))
 	}
 }

@@ -1,4 +1,4 @@
-package window
+package redisstore
 
 import (
 	"context"
@@ -6,12 +6,19 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// ErrBatcherClosed is returned for a Take on a batched Redis after Close.
-var ErrBatcherClosed = errors.New("window: batcher closed")
+// ErrBatcherClosed is returned, wrapped with window.ErrStore, for a Take on
+// a batched Store after Close.
+var ErrBatcherClosed = errors.New("redisstore: batcher closed")
 
-// BatchOptions configure a batched Redis store. Zero Workers and MaxBatch
+// ErrClusterBatch is returned by NewBatched for a cluster client: requests
+// whose counters lie on different hash slots cannot share a script call.
+var ErrClusterBatch = errors.New("redisstore: a cluster client cannot be batched")
+
+// BatchOptions configure a batched Store (see NewBatched). Zero Workers and MaxBatch
 // take their defaults; a zero Linger sends every batch at once.
 type BatchOptions struct {
 	// Workers is how many batched script calls may be in flight at once;
@@ -39,7 +46,7 @@ type BatchOptions struct {
 	Linger time.Duration
 }
 
-// NewBatchedRedis returns a Redis store that coalesces concurrent Takes into
+// NewBatched returns a Store that coalesces concurrent Takes into
 // one script call: the script decides each request on its own, in order, so
 // semantics are those of separate calls, but Redis runs one script
 // invocation and one round trip for the whole batch. A worker takes the first
@@ -53,13 +60,14 @@ type BatchOptions struct {
 // before its batch was sent is not sent. If the call fails, every request in
 // it fails, as each would alone.
 //
-// On Redis Cluster the store is not batched (requests of different slots
-// cannot share a script), and NewBatchedRedis returns the plain store. Close
-// stops the workers.
-func NewBatchedRedis(client scripter, ro RedisOptions, o BatchOptions) *Redis {
-	s := NewRedis(client, ro)
+// Close stops the workers. For a cluster client (one with ForEachShard)
+// NewBatched fails with ErrClusterBatch, and only then: requests of
+// different hash slots cannot share a script, so a caller that is given a
+// cluster serves it with New, unbatched.
+func NewBatched(client scripter, ro Options, o BatchOptions) (*Store, error) {
+	s := New(client, ro)
 	if s.shards != nil {
-		return s
+		return nil, ErrClusterBatch
 	}
 	if o.Workers <= 0 {
 		o.Workers = 1
@@ -74,24 +82,21 @@ func NewBatchedRedis(client scripter, ro RedisOptions, o BatchOptions) *Redis {
 		go b.work()
 	}
 	s.batch = b
-	return s
+	return s, nil
 }
 
 // Close stops a batched store's workers after their current calls and fails
 // the requests still waiting. It does not close the client; on an unbatched
 // store it does nothing.
-func (s *Redis) Close() error {
+func (s *Store) Close() error {
 	if s.batch == nil {
 		return nil
 	}
 	return s.batch.close()
 }
 
-// Batched reports whether Takes are coalesced (see NewBatchedRedis).
-func (s *Redis) Batched() bool { return s.batch != nil }
-
 type batcher struct {
-	s      *Redis
+	s      *Store
 	opts   BatchOptions
 	queue  chan *batchCall
 	mu     sync.RWMutex // guards closed against sends racing close
@@ -101,15 +106,12 @@ type batcher struct {
 	calls  sync.Pool
 }
 
-// batchCall is one Take waiting in a batch. The worker reads reqs, which
-// the caller does not touch until done.
+// batchCall is one Take waiting in a batch.
 type batchCall struct {
 	ctx      context.Context
 	deadline time.Time // of the Take (callDeadline)
-	nowMs    int64
-	reqs     []Request
-	short    bool  // sent in the script's short form
-	vals     []any // its part of the reply
+	request            // the worker reads reqs, which the caller leaves alone until done
+	vals     []any     // its part of the reply
 	err      error
 	done     chan struct{}
 }
@@ -118,20 +120,20 @@ type batchCall struct {
 // a batch's reply. The wait is bounded: first by the call in flight, whose
 // deadline came before this Take's (see send), then by this Take's batch,
 // whose deadline is the earliest of its Takes'.
-func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
+func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result) (bool, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.deadline, c.nowMs, c.reqs, c.short, c.vals, c.err = ctx, deadline, nowMs, reqs, shortCall(reqs, nil), nil, nil
+	c.ctx, c.deadline, c.request, c.vals, c.err = ctx, deadline, newRequest(nowMs, reqs, nil), nil, nil
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
 		b.calls.Put(c)
-		return false, fmt.Errorf("%w: %w", ErrStore, ErrBatcherClosed)
+		return false, fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
 	}
 	b.queue <- c
 	b.mu.RUnlock()
 	<-c.done
 	vals, err := c.vals, c.err
-	c.ctx, c.reqs, c.vals, c.err = nil, nil, nil, nil
+	c.ctx, c.request, c.vals, c.err = nil, request{}, nil, nil
 	b.calls.Put(c)
 	if err != nil {
 		return false, err
@@ -152,7 +154,7 @@ func (b *batcher) close() error {
 	for {
 		select {
 		case c := <-b.queue:
-			c.err = fmt.Errorf("%w: %w", ErrStore, ErrBatcherClosed)
+			c.err = fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
 			c.done <- struct{}{}
 		default:
 			return nil
@@ -163,10 +165,9 @@ func (b *batcher) close() error {
 // sendBuf is a worker's memory for building its script calls, reused from
 // one batch to the next.
 type sendBuf struct {
-	live    []*batchCall
-	args    []any
-	arena   []byte
-	triples triples
+	live  []*batchCall
+	parts []request
+	call  callBuf
 }
 
 func (b *batcher) work() {
@@ -247,8 +248,9 @@ func (b *batcher) lingerFor(batch []*batchCall, now time.Time) time.Duration {
 }
 
 // linger sleeps for wait (from lingerFor), on the channel after returns, or
-// until Close, and then fills the batch. It sleeps rather than waking for each request that arrives: a
-// wake per request cost the sidecar more CPU than the larger batch saved.
+// until Close, and then fills the batch. It sleeps rather than waking for
+// each request that arrives: a wake per request costs the calling process
+// more CPU than the larger batch saves.
 func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan time.Time, wait time.Duration) []*batchCall {
 	if wait <= 0 {
 		return batch
@@ -274,7 +276,7 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 			err = context.DeadlineExceeded
 		}
 		if err != nil {
-			c.err = fmt.Errorf("%w: not sent: %w", ErrStore, err) // nothing counted
+			c.err = fmt.Errorf("%w: not sent: %w", window.ErrStore, err) // nothing counted
 			continue
 		}
 		// The earliest deadline bounds the call: a Take must not wait past
@@ -289,39 +291,33 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	if len(live) == 0 {
 		return
 	}
-	// One call: every request's keys, then every request's arguments.
-	args, arena := callStart(buf.args), buf.arena[:0]
+	parts := buf.parts[:0]
 	for _, c := range live {
-		args, arena = appendKeys(args, arena, c.nowMs, c.reqs, nil)
+		parts = append(parts, c.request)
 	}
-	args, head := callArgs(args)
-	for _, c := range live {
-		args = appendArgs(args, &buf.triples, c.short, c.nowMs, c.reqs, nil)
-	}
-	args = buf.triples.appendTo(args, head)
+	args := buf.call.build(parts)
 	defer func() {
-		clear(args) // let go of the keys
-		buf.args, buf.arena = args[:0], arena[:0]
+		buf.call.release() // let go of the keys
+		clear(parts)       // and of the requests
+		buf.parts = parts[:0]
 	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	v, err := b.s.script(ctx, args)
-	vals, ok := v.([]any)
-	if err == nil && !ok {
-		err = fmt.Errorf("%w: unexpected script reply %T", ErrStore, v)
+	var vals []any
+	if err == nil {
+		vals, err = replyValues(v)
 	}
-	off := 0
 	for _, c := range live {
 		if err != nil {
-			c.err = fmt.Errorf("%w: take (batch of %d): %w", ErrStore, len(live), err)
+			c.err = fmt.Errorf("%w: take (batch of %d): %w", window.ErrStore, len(live), err)
 			continue
 		}
-		size := replySize(c.short, len(c.reqs))
-		if off+size > len(vals) {
-			c.err = fmt.Errorf("%w: script reply of %d values is short", ErrStore, len(vals))
+		part, rest, cerr := cutReply(vals, c.short, len(c.reqs))
+		if cerr != nil {
+			c.err = cerr
 			continue
 		}
-		c.vals = vals[off : off+size]
-		off += size
+		c.vals, vals = part, rest
 	}
 }

@@ -1,4 +1,4 @@
-package window_test
+package redisstore
 
 import (
 	"context"
@@ -7,18 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-func newBatched(t *testing.T, o window.BatchOptions) *window.Redis {
+func newBatched(t *testing.T, o BatchOptions) *Store {
 	t.Helper()
 	srv := redistest.Start(t)
-	s := window.NewBatchedRedis(srv.Client(t), window.RedisOptions{}, o)
-	t.Cleanup(func() { s.Close() })
-	if !s.Batched() {
-		t.Fatal("NewBatchedRedis over one node is not batched")
+	s, err := NewBatched(srv.Client(t), Options{}, o)
+	if err != nil || s.batch == nil {
+		t.Fatalf("NewBatched over one node = %v, not batched", err)
 	}
+	t.Cleanup(func() { s.Close() })
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +32,7 @@ func newBatched(t *testing.T, o window.BatchOptions) *window.Redis {
 // default 1 s Timeout.)
 func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	s := newBatched(t, window.BatchOptions{Linger: time.Hour})
+	s := newBatched(t, BatchOptions{Linger: time.Hour})
 	start := time.Now()
 	defer func() {
 		if took := time.Since(start); took >= 450*time.Millisecond {
@@ -50,7 +52,7 @@ func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
 
 func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 	t.Parallel()
-	for _, o := range []window.BatchOptions{{}, {Linger: time.Millisecond}} {
+	for _, o := range []BatchOptions{{}, {Linger: time.Millisecond}} {
 		t.Run(fmt.Sprintf("linger=%v", o.Linger), func(t *testing.T) {
 			t.Parallel()
 			s := newBatched(t, o)
@@ -70,7 +72,7 @@ func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 
 func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	t.Parallel()
-	s := newBatched(t, window.BatchOptions{})
+	s := newBatched(t, BatchOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Take(ctx, t0, []window.Request{req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
@@ -81,7 +83,24 @@ func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	}
 	s.Close()
 	_, err := s.Take(context.Background(), t0, []window.Request{req("closed", 5, 1)}, make([]window.Result, 1))
-	if !errors.Is(err, window.ErrBatcherClosed) || !errors.Is(err, window.ErrStore) {
+	if !errors.Is(err, ErrBatcherClosed) || !errors.Is(err, window.ErrStore) {
 		t.Errorf("Take after Close = %v, want ErrBatcherClosed wrapping ErrStore", err)
+	}
+}
+
+// shardedFake is a client with ForEachShard, which New takes for a
+// cluster client.
+type shardedFake struct{ scripter }
+
+func (shardedFake) ForEachShard(context.Context, func(context.Context, *redis.Client) error) error {
+	return nil
+}
+
+// TestNewBatchedRefusesCluster: requests of different slots cannot share a
+// script, so a cluster client is not batched, and NewBatched says so.
+func TestNewBatchedRefusesCluster(t *testing.T) {
+	t.Parallel()
+	if s, err := NewBatched(shardedFake{}, Options{}, BatchOptions{}); !errors.Is(err, ErrClusterBatch) || s != nil {
+		t.Errorf("NewBatched over a cluster client = %v, %v, want nil, ErrClusterBatch", s, err)
 	}
 }

@@ -1,4 +1,4 @@
-package window_test
+package redisstore
 
 import (
 	"context"
@@ -17,10 +17,10 @@ func TestRedisTakeHonoursDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.BoundedClient(t)
-	ro := window.RedisOptions{Timeout: 50 * time.Millisecond}
-	stores := map[string]*window.Redis{
-		"plain":   window.NewRedis(client, ro),
-		"batched": window.NewBatchedRedis(client, ro, window.BatchOptions{}),
+	ro := Options{Timeout: 50 * time.Millisecond}
+	stores := map[string]*Store{
+		"plain":   New(client, ro),
+		"batched": mustBatched(t, client, ro, BatchOptions{}),
 	}
 	t.Cleanup(func() { _ = stores["batched"].Close() })
 	for _, s := range stores {
@@ -69,7 +69,7 @@ func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.BoundedClient(t)
 	const timeout = 400 * time.Millisecond
-	s := window.NewBatchedRedis(client, window.RedisOptions{Timeout: timeout}, window.BatchOptions{})
+	s := mustBatched(t, client, Options{Timeout: timeout}, BatchOptions{})
 	t.Cleanup(func() { _ = s.Close() })
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package window_test
+package redisstore
 
 import (
 	"context"
@@ -15,30 +15,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-func TestSlot(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		key  string
-		want uint16
-	}{
-		{"123456789", 0x31C3}, // the CRC-16/XMODEM check value; below 16384
-		{"foo", 12182},
-		{"{123456789}.x", 0x31C3},
-		{"a{123456789}:60000:0", 0x31C3},
-		{"foo{}{123456789}", window.Slot("foo{}{123456789}")},
-		{"x{{bar}}", window.Slot("{bar")},
-		{"x{bar}{zap}", window.Slot("bar")},
-	} {
-		if got := window.Slot(tt.key); got != tt.want {
-			t.Errorf("Slot(%q) = %d, want %d", tt.key, got, tt.want)
-		}
-	}
-	if window.Slot("foo{}{123456789}") == 0x31C3 {
-		t.Errorf("Slot(%q) used the tag after an empty one", "foo{}{123456789}")
-	}
-}
-
-// clusterClient returns a cluster client configured like the sidecar's:
+// clusterClient returns a cluster client configured for counting:
 // no retries, deadlines from the context.
 func clusterClient(t *testing.T, c *redistest.Cluster) *redis.ClusterClient {
 	t.Helper()
@@ -50,11 +27,11 @@ func clusterClient(t *testing.T, c *redistest.Cluster) *redis.ClusterClient {
 // clusterStore starts a 3-master cluster and returns it with a client, a
 // store over that client with its script loaded, and perNode hash tags on
 // each master (tags[i] live on master i).
-func clusterStore(t *testing.T, perNode int) (*redistest.Cluster, *redis.ClusterClient, *window.Redis, [][]string) {
+func clusterStore(t *testing.T, perNode int) (*redistest.Cluster, *redis.ClusterClient, *Store, [][]string) {
 	t.Helper()
 	c := redistest.StartCluster(t, 3)
 	cc := clusterClient(t, c)
-	s := window.NewRedis(cc, window.RedisOptions{})
+	s := New(cc, Options{})
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +65,7 @@ func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n i
 	seen := map[uint16]bool{}
 	for i := 0; ; i++ {
 		name := fmt.Sprintf("d%d", i)
-		slot := window.Slot(req(name, 1, 1).Key)
+		slot := slot(req(name, 1, 1).Key)
 		if seen[slot] {
 			continue
 		}
@@ -102,21 +79,6 @@ func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n i
 		}
 		if done {
 			return out
-		}
-	}
-}
-
-func TestClusterSlotMatchesRedis(t *testing.T) {
-	t.Parallel()
-	c := redistest.StartCluster(t, 3)
-	cc := clusterClient(t, c)
-	for _, key := range []string{"123456789", "foo", "ratelimit:{edge|api_key=alice}:60000:0", "x{{bar}}", "foo{}{bar}"} {
-		want, err := cc.ClusterKeySlot(context.Background(), key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := window.Slot(key); int64(got) != want {
-			t.Errorf("Slot(%q) = %d, want %d (CLUSTER KEYSLOT)", key, got, want)
 		}
 	}
 }
@@ -182,7 +144,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	probe := clusterClient(t, c)
 	tags := tagsByNode(t, probe, c, 2)
-	stores := []*window.Redis{window.NewRedis(clusterClient(t, c), window.RedisOptions{}), window.NewRedis(clusterClient(t, c), window.RedisOptions{})}
+	stores := []*Store{New(clusterClient(t, c), Options{}), New(clusterClient(t, c), Options{})}
 	const workers, each = 16, 20
 
 	hammer := func(reqs []window.Request) int {

@@ -1,4 +1,4 @@
-package window_test
+package redisstore
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func TestSentinelFailover(t *testing.T) {
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = client.Close() })
-	s := window.NewRedis(client, window.RedisOptions{})
+	s := New(client, Options{})
 	if got := admitConcurrently(t, 8, 10, taking([]window.Request{req("before", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d before failover, want 50", got)
 	}

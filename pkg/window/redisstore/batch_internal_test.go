@@ -1,4 +1,4 @@
-package window
+package redisstore
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 // TestBatchDecidesEachRequestAlone sends one hand-built batch, so the
@@ -21,23 +22,23 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	s := NewBatchedRedis(client, RedisOptions{}, BatchOptions{Workers: 1})
+	s := mustBatched(t, client, Options{}, BatchOptions{Workers: 1})
 	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	if err := s.Ping(ctx); err != nil { // loads the script: no NOSCRIPT round trip
 		t.Fatal(err)
 	}
 	now := time.UnixMilli(1_763_800_035_000)
-	r := func(key string, limit, hits uint64) Request {
-		return Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
+	r := func(key string, limit, hits uint64) window.Request {
+		return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
 	}
-	sliding := Request{Key: "test:{sliding}", Limit: 5, Size: time.Minute, Hits: 2, Algorithm: SlidingWindow}
-	shadow := Request{Key: "test:{other}", Limit: 1, Size: time.Minute, Hits: 1, Shadow: true}
-	corrupt := string(AppendWindow([]byte("test:{corrupt}"), At(now, time.Minute)))
+	sliding := window.Request{Key: "test:{sliding}", Limit: 5, Size: time.Minute, Hits: 2, Algorithm: window.SlidingWindow}
+	shadow := window.Request{Key: "test:{other}", Limit: 1, Size: time.Minute, Hits: 1, Shadow: true}
+	corrupt := string(window.AppendWindow([]byte("test:{corrupt}"), window.At(now, time.Minute)))
 	if err := client.Set(ctx, corrupt, "not a number", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	calls := [][]Request{
+	calls := [][]window.Request{
 		{r("full", 1, 1)},
 		{r("full", 1, 1)},                   // denied: the first took the only hit
 		{r("other", 5, 1), r("full", 1, 1)}, // denied as a whole: other not counted
@@ -56,7 +57,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		if i == expired {
 			deadline = time.Now().Add(-time.Millisecond)
 		}
-		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, nowMs: now.UnixMilli(), reqs: reqs, short: shortCall(reqs, nil)})
+		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, request: newRequest(now.UnixMilli(), reqs, nil)})
 	}
 	before := s.RoundTrips()
 	buf := &sendBuf{}
@@ -64,16 +65,16 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 	if len(buf.live) != len(calls)-1 || s.RoundTrips()-before != 1 {
 		t.Fatalf("sent %d calls in %d round trips, want %d in 1", len(buf.live), s.RoundTrips()-before, len(calls)-1)
 	}
-	if err := batch[expired].err; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrStore) {
+	if err := batch[expired].err; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, window.ErrStore) {
 		t.Errorf("expired call: err %v, want ErrStore wrapping context.DeadlineExceeded", err)
 	}
-	expiredKey := string(AppendWindow([]byte("test:{expired}"), At(now, time.Minute)))
+	expiredKey := string(window.AppendWindow([]byte("test:{expired}"), window.At(now, time.Minute)))
 	if n, err := client.Exists(ctx, expiredKey).Result(); err != nil || n != 0 {
 		t.Errorf("the expired call's counter exists (%d, %v): it was counted", n, err)
 	}
 	wantOK := []bool{true, false, false, false, true, true, true, true, false}
 	for i, c := range batch[:expired] {
-		res := make([]Result, len(calls[i]))
+		res := make([]window.Result, len(calls[i]))
 		allowed, err := false, c.err
 		if err == nil {
 			allowed, err = parseRequest(c.vals, res)

@@ -8,12 +8,10 @@
 --
 -- KEYS: per counter, its current window's key; for a sliding window also the
 --       previous window's key right after it.
--- ARGV: t, the number of triples at the end; then the requests; then t
---       triples of limit, hits, ttl (ms), which short-form counters name.
+-- ARGV: the number of triples at the end; then the requests; then the
+--       triples, each limit, hits, ttl (ms), which short-form counters name.
 --       Per request: n, then per counter five values: limit, hits,
---       ttl (ms), flags, weight.
---       flags: 1 shadow (never denies), 2 refund (hits are given back),
---              4 sliding (estimate = previous * weight + current).
+--       ttl (ms), flags (SHADOW, REFUND, SLIDING below, added up), weight.
 --       A negative n, -c, heads the short form of the most common request:
 --       c fixed-window counters on distinct keys, none a shadow, each
 --       taking hits >= 1. One value per counter follows: the number (from
@@ -26,19 +24,30 @@
 -- its count after counting; when denied, its count if it had room and -1
 -- minus its count if it had not; when failed, 0.
 --
--- The short form is for Redis's CPU, which the script is most of: it counts
--- first and undoes on denial (one call per counter, where the full form
--- first GETs every counter), makes no Lua tables per request and returns
--- one value per counter instead of three. (The README's Benchmarks section
--- lists what it saved when it came in, against the full form as that was
--- then.)
+-- The short form is for Redis's CPU, which runs every replica's scripts on
+-- one thread: it counts first and undoes on denial (one call per counter,
+-- where the full form first GETs every counter), makes no Lua tables per
+-- request and returns one value per counter instead of three.
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
 -- is never extended.
 --
 -- Numbers go to redis.call as the ARGV strings they came as: a Lua number
--- would be formatted back to a string with printf, about a tenth of the
--- script's cost.
+-- would be formatted back to a string with printf on every call.
+
+-- Flags of a full-form counter; call.go has the same values.
+local SHADOW = 1  -- checked and counted, but never denies
+local REFUND = 2  -- hits are given back instead of taken
+local SLIDING = 4 -- estimate = previous * weight + current
+
+-- has reports whether flags holds flag, one of the values above.
+local function has(flags, flag)
+  return flags % (flag * 2) >= flag
+end
+
+-- The values of a full-form counter, as offsets from its first ARGV index.
+local LIMIT, HITS, TTL, FLAGS, WEIGHT = 0, 1, 2, 3, 4
+local COUNTER_ARGS = 5
 
 -- counter reads a counter: 0 when missing, nil when it is not an integer.
 local function counter(k)
@@ -51,7 +60,8 @@ end
 local out = {}
 
 -- triples holds the call's triples by the ARGV string that names them
--- ("1", "2", ...): {limit, hits, hits as a string, ttl as a string}.
+-- ("1", "2", ...): {limit, hits, hits as the string INCRBY takes, ttl as
+-- the string PEXPIRE takes}.
 local triples = {}
 
 -- short decides a short-form request of n counters whose triple numbers
@@ -66,22 +76,24 @@ local function short(n, a, ki)
   out[st] = status -- first, so out stays a sequence as it grows
   for i = 1, n do
     local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
-    local v = redis.pcall('INCRBY', k, t[3])
+    local limit, hits, by, ttl = t[1], t[2], t[3], t[4]
+    local v = redis.pcall('INCRBY', k, by)
     if type(v) ~= 'number' then
       status, failed = -1, i
       break
     end
-    if v == t[2] then redis.call('PEXPIRE', k, t[4]) end
-    if v > t[1] then status = 0 end
+    if v == hits then redis.call('PEXPIRE', k, ttl) end
+    if v > limit then status = 0 end
     out[st + i] = v
   end
   if status ~= 1 then
     for i = failed - 1, 1, -1 do
       local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
-      if redis.call('DECRBY', k, t[3]) == 0 then redis.call('DEL', k) end
+      local limit, hits, by = t[1], t[2], t[3]
+      if redis.call('DECRBY', k, by) == 0 then redis.call('DEL', k) end
       local v = out[st + i]
-      local before = v - t[2]
-      if v > t[1] then before = -1 - before end
+      local before = v - hits
+      if v > limit then before = -1 - before end
       out[st + i] = before
     end
     for i = failed, n do out[st + i] = 0 end
@@ -98,16 +110,16 @@ local function full(n, a, ki)
   local status = 1
   local pending = {}
   for i = 1, n do
-    local b = a + (i - 1) * 5
-    local limit = tonumber(ARGV[b])
-    local hits = tonumber(ARGV[b + 1])
-    local flags = tonumber(ARGV[b + 3])
+    local b = a + (i - 1) * COUNTER_ARGS
+    local limit = tonumber(ARGV[b + LIMIT])
+    local hits = tonumber(ARGV[b + HITS])
+    local flags = tonumber(ARGV[b + FLAGS])
     local k = KEYS[ki]
     ki = ki + 1
     keyOf[i] = k
     local c = counter(k)
     local p = 0
-    if flags % 8 >= 4 then
+    if has(flags, SLIDING) then
       p = counter(KEYS[ki])
       ki = ki + 1
     end
@@ -115,25 +127,25 @@ local function full(n, a, ki)
       status, c, p = -1, 0, 0
     end
     cur[i], prev[i], over[i] = c, p, 0
-    if flags % 4 < 2 then
+    if not has(flags, REFUND) then
       local need = hits
       if need < 1 then need = 1 end
       local est = c + (pending[k] or 0)
-      if flags % 8 >= 4 then est = p * tonumber(ARGV[b + 4]) + est end
+      if has(flags, SLIDING) then est = p * tonumber(ARGV[b + WEIGHT]) + est end
       if est + need > limit then
         over[i] = 1
-        if flags % 2 == 0 and status == 1 then status = 0 end
+        if not has(flags, SHADOW) and status == 1 then status = 0 end
       end
       pending[k] = (pending[k] or 0) + hits
     end
   end
   if status == 1 then
     for i = 1, n do
-      local b = a + (i - 1) * 5
-      local hits = tonumber(ARGV[b + 1])
+      local b = a + (i - 1) * COUNTER_ARGS
+      local hits = tonumber(ARGV[b + HITS])
       local k = keyOf[i]
       if hits > 0 then
-        if tonumber(ARGV[b + 3]) % 4 >= 2 then
+        if has(tonumber(ARGV[b + FLAGS]), REFUND) then
           local c = counter(k)
           if c > 0 then
             local v = c - hits
@@ -142,8 +154,8 @@ local function full(n, a, ki)
             cur[i] = v
           end
         else
-          local v = redis.call('INCRBY', k, ARGV[b + 1])
-          if v == hits then redis.call('PEXPIRE', k, ARGV[b + 2]) end
+          local v = redis.call('INCRBY', k, ARGV[b + HITS])
+          if v == hits then redis.call('PEXPIRE', k, ARGV[b + TTL]) end
           cur[i] = v
         end
       end
@@ -155,17 +167,18 @@ local function full(n, a, ki)
     out[#out + 1] = prev[i]
     out[#out + 1] = over[i]
   end
-  return a + 5 * n, ki
+  return a + COUNTER_ARGS * n, ki
 end
 
-local last = #ARGV - 3 * tonumber(ARGV[1]) -- the requests end here
+local ntriples = tonumber(ARGV[1])
+local last = #ARGV - 3 * ntriples -- the requests end here
 for b = last + 1, #ARGV, 3 do
-  triples[tostring((b - last + 2) / 3)] =
-    {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 1], ARGV[b + 2]}
+  local limit, hits, ttl = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+  triples[tostring((b - last + 2) / 3)] = {tonumber(limit), tonumber(hits), hits, ttl}
 end
 local a, ki = 2, 1
 while a <= last do
-  local n = tonumber(ARGV[a])
+  local n = tonumber(ARGV[a]) -- the request's counters; negative: the short form
   if n < 0 then
     a, ki = short(-n, a + 1, ki)
   else

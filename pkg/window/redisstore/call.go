@@ -1,0 +1,251 @@
+package redisstore
+
+import (
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// The script's arguments are built by the functions below straight into the
+// []any that go-redis writes: numbers as integers (go-redis formats them into
+// its write buffer, no strings) and keys as slices of one byte arena. The
+// batch worker reuses the list, the arena and its triples from call to call;
+// what is left is boxing each key slice, and each other number of 256 or
+// more (Go boxes smaller ones without allocating): per triple its ttl and
+// large limits, per full-form counter its ttl, large limits and weight.
+
+// request is one request of a script call, which the script decides on
+// its own: the counters reqs[idx] (all of reqs when idx is nil) at nowMs.
+type request struct {
+	nowMs int64
+	reqs  []window.Request
+	idx   []int
+	short bool // sent in the script's short form; see newRequest
+}
+
+// newRequest returns the request for reqs[idx] at nowMs. It goes in the
+// script's short form (see take.lua) when every counter is plain (see
+// plain) and on a key of its own.
+func newRequest(nowMs int64, reqs []window.Request, idx []int) request {
+	r := request{nowMs: nowMs, reqs: reqs, idx: idx, short: true}
+	for j := range r.len() {
+		c := r.at(j)
+		if !plain(c) {
+			r.short = false
+			break
+		}
+		for i := range j {
+			if o := r.at(i); o.Key == c.Key && o.Size == c.Size {
+				r.short = false // the same counter twice: the full form adds them up
+				break
+			}
+		}
+	}
+	return r
+}
+
+// len is how many counters r carries.
+func (r *request) len() int {
+	if r.idx != nil {
+		return len(r.idx)
+	}
+	return len(r.reqs)
+}
+
+// at is r's j-th counter.
+func (r *request) at(j int) *window.Request {
+	if r.idx != nil {
+		return &r.reqs[r.idx[j]]
+	}
+	return &r.reqs[j]
+}
+
+// plain reports whether r is a plain counter, which the script's short form
+// can carry: a fixed window, not a shadow, not a refund, hits >= 1.
+func plain(r *window.Request) bool {
+	return r.Algorithm != window.SlidingWindow && !r.Shadow && !r.Refund && r.Hits >= 1
+}
+
+// callBuf is the memory script calls are built in: the argument list, the
+// byte arena the keys are slices of, and the triples. The batch worker
+// keeps one from call to call. The zero callBuf is ready to use; it is not
+// safe for concurrent use.
+type callBuf struct {
+	args    []any
+	arena   []byte
+	triples triples
+}
+
+// build returns the script call of rs in b's memory, valid until the next
+// build or release: EVALSHA, the hash, the key count, every request's keys,
+// then the count of triples, every request's arguments and the triples
+// (see take.lua). It is the one place a call is laid out.
+func (b *callBuf) build(rs []request) []any {
+	args, arena := append(b.args[:0], "evalsha", takeHash, 0), b.arena[:0]
+	for i := range rs {
+		args, arena = appendKeys(args, arena, &rs[i])
+	}
+	args[2] = len(args) - 3 // the key count
+	head := len(args)
+	args = append(args, 0) // the count of triples, known at the end
+	for i := range rs {
+		args = appendArgs(args, &b.triples, &rs[i])
+	}
+	b.args, b.arena = b.triples.appendTo(args, head), arena
+	return b.args
+}
+
+// release lets go of the keys of the last call and keeps the memory.
+func (b *callBuf) release() {
+	clear(b.args)
+	b.args, b.arena = b.args[:0], b.arena[:0]
+}
+
+// newCall returns the script call of the one request reqs[idx] at nowMs,
+// in memory of its own.
+func newCall(nowMs int64, reqs []window.Request, idx []int) []any {
+	var b callBuf
+	return b.build([]request{newRequest(nowMs, reqs, idx)})
+}
+
+// triples gathers the distinct (limit, hits, TTL) triples of a call's
+// short-form counters. Each such counter names its triple by number, and
+// the triples go once at the end of the call: under load most counters of a
+// batch share a rule, so Redis reads one argument per counter instead of
+// three (see take.lua). The zero value holds none; it is not safe for
+// concurrent use.
+type triples struct {
+	list []triple
+	// index numbers the triples once there are more than triplesScanned:
+	// hits (and, with overrides, limits) come from requests, so a batch can
+	// hold as many triples as counters, and a scan would cost the one batch
+	// worker quadratic time. It is in use exactly when the list is longer
+	// than triplesScanned; kept, cleared, from call to call.
+	index map[triple]int
+}
+
+// triplesScanned is how many triples number finds by scanning the list.
+const triplesScanned = 8
+
+type triple struct {
+	limit, hits uint64
+	ttl         int64 // milliseconds
+}
+
+// number returns the number, from 1, of r's triple, adding it if new.
+func (t *triples) number(r *window.Request) int {
+	want := triple{r.Limit, r.Hits, r.TTL().Milliseconds()}
+	if len(t.list) <= triplesScanned {
+		for i, have := range t.list {
+			if have == want {
+				return i + 1
+			}
+		}
+		if len(t.list) < triplesScanned {
+			t.list = append(t.list, want)
+			return len(t.list)
+		}
+		if t.index == nil {
+			t.index = make(map[triple]int)
+		}
+		for i, have := range t.list {
+			t.index[have] = i + 1
+		}
+	}
+	if n, ok := t.index[want]; ok {
+		return n
+	}
+	t.list = append(t.list, want)
+	t.index[want] = len(t.list)
+	return len(t.list)
+}
+
+// appendTo ends a call: it appends the triples to dst, writes their count
+// to dst[head], the call's first argument, and empties t for the next call.
+func (t *triples) appendTo(dst []any, head int) []any {
+	dst[head] = len(t.list)
+	for _, have := range t.list {
+		dst = append(dst, have.limit, have.hits, have.ttl)
+	}
+	if len(t.list) > triplesScanned {
+		clear(t.index)
+	}
+	t.list = t.list[:0]
+	return dst
+}
+
+// shortHeads are the short form's request heads -1, -2, ... boxed once: a
+// negative integer would otherwise be boxed anew for every request.
+var shortHeads = func() []any {
+	h := make([]any, 16)
+	for i := range h {
+		h[i] = -(i + 1)
+	}
+	return h
+}()
+
+// shortHead returns the boxed head of a short-form request of n counters.
+func shortHead(n int) any {
+	if n >= 1 && n <= len(shortHeads) {
+		return shortHeads[n-1]
+	}
+	return -n
+}
+
+// appendKeys appends r's script keys to dst, each a slice of arena: per
+// counter its current window's key and, for a sliding window, the previous
+// window's.
+func appendKeys(dst []any, arena []byte, r *request) ([]any, []byte) {
+	for j := range r.len() {
+		c := r.at(j)
+		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
+		// A slice taken before arena grows keeps pointing at the old array,
+		// whose bytes are never written again: it stays valid.
+		from := len(arena)
+		arena = window.AppendWindow(append(arena, c.Key...), w)
+		dst = append(dst, arena[from:len(arena):len(arena)])
+		if c.Algorithm == window.SlidingWindow {
+			from = len(arena)
+			arena = window.AppendWindow(append(arena, c.Key...), w.Previous())
+			dst = append(dst, arena[from:len(arena):len(arena)])
+		}
+	}
+	return dst, arena
+}
+
+// The flags of a full-form counter, added up; take.lua names the same
+// values SHADOW, REFUND and SLIDING.
+const (
+	flagShadow  = 1 // checked and counted, but never denies
+	flagRefund  = 2 // hits are given back instead of taken
+	flagSliding = 4 // estimate = previous*weight + current
+)
+
+// appendArgs appends r's script arguments to dst: in the short form minus
+// the counter count and per counter the number of its triple, added to t;
+// else the count and five values per counter.
+func appendArgs(dst []any, t *triples, r *request) []any {
+	n := r.len()
+	if r.short {
+		dst = append(dst, shortHead(n))
+		for j := range n {
+			dst = append(dst, t.number(r.at(j)))
+		}
+		return dst
+	}
+	dst = append(dst, n)
+	for j := range n {
+		c := r.at(j)
+		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
+		flags := 0
+		if c.Shadow {
+			flags |= flagShadow
+		}
+		if c.Refund {
+			flags |= flagRefund
+		}
+		if c.Algorithm == window.SlidingWindow {
+			flags |= flagSliding
+		}
+		dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, c.Weight(w, r.nowMs))
+	}
+	return dst
+}

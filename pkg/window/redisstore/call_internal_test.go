@@ -1,0 +1,174 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+func TestShortCallOnlyForPlainCounters(t *testing.T) {
+	t.Parallel()
+	base := window.Request{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
+	other := window.Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
+	longer := window.Request{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
+	tests := []struct {
+		name    string
+		reqs    []window.Request
+		short   bool
+		triples int // distinct (limit, hits, TTL) in the short form
+	}{
+		{"one fixed counter", []window.Request{base}, true, 1},
+		{"hits above one", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1},
+		{"two counters, one rule", []window.Request{base, other}, true, 1},
+		{"one descriptor, two windows", []window.Request{base, longer}, true, 2},
+		{"the same counter twice", []window.Request{base, other, base}, false, 0},
+		{"shadow", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
+		{"refund request", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0},
+		{"check only (hits 0)", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0},
+		{"sliding window", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: window.SlidingWindow}}, false, 0},
+		{"a plain counter and a shadow", []window.Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
+	}
+	for _, tt := range tests {
+		if got := newRequest(0, tt.reqs, nil).short; got != tt.short {
+			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
+		}
+		call := newCall(1_763_800_035_000, tt.reqs, nil)
+		// After EVALSHA, the hash, the key count and the keys: the count of
+		// triples, the request, the triples.
+		args := call[3+call[2].(int):]
+		n := len(tt.reqs)
+		wantHead, wantLen := n, 2+5*n
+		if tt.short {
+			wantHead, wantLen = -n, 2+n+3*tt.triples
+		}
+		if args[0] != any(tt.triples) || args[1] != any(wantHead) || len(args) != wantLen {
+			t.Errorf("%s: arguments %v, want %d values: %d triples, then a request headed %d", tt.name, args, wantLen, tt.triples, wantHead)
+		}
+	}
+}
+
+// TestTriples: equal triples share a number and new ones get the next,
+// past the point where number stops scanning and indexes; a call's triples
+// come out in number order, and the next call starts from 1 again.
+func TestTriples(t *testing.T) {
+	t.Parallel()
+	var tr triples
+	for call := range 2 {
+		const distinct = 3 * triplesScanned
+		var want []any
+		for i := range distinct {
+			r := &window.Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}
+			if got := tr.number(r); got != i+1 {
+				t.Fatalf("call %d: triple %d numbered %d, want %d", call, i, got, i+1)
+			}
+			want = append(want, r.Limit, r.Hits, r.TTL().Milliseconds())
+		}
+		for i := distinct - 1; i >= 0; i-- { // again, from both sides of the switch to the index
+			if got := tr.number(&window.Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}); got != i+1 {
+				t.Fatalf("call %d: triple %d again numbered %d, want %d", call, i, got, i+1)
+			}
+		}
+		dst := tr.appendTo([]any{"head"}, 0)
+		if dst[0] != any(distinct) || fmt.Sprint(dst[1:]) != fmt.Sprint(want) {
+			t.Fatalf("call %d: appendTo = %v, want count %d then %v", call, dst, distinct, want)
+		}
+	}
+}
+
+// TestShortFormDecidesAsTheFullForm runs the same call against the same
+// counter states in both of the script's forms, on a real Redis, and wants
+// the same decision, the same Results and the same counters afterwards.
+func TestShortFormDecidesAsTheFullForm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := New(client, Options{})
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(1_763_800_035_000)
+	w := window.At(now, time.Minute)
+	// A counter: its value before the call ("" missing, "x" not an
+	// integer) and the hits the call takes; every limit is 5.
+	type counter struct {
+		before string
+		hits   uint64
+	}
+	cases := [][]counter{
+		{{"", 1}}, {{"", 5}}, {{"", 6}}, {{"3", 1}}, {{"3", 2}}, {{"3", 3}}, {{"5", 1}}, {{"9", 1}}, {{"x", 1}},
+		{{"", 1}, {"", 1}, {"", 1}},   // all counted
+		{{"4", 1}, {"", 1}, {"2", 3}}, // all exactly full after
+		{{"", 1}, {"5", 1}, {"2", 1}}, // the middle one denies: none counted, the new first one not left
+		{{"5", 1}, {"", 2}, {"9", 1}}, // two deny
+		{{"", 1}, {"x", 1}, {"", 1}},  // a corrupt key fails the call: nothing written
+		{{"2", 1}, {"", 6}},           // hits above the limit on a new key
+	}
+	type outcome struct {
+		allowed bool
+		failed  bool
+		res     []window.Result
+		after   []string
+		ttl     []time.Duration
+	}
+	for i, counters := range cases {
+		var got [2]outcome
+		for form := range 2 {
+			reqs := make([]window.Request, len(counters))
+			for j, c := range counters {
+				key := fmt.Sprintf("t:{%d-%d-%d}", i, form, j)
+				if c.before != "" {
+					full := string(window.AppendWindow([]byte(key), w))
+					if err := client.Set(ctx, full, c.before, time.Hour).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				reqs[j] = window.Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
+			}
+			args := newCall(now.UnixMilli(), reqs, nil)
+			if form == 1 { // the same call in the full form: no triples, flags 0, weight 0
+				args = append(args[:3+len(reqs)], 0, len(reqs))
+				for _, r := range reqs {
+					args = append(args, r.Limit, r.Hits, r.TTL().Milliseconds(), 0, 0)
+				}
+			}
+			o := &got[form]
+			o.res = make([]window.Result, len(reqs))
+			v, err := s.script(ctx, args)
+			if err == nil {
+				o.allowed, err = parseTake(v, o.res)
+			}
+			o.failed = err != nil
+			for _, r := range reqs {
+				full := string(window.AppendWindow([]byte(r.Key), w))
+				after, _ := client.Get(ctx, full).Result()
+				o.after = append(o.after, after)
+				o.ttl = append(o.ttl, client.TTL(ctx, full).Val().Round(time.Minute))
+			}
+		}
+		short, full := got[0], got[1]
+		if short.failed != full.failed || short.allowed != full.allowed ||
+			!short.failed && fmt.Sprint(short.res) != fmt.Sprint(full.res) ||
+			fmt.Sprint(short.after, short.ttl) != fmt.Sprint(full.after, full.ttl) {
+			t.Errorf("case %d %v:\nshort form %+v\nfull form  %+v", i, counters, short, full)
+		}
+	}
+}
+
+// TestFlagsMatchTheScript: the flag values the Go side sends are those
+// take.lua names.
+func TestFlagsMatchTheScript(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]int{"SHADOW": flagShadow, "REFUND": flagRefund, "SLIDING": flagSliding} {
+		m := regexp.MustCompile(`(?m)^local ` + name + ` = (\d+)`).FindStringSubmatch(takeSource)
+		if m == nil || m[1] != strconv.Itoa(want) {
+			t.Errorf("take.lua: %s = %v, want %d", name, m, want)
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// slotGroup is the requests of one Take that share a hash slot.
+type slotGroup struct {
+	slot  uint16
+	take  []int // indexes of requests that count (or only check)
+	give  []int // indexes of refund requests
+	err   error // set when the group's node failed
+	taken bool  // the take script ran and allowed: its hits are counted
+}
+
+// groupBySlot splits reqs by the hash slot of their current window's key,
+// in order of first appearance.
+func groupBySlot(nowMs int64, reqs []window.Request) []*slotGroup {
+	var groups []*slotGroup
+	var buf []byte
+	for i := range reqs {
+		r := &reqs[i]
+		buf = window.AppendWindow(append(buf[:0], r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds()))
+		id := slot(string(buf))
+		var g *slotGroup
+		for _, h := range groups {
+			if h.slot == id {
+				g = h
+				break
+			}
+		}
+		if g == nil {
+			g = &slotGroup{slot: id}
+			groups = append(groups, g)
+		}
+		if r.Refund {
+			g.give = append(g.give, i)
+		} else {
+			g.take = append(g.take, i)
+		}
+	}
+	return groups
+}
+
+// takeSlots is Take over several hash slots: check and count per slot in
+// parallel, give back what was counted if any slot denied, then apply the
+// refunds.
+func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Request, res []window.Result, groups []*slotGroup) (bool, error) {
+	allowed := true
+	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.take },
+		func(g *slotGroup, ok bool) {
+			g.taken = ok
+			allowed = allowed && ok
+		})
+	if !allowed {
+		// Undo the slots that counted: each counted request again as a
+		// refund of its hits on its current window (floored at zero,
+		// keeping the TTL), which gives back only what this call added.
+		undo := make([]window.Request, len(reqs))
+		for i, r := range reqs {
+			r.Refund, r.Algorithm = true, window.FixedWindow
+			undo[i] = r
+		}
+		back := slices.Clone(res) // a request that took no hits needs no undo and keeps its count
+		s.runGroups(ctx, nowMs, undo, back, groups, func(g *slotGroup) []int {
+			if !g.taken {
+				return nil
+			}
+			var idx []int
+			for _, i := range g.take {
+				if reqs[i].Hits > 0 {
+					idx = append(idx, i)
+				}
+			}
+			return idx
+		}, func(g *slotGroup, _ bool) {
+			for _, i := range g.take {
+				res[i].Count = back[i].Count // the count as it was before this call
+			}
+		})
+		return false, partial(groups, len(reqs))
+	}
+	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.give }, nil)
+	return true, partial(groups, len(reqs))
+}
+
+// runGroups runs the script for idx(g) of every group that has not failed
+// yet, all in parallel, writes the Results and reports each answer to done.
+// A group whose call fails gets its err set.
+//
+// Each group is its own command rather than one ClusterClient pipeline:
+// when a pipeline's retry for a failing node gives up, go-redis sets that
+// error on every command of the pipeline, also on those other nodes
+// answered, and a healthy slot would then look failed.
+func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Request, res []window.Result, groups []*slotGroup,
+	idx func(*slotGroup) []int, done func(g *slotGroup, allowed bool)) {
+	type call struct {
+		g     *slotGroup
+		idx   []int
+		args  []any
+		v     any
+		trips int
+		err   error
+	}
+	var calls []*call
+	for _, g := range groups {
+		if g.err != nil {
+			continue
+		}
+		if ix := idx(g); len(ix) > 0 {
+			args := newCall(nowMs, reqs, ix)
+			calls = append(calls, &call{g: g, idx: ix, args: args})
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Go(func() { c.v, c.trips, c.err = s.eval(ctx, c.args) })
+	}
+	wg.Wait()
+	// One parallel step is one round trip; two where a node lost the
+	// script and needed it sent again.
+	trips := 0
+	for _, c := range calls {
+		trips = max(trips, c.trips)
+	}
+	s.roundTrips.Add(uint64(trips))
+	for _, c := range calls {
+		sub := make([]window.Result, len(c.idx))
+		ok, err := false, c.err
+		if err == nil {
+			ok, err = parseTake(c.v, sub)
+		}
+		if err != nil {
+			if !errors.Is(err, window.ErrStore) {
+				err = fmt.Errorf("%w: take %q: %w", window.ErrStore, c.args[3], err)
+			}
+			c.g.err = err
+			continue
+		}
+		for j, i := range c.idx {
+			res[i] = sub[j]
+		}
+		if done != nil {
+			done(c.g, ok)
+		}
+	}
+}
+
+// partial returns nil when no group failed, the first error when all of
+// the n requests failed, and a *window.PartialError otherwise.
+func partial(groups []*slotGroup, n int) error {
+	var failed []int
+	var first error
+	for _, g := range groups {
+		if g.err == nil {
+			continue
+		}
+		if first == nil {
+			first = g.err
+		}
+		failed = append(failed, g.take...)
+		failed = append(failed, g.give...)
+	}
+	if first == nil {
+		return nil
+	}
+	if len(failed) == n {
+		return first
+	}
+	slices.Sort(failed)
+	return &window.PartialError{Failed: failed, Err: first}
+}

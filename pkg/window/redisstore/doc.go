@@ -1,0 +1,56 @@
+// Package redisstore is a window.Store whose counters live in Redis, so
+// every replica of a service that uses the same Redis and key prefix shares
+// them: a single node, a Sentinel-managed master, or Redis Cluster, through
+// a go-redis client.
+//
+// # One script per decision
+//
+// Each Take is one EVALSHA of an embedded Lua script, take.lua, which checks
+// every counter of a request and counts them only if every non-shadow
+// counter has room; a denied request writes nothing. The script is loaded
+// by Ping and sent again as EVAL after NOSCRIPT (a restarted or flushed
+// Redis), when nothing ran. Counter keys are the request's Key plus its
+// window (window.AppendWindow); a counter expires its window plus one second
+// after its first hit (window.Request.TTL), and a sliding one a window later.
+//
+// The script takes the requests of a call one after another and decides
+// each on its own. A request goes either in the full form (five values per
+// counter: limit, hits, TTL, flags, weight) or, when it is the most common
+// kind (plain fixed-window counters), in a short form that names a
+// (limit, hits, TTL) triple listed once per call; take.lua's header states
+// the protocol.
+//
+// # Batching
+//
+// NewBatched coalesces concurrent Takes into one script call, which costs
+// Redis one invocation and one round trip for the whole batch, while the
+// script still decides each request alone. A lone request is sent at once.
+// It refuses a cluster client (ErrClusterBatch): requests on different hash
+// slots cannot share a script, so a cluster is served by New, unbatched.
+//
+// # Redis Cluster
+//
+// A script may only touch keys of one hash slot. Counter keys carry a hash
+// tag per descriptor (see window.AppendKeyHead), so a request whose counters
+// share a slot (always the case with one descriptor) is still one EVALSHA.
+// A request over several slots runs one script per slot, all in parallel.
+// If any slot denies, the slots that allowed, and so counted, are given
+// their hits back in a second parallel step: a denied request still
+// consumes no quota once Take returns. In between, other requests can see
+// those hits and be denied, so under concurrency a multi-slot counter may
+// admit fewer than its limit (never more); a counter whose request's other
+// counters never deny admits exactly its limit. Refunds
+// (window.Request.Refund) of a multi-slot request are applied after every
+// slot has allowed, in one more parallel step. Every window.Request.Key must
+// hold a hash tag (window.AppendKeyHead's keys do); an untagged
+// sliding-window key fails with CROSSSLOT. When some slots fail (a node
+// down) and others answer, Take returns a *window.PartialError naming the
+// failed requests.
+//
+// # Client settings
+//
+// The store bounds every Take by its Options.Timeout and marks script calls
+// as never to be retried, since a retried script could count twice. The
+// client should have ContextTimeoutEnabled, so that the deadline bounds the
+// call, and MaxRetries -1.
+package redisstore

@@ -1,0 +1,164 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// scripter is the part of a go-redis client that a Store uses. A
+// redis.UniversalClient (*redis.Client, a Sentinel failover client or a
+// *redis.ClusterClient) has it.
+type scripter interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// sharded is the part of a *redis.ClusterClient that tells a Store its
+// counters are spread over nodes.
+type sharded interface {
+	ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+}
+
+// Store is a window.Store whose counters live in Redis and are shared by
+// every replica that uses the same server and key prefix. On a single node
+// or behind Sentinel each Take is one EVALSHA of the embedded script; on
+// Redis Cluster a request whose counters lie on several hash slots is one
+// script per slot, in parallel, with refunds when a slot denies (see the
+// package doc).
+//
+// Every Take is bounded by Options.Timeout, or sooner by nine tenths of
+// the way to ctx's deadline, so a caller need not wrap its context in a
+// timeout of its own. A batched Take (see NewBatched) waits for the batch
+// call in flight and then for its own; a batch call is bounded by the
+// earliest deadline of the Takes in it, and a Take whose deadline passed
+// before its batch went out is not sent. So against a stalled Redis a Take
+// ends about Timeout after it began; only a context deadline sooner than
+// Timeout can be overrun, by the call in flight.
+//
+// Script calls are never retried by go-redis (a retried script could count
+// twice), except after a NOSCRIPT error or a cluster redirection, when
+// nothing ran. The client should also have ContextTimeoutEnabled on, so that
+// the deadline bounds the call, and MaxRetries -1. A Store is safe for
+// concurrent use; it does not own the client and does not close it.
+type Store struct {
+	client     scripter
+	shards     sharded // nil unless the client is a cluster client
+	timeout    time.Duration
+	roundTrips atomic.Uint64
+	batch      *batcher // nil unless made by NewBatched
+}
+
+// Options configure a Store. Zero fields take their defaults.
+type Options struct {
+	// Timeout bounds each Take; default 1s. A rate-limit service should set
+	// it below its callers' own timeout (Envoy's filter waits 20 ms by
+	// default), so that a failure mode is applied before they give up.
+	Timeout time.Duration
+}
+
+// New returns an unbatched Store over client: a redis.UniversalClient
+// (*redis.Client, a Sentinel failover client, *redis.ClusterClient), or
+// anything with the same methods. A client with a ForEachShard method is
+// treated as a cluster: counters are grouped by hash slot.
+func New(client scripter, o Options) *Store {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	s := &Store{client: client, timeout: o.Timeout}
+	s.shards, _ = client.(sharded)
+	return s
+}
+
+// callDeadline is when a Take that starts at start under ctx must end:
+// timeout after start, or sooner when ctx has a deadline, nine tenths of the
+// way to it, which leaves the caller a tenth of its budget to answer (with a
+// failure mode) before it gives up.
+func callDeadline(ctx context.Context, start time.Time, timeout time.Duration) time.Time {
+	dl := start.Add(timeout)
+	if cdl, ok := ctx.Deadline(); ok {
+		if left := start.Add(cdl.Sub(start) * 9 / 10); left.Before(dl) {
+			dl = left
+		}
+	}
+	return dl
+}
+
+// Ping checks that Redis answers, and loads the script so the first request
+// does not pay for it. On a cluster it pings and loads the script on every
+// node it knows, and fails only if none answers: a cluster with one node
+// down still serves the other nodes' slots.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.shards != nil {
+		var ok atomic.Int64
+		err := s.shards.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := c.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("ping %s: %w", c.Options().Addr, err)
+			}
+			if err := c.ScriptLoad(ctx, takeSource).Err(); err != nil {
+				return fmt.Errorf("script load %s: %w", c.Options().Addr, err)
+			}
+			ok.Add(1)
+			return nil
+		})
+		if err != nil && ok.Load() == 0 {
+			return fmt.Errorf("%w: %w", window.ErrStore, err)
+		}
+		return nil
+	}
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%w: ping: %w", window.ErrStore, err)
+	}
+	if err := s.client.ScriptLoad(ctx, takeSource).Err(); err != nil {
+		return fmt.Errorf("%w: script load: %w", window.ErrStore, err)
+	}
+	return nil
+}
+
+// RoundTrips returns how many calls this store has sent to Redis, for
+// measuring round trips per decision. On a cluster, one parallel step over
+// several slots counts as one.
+func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
+
+// Take checks every request against its counter at now and, only if every
+// non-shadow request has room, counts them all. It writes one window.Result
+// per request into res (len(res) >= len(reqs)) and reports whether the
+// requests were allowed. now should be the time the replicas agree on (see
+// window.Clock); Redis's own clock only runs the TTLs. Errors wrap
+// window.ErrStore; on a cluster they may be a *window.PartialError.
+func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+	if len(reqs) == 0 {
+		return true, nil
+	}
+	nowMs := now.UnixMilli()
+	res = res[:len(reqs)]
+	dl := callDeadline(ctx, time.Now(), s.timeout)
+	if s.batch != nil {
+		// No context per Take here: the batch's call gets one.
+		return s.batch.take(ctx, dl, nowMs, reqs, res)
+	}
+	ctx, cancel := context.WithDeadline(ctx, dl)
+	defer cancel()
+	if s.shards != nil {
+		if groups := groupBySlot(nowMs, reqs); len(groups) > 1 {
+			return s.takeSlots(ctx, nowMs, reqs, res, groups)
+		}
+	}
+	args := newCall(nowMs, reqs, nil)
+	return s.run(ctx, args, res)
+}
+
+// run sends the call args of one request and reads its reply into res.
+func (s *Store) run(ctx context.Context, args []any, res []window.Result) (bool, error) {
+	v, err := s.script(ctx, args)
+	if err != nil {
+		return false, fmt.Errorf("%w: take %q: %w", window.ErrStore, args[3], err)
+	}
+	return parseTake(v, res)
+}

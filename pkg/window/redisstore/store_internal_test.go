@@ -1,0 +1,34 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestCallDeadline(t *testing.T) {
+	t.Parallel()
+	start := time.UnixMilli(1_763_800_035_000)
+	for _, tt := range []struct {
+		name     string
+		ctxLeft  time.Duration // 0: no deadline
+		timeout  time.Duration
+		wantLeft time.Duration
+	}{
+		{"no deadline: the timeout", 0, 15 * time.Millisecond, 15 * time.Millisecond},
+		{"a far deadline: the timeout", time.Second, 15 * time.Millisecond, 15 * time.Millisecond},
+		{"a near deadline: nine tenths of it", 10 * time.Millisecond, 15 * time.Millisecond, 9 * time.Millisecond},
+		{"Envoy's 20ms: nine tenths", 20 * time.Millisecond, time.Second, 18 * time.Millisecond},
+		{"a deadline already passed", -time.Millisecond, 15 * time.Millisecond, -900 * time.Microsecond},
+	} {
+		ctx := context.Background()
+		if tt.ctxLeft != 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, start.Add(tt.ctxLeft))
+			defer cancel()
+		}
+		if got := callDeadline(ctx, start, tt.timeout).Sub(start); got != tt.wantLeft {
+			t.Errorf("%s: deadline %v after start, want %v", tt.name, got, tt.wantLeft)
+		}
+	}
+}
