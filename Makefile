@@ -17,7 +17,13 @@ deps:
 build:
 	$(GO) build -o bin/ratelimit-sidecar ./cmd/ratelimit-sidecar
 
+# Every module in the repository (go.mod files git knows of) must be tidy: go mod tidy -diff prints what
+# tidying would change and fails.
 lint:
+	@for mod in $$(git ls-files go.mod '*/go.mod'); do \
+	  dir=$$(dirname $$mod); \
+	  (cd $$dir && $(GO) mod tidy -diff) || { echo "go mod tidy: the module in $$dir is not tidy"; exit 1; }; \
+	done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
