@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
 
 // redisServer is the harness's own redis-server: nothing else uses it, so its counters are the sidecar's doing
 // plus the harness's INFO calls, which are left out of the figures.
 type redisServer struct {
-	proc   *proc
+	proc   *proc.Process
 	addr   string
 	client *redis.Client
 }
@@ -43,7 +45,7 @@ func startRedis(ctx context.Context, bin, logDir string) (*redisServer, error) {
 		if err == nil {
 			return r, nil
 		}
-		if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
+		if p.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
 			r.stop()
 			return nil, fmt.Errorf("redis-server on %s did not answer PING: %w (see %s)", r.addr, err, log.Name())
 		}
@@ -70,5 +72,5 @@ func (r *redisServer) stop() {
 		return
 	}
 	_ = r.client.Close()
-	r.proc.stop(5 * time.Second)
+	_ = r.proc.Stop(5 * time.Second)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
 
 // roundTripsMetric is the sidecar's counter of store round trips (one per pipeline or script call).
@@ -116,7 +117,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}
 	rr.LoadgenCmd = b.display(b.loadgen, args...)
 
-	snap := func(lg *proc) sample {
+	snap := func(lg *proc.Process) sample {
 		var s sample
 		if t.pid != 0 {
 			if v, err := cpuTicks(t.pid); err == nil {
@@ -125,7 +126,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 			s.serverRSS, _ = rss(t.pid)
 		}
 		if lg != nil {
-			if v, err := cpuTicks(lg.pid()); err == nil {
+			if v, err := cpuTicks(lg.Pid()); err == nil {
 				s.loadgenTicks, s.haveLoadgen = v, true
 			}
 		}
@@ -151,7 +152,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	if err != nil {
 		return fail(err)
 	}
-	defer lg.stop(2 * time.Second)
+	defer func() { _ = lg.Stop(2 * time.Second) }()
 	marks := make(chan string, 2)
 	var tail strings.Builder // loadgen's other stderr lines, for the error message; read after readerDone
 	readerDone := make(chan struct{})
@@ -171,7 +172,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		}
 		close(marks)
 	}()
-	go func() { <-lg.done; stderrW.Close() }()
+	go func() { <-lg.Done(); stderrW.Close() }()
 
 	var start, end sample
 	for want := range 2 {
@@ -179,7 +180,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		case m, ok := <-marks:
 			if !ok {
 				<-readerDone
-				return fail(fmt.Errorf("loadgen exited early (%v): %s", lg.err, strings.TrimSpace(tail.String())))
+				return fail(fmt.Errorf("loadgen exited early (%v): %s", lg.Wait(), strings.TrimSpace(tail.String())))
 			}
 			if (want == 0) != (m == "mark start") {
 				return fail(fmt.Errorf("loadgen: %q out of order", m))
@@ -194,13 +195,13 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		}
 	}
 	select {
-	case <-lg.done:
+	case <-lg.Done():
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	}
 	<-readerDone
-	if lg.err != nil {
-		return fail(fmt.Errorf("loadgen: %v: %s", lg.err, strings.TrimSpace(tail.String())))
+	if err := lg.Wait(); err != nil {
+		return fail(fmt.Errorf("loadgen: %v: %s", err, strings.TrimSpace(tail.String())))
 	}
 	var l result.Load
 	if err := json.Unmarshal(stdout.Bytes(), &l); err != nil {
@@ -255,14 +256,14 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		if err != nil {
 			return target{}, err
 		}
-		go func() { <-p.done; pw.Close() }()
+		go func() { <-p.Done(); pw.Close() }()
 		addr, err := waitListening(ctx, p, pr, log, 10*time.Second)
 		if err != nil {
-			p.stop(2 * time.Second)
+			_ = p.Stop(2 * time.Second)
 			return target{}, err
 		}
-		return target{addr: addr, domain: "bench", pid: p.pid(), cmd: b.display(b.noop, args...),
-			stop: func() { p.stop(5 * time.Second) }}, nil
+		return target{addr: addr, domain: "bench", pid: p.Pid(), cmd: b.display(b.noop, args...),
+			stop: func() { _ = p.Stop(5 * time.Second) }}, nil
 
 	case "sidecar":
 		ports, err := freePorts(2)
@@ -326,14 +327,14 @@ func (b *bench) startReady(ctx context.Context, log io.Writer, name string, env 
 		return target{}, err
 	}
 	if err := waitReady(ctx, p, readyURL, 30*time.Second); err != nil {
-		p.stop(2 * time.Second)
+		_ = p.Stop(2 * time.Second)
 		return target{}, err
 	}
 	cmd := b.display(bin, args...)
 	if len(env) > 0 {
 		cmd = b.sanitize(strings.Join(env, " ")) + " " + cmd
 	}
-	return target{domain: "bench", pid: p.pid(), cmd: cmd, stop: func() { p.stop(10 * time.Second) }}, nil
+	return target{domain: "bench", pid: p.Pid(), cmd: cmd, stop: func() { _ = p.Stop(10 * time.Second) }}, nil
 }
 
 func loopback(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 	"github.com/redis/go-redis/v9"
 )
@@ -67,8 +68,7 @@ type Server struct {
 	logPath string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd     // nil while stopped
-	done chan struct{} // closed when cmd has exited and been reaped
+	proc *proc.Process // nil while stopped
 }
 
 // Start starts a redis-server with default options, waits until it answers
@@ -192,26 +192,18 @@ func (s *Server) launch(ctx context.Context) error {
 		return err
 	}
 	logStart := fi.Size()
-	cmd := exec.Command(s.bin, s.args...)
-	cmd.Dir = s.dir
 	// An *os.File, not a pipe: a forked child (diskless replication sync)
 	// holding a pipe open would block Wait after SIGKILL.
-	cmd.Stdout, cmd.Stderr = f, f
-	err = cmd.Start()
+	p, err := proc.Start(proc.Options{Path: s.bin, Args: s.args, Dir: s.dir, Stdout: f, Stderr: f})
 	_ = f.Close()
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
 	s.mu.Lock()
-	s.cmd, s.done = cmd, done
+	s.proc = p
 	s.mu.Unlock()
 
-	if err := waitReady(ctx, s.Addr, cmd.Process.Pid, done); err != nil {
+	if err := waitReady(ctx, p, s.Addr); err != nil {
 		s.Stop()
 		if log := s.Log(); int64(len(log)) > logStart && strings.Contains(log[logStart:], "Address already in use") {
 			return fmt.Errorf("port %d: %w", s.port, errAddrInUse)
@@ -221,18 +213,13 @@ func (s *Server) launch(ctx context.Context) error {
 	return nil
 }
 
-// waitReady polls addr until it answers PING and INFO reports pid (so that a
-// server of another test that won the race for the port is not mistaken for
-// ours), the process exits, or readyTimeout passes.
-func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}) error {
+// waitReady polls addr until it answers PING and INFO reports p's pid (so
+// that a server of another test that won the race for the port is not
+// mistaken for ours), p exits, or readyTimeout passes.
+func waitReady(ctx context.Context, p *proc.Process, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	err := poll(ctx, func(ctx context.Context) error {
-		select {
-		case <-exited:
-			return errExited
-		default:
-		}
+	return p.WaitFor(ctx, pollInterval, func(ctx context.Context) error {
 		if _, err := do(ctx, addr, "PING"); err != nil {
 			return err
 		}
@@ -240,29 +227,21 @@ func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}
 		if err != nil {
 			return err
 		}
-		got := infoField(asString(info), "process_id")
-		if got != strconv.Itoa(pid) {
-			return fmt.Errorf("%s answered by pid %s, want %d", addr, got, pid)
+		if got := infoField(asString(info), "process_id"); got != strconv.Itoa(p.Pid()) {
+			return fmt.Errorf("%s answered by pid %s, want %d", addr, got, p.Pid())
 		}
 		return nil
 	})
-	if errors.Is(err, errExited) {
-		return errExited
-	}
-	return err
 }
 
-// errExited reports that the process died while we waited for it.
-var errExited = errors.New("process exited before it was ready")
-
-// poll calls check every pollInterval until it returns nil, returns
-// errExited, or ctx is done; then it returns the last error.
+// poll calls check every pollInterval until it returns nil or ctx is done;
+// then it returns the last error.
 func poll(ctx context.Context, check func(ctx context.Context) error) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
 		err := check(ctx)
-		if err == nil || errors.Is(err, errExited) {
+		if err == nil {
 			return err
 		}
 		select {
@@ -304,12 +283,11 @@ func (s *Server) BoundedClient(tb testing.TB) *redis.Client {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd, s.done = nil, nil
+	s.proc.Kill()
+	s.proc = nil
 }
 
 // Restart stops the process if it runs and starts it again with the same
@@ -347,10 +325,10 @@ func (s *Server) Log() string {
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.Pid()
 }
 
 // Pause freezes the process (SIGSTOP) until tb ends: connections stay open
