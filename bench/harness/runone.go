@@ -272,7 +272,7 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		}
 		redisURL := ""
 		if sc.Store == "redis" {
-			redisURL = b.redis.url()
+			redisURL = b.redis.URL()
 		}
 		grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
 		args := []string{"-config", b.rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
@@ -352,7 +352,7 @@ func (b *bench) startReference(ctx context.Context, log io.Writer) (target, erro
 	grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
 	env := []string{
 		"RUNTIME_ROOT=" + b.referenceRoot, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config",
-		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.addr, "CACHE_KEY_PREFIX=bench:",
+		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.Addr, "CACHE_KEY_PREFIX=bench:",
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[0]),
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),

@@ -37,8 +37,8 @@ const (
 // errAddrInUse marks a start that failed because the port was taken.
 var errAddrInUse = errors.New("address already in use")
 
-// Options configures StartWith. The zero value starts a plain TCP server,
-// exactly like Start.
+// Options configures StartWith and Launch. The zero value starts a plain TCP
+// server, exactly like Start.
 type Options struct {
 	// Args are extra redis-server arguments, for example
 	// []string{"--maxmemory", "10mb"}. They follow the defaults
@@ -48,8 +48,15 @@ type Options struct {
 	Args []string
 	// UnixSocket makes the server also listen on a unix socket in a short
 	// temporary directory (paths must stay under ~100 bytes), removed in
-	// tb.Cleanup. See Server.Socket.
+	// tb.Cleanup; with Launch the socket is redis.sock in Dir. See
+	// Server.Socket.
 	UnixSocket bool
+	// Bin is the redis-server binary; empty means redis-server on PATH.
+	Bin string
+	// Dir is the server's working directory (--dir), which holds its log,
+	// redis.log. StartWith uses a new temporary directory when it is empty;
+	// Launch requires it.
+	Dir string
 }
 
 // Server is one redis-server (or redis-sentinel) process listening on
@@ -85,17 +92,51 @@ func StartWith(tb testing.TB, opts Options) *Server {
 	return startServer(tb, opts, false)
 }
 
+// Launch starts a redis-server as StartWith does, for a program rather than a
+// test (the benchmark harness): it returns an error, holding the server's log,
+// instead of failing a test, and the caller stops the server with Stop.
+// opts.Dir must be set.
+func Launch(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("redistest: Launch needs Options.Dir")
+	}
+	bin := opts.Bin
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return nil, fmt.Errorf("redistest: redis-server not found on PATH (%v); install it: %s", err, installHint)
+		}
+	}
+	var sock string
+	if opts.UnixSocket {
+		sock = filepath.Join(opts.Dir, "redis.sock")
+	}
+	return newServer(ctx, bin, opts.Dir, false, serverArgs(opts, opts.Dir, sock), sock)
+}
+
 // startServer starts a redis-server; withBus also requires port+10000 (the
 // cluster bus port) to be free.
 func startServer(tb testing.TB, opts Options, withBus bool) *Server {
 	tb.Helper()
-	bin := lookPath(tb, "redis-server")
+	bin := opts.Bin
+	if bin == "" {
+		bin = lookPath(tb, "redis-server")
+	}
 	var sock string
 	if opts.UnixSocket {
 		sock = filepath.Join(sidecartest.SocketDir(tb), "redis.sock")
 	}
-	dir := tb.TempDir()
-	return start(tb, bin, dir, withBus, func(port int) ([]string, error) {
+	dir := opts.Dir
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	return start(tb, bin, dir, withBus, serverArgs(opts, dir, sock), sock)
+}
+
+// serverArgs returns the redis-server arguments for a port: the defaults
+// (see Options.Args), then opts.Args.
+func serverArgs(opts Options, dir, sock string) func(port int) ([]string, error) {
+	return func(port int) ([]string, error) {
 		args := []string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
@@ -108,16 +149,28 @@ func startServer(tb testing.TB, opts Options, withBus bool) *Server {
 			args = append(args, "--unixsocket", sock, "--unixsocketperm", "700")
 		}
 		return append(args, opts.Args...), nil
-	}, sock)
+	}
 }
 
-// start picks a free port, runs bin with argv(port) in dir and waits until it
-// is ready, retrying on a new port if the bind lost a race.
+// start is newServer for a test: it calls tb.Fatal if the server does not
+// come up, and registers tb.Cleanup to kill it.
 func start(tb testing.TB, bin, dir string, withBus bool, argv func(port int) ([]string, error), sock string) *Server {
 	tb.Helper()
-	s := &Server{bin: bin, dir: dir, sock: sock, logPath: filepath.Join(dir, "redis.log")}
+	s, err := newServer(tb.Context(), bin, dir, withBus, argv, sock)
+	if err != nil {
+		tb.Fatalf("%v", err)
+		return nil
+	}
 	// Registered after dir was made, so it runs before dir is removed.
 	tb.Cleanup(s.Stop)
+	return s
+}
+
+// newServer picks a free port, runs bin with argv(port) in dir and waits
+// until it is ready, retrying on a new port if the bind lost a race. Its
+// error holds the server's log.
+func newServer(ctx context.Context, bin, dir string, withBus bool, argv func(port int) ([]string, error), sock string) (*Server, error) {
+	s := &Server{bin: bin, dir: dir, sock: sock, logPath: filepath.Join(dir, "redis.log")}
 	var err error
 	for range bindAttempts {
 		var port int
@@ -129,15 +182,14 @@ func start(tb testing.TB, bin, dir string, withBus bool, argv func(port int) ([]
 			break
 		}
 		s.port, s.args, s.Addr = port, args, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if err = s.launch(tb.Context()); err == nil {
-			return s
+		if err = s.launch(ctx); err == nil {
+			return s, nil
 		}
 		if !errors.Is(err, errAddrInUse) {
 			break
 		}
 	}
-	tb.Fatalf("redistest: start %s: %v\n--- log ---\n%s", filepath.Base(bin), err, s.Log())
-	return nil
+	return nil, fmt.Errorf("redistest: start %s: %v\n--- log ---\n%s", filepath.Base(bin), err, s.Log())
 }
 
 // lookPath finds a binary on PATH or fails the test with an install hint.
