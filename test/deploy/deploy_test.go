@@ -19,7 +19,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 )
 
 var update = flag.Bool("update", false, "rewrite the ConfigMaps in deploy/k8s from deploy/envoy.yaml and deploy/rules/edge.yaml")
@@ -64,7 +65,7 @@ type bundle struct {
 
 	envoyRaw, rulesRaw []byte
 	envoy              map[string]*bootstrapv3.Bootstrap // by file
-	rules              rules
+	rules              *envoyrls.Rules                   // rulesRaw, loaded
 	compose            compose
 	envoyVersion       string // pinned in scripts/envoy.sh
 }
@@ -129,8 +130,8 @@ func load(t *testing.T) *bundle {
 		}
 		b.envoy[f] = bs
 	}
-	if err := yaml.Unmarshal(b.rulesRaw, &b.rules); err != nil {
-		t.Fatalf("%s: %v", rulesFile, err)
+	if b.rules, err = parseRules(b.rulesRaw); err != nil {
+		t.Fatal(err)
 	}
 	if err := decodeStrict(readFile(t, root, composeFile), &b.compose); err != nil {
 		t.Fatalf("%s: %v", composeFile, err)

@@ -106,8 +106,8 @@ func checkRateLimitFilter(b *bundle) error {
 			errs = append(errs, err)
 			continue
 		}
-		if rl.GetDomain() != b.rules.Domain {
-			errs = append(errs, fmt.Errorf("%s: ratelimit domain %q, want %s's %q", file, rl.GetDomain(), rulesFile, b.rules.Domain))
+		if b.rules.Domain(rl.GetDomain()) == nil {
+			errs = append(errs, fmt.Errorf("%s: ratelimit domain %q, want one of %s's %q", file, rl.GetDomain(), rulesFile, b.rules.Domains()))
 		}
 		if rl.GetFailureModeDeny() {
 			errs = append(errs, fmt.Errorf("%s: failure_mode_deny is true: a rate limiter outage would fail every request", file))

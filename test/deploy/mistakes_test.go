@@ -52,6 +52,18 @@ func TestChecksCatchMistakes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// editRules replaces old in the rules file, which must contain it, and loads the result.
+	editRules := func(b *bundle, old, new string) {
+		raw := bytes.Replace(b.rulesRaw, []byte(old), []byte(new), 1)
+		if bytes.Equal(raw, b.rulesRaw) {
+			t.Fatalf("%s has no %q to edit", rulesFile, old)
+		}
+		var err error
+		if b.rules, err = parseRules(raw); err != nil {
+			t.Fatal(err)
+		}
+		b.rulesRaw = raw
+	}
 	tests := []struct {
 		name   string
 		check  func(*bundle) error
@@ -108,7 +120,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 			b.deployment.Spec.Template.Labels = map[string]string{"app": "edge"}
 		}},
 		{"redis not headless", checkRedis, func(b *bundle) { b.services["redis"].Spec.ClusterIP = "" }},
-		{"domain differs from rules", checkRateLimitFilter, func(b *bundle) { b.rules.Domain = "other" }},
+		{"domain differs from rules", checkRateLimitFilter, func(b *bundle) { editRules(b, "domain: edge", "domain: other") }},
 		{"filter names a missing cluster", checkRateLimitFilter, func(b *bundle) {
 			rlFilter(b, envoyUDSFile, func(rl *ratelimitfilterv3.RateLimit) {
 				rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().ClusterName = "rls"
@@ -136,7 +148,9 @@ func TestChecksCatchMistakes(t *testing.T) {
 				rls[0].GetActions()[0].GetRequestHeaders().DescriptorKey = "apikey"
 			})
 		}},
-		{"rule without a limit", checkDescriptorShapes, func(b *bundle) { b.rules.Descriptors[0].Descriptors[0].RateLimit = nil }},
+		{"rule without a limit", checkDescriptorShapes, func(b *bundle) {
+			editRules(b, "rate_limit: {unit: minute, requests_per_unit: 20}", "rate_limit: {unlimited: true}")
+		}},
 		{"uds listener drifts", checkEnvoyVariants, func(b *bundle) {
 			b.envoy[envoyUDSFile].GetStaticResources().GetListeners()[0].Name = "other"
 		}},

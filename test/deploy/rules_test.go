@@ -1,34 +1,32 @@
 package deploy_test
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 // Checks of the rules (deploy/rules/edge.yaml) against the descriptors the Envoy route sends.
 
-// rules is the part of the rules format these checks need. It is decoded leniently: the sidecar's own
-// loader is the strict one, and the rules format is its to extend.
-type rules struct {
-	Domain      string     `json:"domain"`
-	Descriptors []ruleNode `json:"descriptors"`
-}
-
-type ruleNode struct {
-	Key         string          `json:"key"`
-	Value       string          `json:"value"`
-	RateLimit   json.RawMessage `json:"rate_limit"`
-	Descriptors []ruleNode      `json:"descriptors"`
+// parseRules loads rules with the sidecar's own loader, which is strict: a file the sidecar would refuse
+// fails here too.
+func parseRules(raw []byte) (*envoyrls.Rules, error) {
+	return envoyrls.ParseRules([]string{rulesFile}, map[string][]byte{rulesFile: raw})
 }
 
 // checkDescriptorShapes: every descriptor the route can send (each skip_if_absent entry present or not)
-// is non-empty and ends on a rule with a rate_limit; a shape the rules do not limit is a typo on one side.
+// is non-empty and gets a limit from the rules, as the sidecar matches them; a shape the rules do not limit
+// is a typo on one side.
 func checkDescriptorShapes(b *bundle) error {
-	_, h, _, err := b.ingress(envoyFile)
+	_, h, rl, err := b.ingress(envoyFile)
 	if err != nil {
 		return err
 	}
@@ -52,7 +50,9 @@ func checkDescriptorShapes(b *bundle) error {
 		for _, keys := range shapes {
 			if len(keys) == 0 {
 				errs = append(errs, fmt.Errorf("%s: rate_limits[%d] can send a descriptor with no entries (skip_if_absent on its only entries)", envoyFile, i))
-			} else if !limited(b.rules.Descriptors, keys) {
+			} else if ok, err := limited(b.rules, rl.GetDomain(), keys); err != nil {
+				errs = append(errs, fmt.Errorf("%s: rate_limits[%d], keys %v: %w", envoyFile, i, keys, err))
+			} else if !ok {
 				errs = append(errs, fmt.Errorf("%s: rate_limits[%d] can send keys %v, which no rule in %s limits", envoyFile, i, keys, rulesFile))
 			}
 		}
@@ -87,16 +87,21 @@ func descriptorShapes(p *routev3.RateLimit) ([][]string, error) {
 	return shapes, nil
 }
 
-// limited reports whether keys, with any values, walk the rules to a node with a rate_limit.
-func limited(nodes []ruleNode, keys []string) bool {
-	for _, n := range nodes {
-		if n.Key != keys[0] || n.Value != "" {
-			continue
-		}
-		if len(keys) == 1 {
-			return len(n.RateLimit) > 0 && string(n.RateLimit) != "null"
-		}
-		return limited(n.Descriptors, keys[1:])
+// limited reports whether a descriptor of keys, whatever their values, gets a limit from the rules of domain:
+// a sidecar server with those rules and an in-memory store answers it.
+func limited(r *envoyrls.Rules, domain string, keys []string) (bool, error) {
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: r})
+	if err != nil {
+		return false, err
 	}
-	return false
+	d := &rlv3.RateLimitDescriptor{}
+	for _, k := range keys {
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: "any"})
+	}
+	resp, err := srv.ShouldRateLimit(context.Background(),
+		&rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{d}})
+	if err != nil {
+		return false, err
+	}
+	return resp.GetStatuses()[0].GetCurrentLimit() != nil, nil
 }
