@@ -87,7 +87,6 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}
 	defer log.Close()
 
-	useRedis := b.redis != nil && sc.Store == "redis"
 	if b.redis != nil {
 		// Every run starts from an empty Redis, including those that do not use it, so they all look alike.
 		if err := b.redis.flush(ctx); err != nil {
@@ -101,6 +100,21 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	defer t.stop()
 	rr.ServerCmd = t.cmd
 
+	args := b.loadgenArgs(sc, t)
+	rr.LoadgenCmd = b.display(b.loadgen, args...)
+	snap := b.sampler(ctx, t, b.redis != nil && sc.Store == "redis", log)
+	pre := snap(nil)
+	l, start, end, err := b.load(ctx, args, log, snap)
+	if err != nil {
+		return fail(err)
+	}
+	rr.Load = l
+	rr.figures(l, pre, start, end, b.ticks)
+	return rr
+}
+
+// loadgenArgs returns the load generator's arguments for scenario sc against t.
+func (b *bench) loadgenArgs(sc scenario, t target) []string {
 	keys := b.o.keys
 	loadScenario := sc.Load
 	if sc.Server == "target" {
@@ -115,9 +129,13 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	if b.o.engine == "ghz" {
 		args = append(args, "-engine", "ghz", "-ghz", b.ghz)
 	}
-	rr.LoadgenCmd = b.display(b.loadgen, args...)
+	return args
+}
 
-	snap := func(lg *proc.Process) sample {
+// sampler returns a function that samples the counters of t, of the load generator lg when not nil, and of
+// Redis when useRedis.
+func (b *bench) sampler(ctx context.Context, t target, useRedis bool, log io.Writer) func(lg *proc.Process) sample {
+	return func(lg *proc.Process) sample {
 		var s sample
 		if t.pid != 0 {
 			if v, err := cpuTicks(t.pid); err == nil {
@@ -144,13 +162,17 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		}
 		return s
 	}
-	pre := snap(nil)
+}
 
+// load runs the load generator with args, samples the counters with snap at its "mark start" and "mark end"
+// lines (the measured interval), and returns its report and the two samples. Its other stderr lines go to log.
+func (b *bench) load(ctx context.Context, args []string, log io.Writer, snap func(*proc.Process) sample) (
+	l *result.Load, start, end sample, err error) {
 	var stdout bytes.Buffer
 	stderrR, stderrW := io.Pipe()
 	lg, err := startProc("loadgen", stderrW, &stdout, nil, b.loadgen, args...)
 	if err != nil {
-		return fail(err)
+		return nil, start, end, err
 	}
 	defer func() { _ = lg.Stop(2 * time.Second) }()
 	marks := make(chan string, 2)
@@ -174,16 +196,15 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}()
 	go func() { <-lg.Done(); stderrW.Close() }()
 
-	var start, end sample
 	for want := range 2 {
 		select {
 		case m, ok := <-marks:
 			if !ok {
 				<-readerDone
-				return fail(fmt.Errorf("loadgen exited early (%v): %s", lg.Wait(), strings.TrimSpace(tail.String())))
+				return nil, start, end, fmt.Errorf("loadgen exited early (%v): %s", lg.Wait(), strings.TrimSpace(tail.String()))
 			}
 			if (want == 0) != (m == "mark start") {
-				return fail(fmt.Errorf("loadgen: %q out of order", m))
+				return nil, start, end, fmt.Errorf("loadgen: %q out of order", m)
 			}
 			if want == 0 {
 				start = snap(lg)
@@ -191,24 +212,28 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 				end = snap(lg)
 			}
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return nil, start, end, ctx.Err()
 		}
 	}
 	select {
 	case <-lg.Done():
 	case <-ctx.Done():
-		return fail(ctx.Err())
+		return nil, start, end, ctx.Err()
 	}
 	<-readerDone
 	if err := lg.Wait(); err != nil {
-		return fail(fmt.Errorf("loadgen: %v: %s", err, strings.TrimSpace(tail.String())))
+		return nil, start, end, fmt.Errorf("loadgen: %v: %s", err, strings.TrimSpace(tail.String()))
 	}
-	var l result.Load
-	if err := json.Unmarshal(stdout.Bytes(), &l); err != nil {
-		return fail(fmt.Errorf("loadgen output: %w", err))
+	l = &result.Load{}
+	if err := json.Unmarshal(stdout.Bytes(), l); err != nil {
+		return nil, start, end, fmt.Errorf("loadgen output: %w", err)
 	}
-	rr.Load = &l
+	return l, start, end, nil
+}
 
+// figures sets rr's per-decision figures from the samples before the run (pre) and at the start and end of
+// its measured interval, in which l counted its calls; ticks is USER_HZ.
+func (rr *runResult) figures(l *result.Load, pre, start, end sample, ticks float64) {
 	decisions := float64(l.Calls)
 	perDecision := func(delta float64) *float64 {
 		if decisions == 0 {
@@ -218,10 +243,10 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		return &v
 	}
 	if start.haveServer && end.haveServer {
-		rr.ServerCPUUsPerDecision = perDecision(float64(end.serverTicks-start.serverTicks) / b.ticks * 1e6)
+		rr.ServerCPUUsPerDecision = perDecision(float64(end.serverTicks-start.serverTicks) / ticks * 1e6)
 	}
 	if start.haveLoadgen && end.haveLoadgen {
-		rr.LoadgenCPUUsPerDecision = perDecision((float64(end.loadgenTicks-start.loadgenTicks)/b.ticks + l.ChildCPUS) * 1e6)
+		rr.LoadgenCPUUsPerDecision = perDecision((float64(end.loadgenTicks-start.loadgenTicks)/ticks + l.ChildCPUS) * 1e6)
 	}
 	rr.ServerRSSBefore, rr.ServerRSSEnd = pre.serverRSS, end.serverRSS
 	if start.redis != nil && end.redis != nil {
@@ -236,7 +261,6 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	if start.haveRoundTrips && end.haveRoundTrips {
 		rr.RoundTripsPerDecision = perDecision(end.roundTrips - start.roundTrips)
 	}
-	return rr
 }
 
 // startServer starts the server sc loads and waits until it serves.
