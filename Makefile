@@ -6,6 +6,10 @@ GO ?= go
 # already set, in the environment or with go env -w).
 export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -tags=vtprotobuf)
 
+# The packages of both modules: the service's (.) and the benchmark harness's (bench/, its own module so that
+# the service's requires no charting library). go.work joins them, but ./... stops at a nested module.
+PKGS = ./... ./bench/...
+
 .PHONY: run test deps build lint unit e2e fuzz bench
 
 # Run the sidecar on the embedded in-memory store with the example rules.
@@ -22,14 +26,20 @@ deps:
 build:
 	$(GO) build -o bin/ratelimit-sidecar ./cmd/ratelimit-sidecar
 
+# Every module in the repository (go.mod files git knows of) must be tidy: go mod tidy -diff prints what
+# tidying would change and fails.
 lint:
+	@for mod in $$(git ls-files go.mod '*/go.mod'); do \
+	  dir=$$(dirname $$mod); \
+	  (cd $$dir && $(GO) mod tidy -diff) || { echo "go mod tidy: the module in $$dir is not tidy"; exit 1; }; \
+	done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./test/e2e/
-	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck $(PKGS)
 
 unit:
-	$(GO) test -race -count=1 -timeout 10m ./...
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 e2e:
 	$(GO) test -race -count=1 -timeout 10m -tags e2e ./test/e2e/

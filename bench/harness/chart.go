@@ -5,7 +5,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/pngfile"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/pngfile"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"

@@ -319,16 +319,22 @@ func (b *bench) needsRedis() bool {
 	return b.uses(func(sc scenario) bool { return sc.Store == "redis" })
 }
 
+// serviceModule is the module of the sidecar the harness builds and measures; the harness's own module (bench)
+// requires it, replaced by the checkout's root directory.
+const serviceModule = "github.com/ratelimit-sidecar/ratelimit-sidecar"
+
+// moduleRoot returns the repository root, the directory of the service's module, where go build runs (go.work
+// there joins the benchmark module, so ./bench/... builds from it too).
 func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", serviceModule).Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("go list -m %s: %w: run from the repository", serviceModule, err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside the ratelimit-sidecar module: run from the repository root")
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", errors.New("no directory for " + serviceModule + ": run from the repository")
 	}
-	return filepath.Dir(mod), nil
+	return dir, nil
 }
 
 // build compiles the binaries into the temporary directory, so a run measures exactly the tree checked out.

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,63 +11,21 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
 
-// proc is a child process the harness owns. Children get their own process group, so a ^C at the terminal
-// reaches the harness alone and it stops them in order, and die with the harness if it is killed outright.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	err  error         // Wait's result, set before done is closed
-}
-
 // startProc starts bin with args and env added to the harness's environment (later entries win); its stdout
-// goes to stdout (or the log when nil), its stderr to the log.
-func startProc(name string, log io.Writer, stdout io.Writer, env []string, bin string, args ...string) (*proc, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+// goes to stdout (or the log when nil), its stderr to the log. Children get their own process group, so a ^C
+// at the terminal reaches the harness alone and it stops them in order, and die with the harness if it is
+// killed outright.
+func startProc(name string, log io.Writer, stdout io.Writer, env []string, bin string, args ...string) (*proc.Process, error) {
 	if stdout == nil {
 		stdout = log
 	}
-	cmd.Stdout, cmd.Stderr = stdout, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM, waits up to grace, then kills. Stopping an exited process is a no-op.
-func (p *proc) stop(grace time.Duration) {
-	if p == nil || p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	return proc.Start(proc.Options{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
+		Stdout: stdout, Stderr: log})
 }
 
 // cpuTicks returns the process's utime+stime in clock ticks.
@@ -119,7 +76,7 @@ func freePorts(n int) ([]int, error) {
 
 // waitListening reads the child's stdout until its "listening on ADDR" line and returns ADDR; the rest of the
 // output goes to log.
-func waitListening(ctx context.Context, p *proc, out io.Reader, log io.Writer, timeout time.Duration) (string, error) {
+func waitListening(ctx context.Context, p *proc.Process, out io.Reader, log io.Writer, timeout time.Duration) (string, error) {
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -137,45 +94,36 @@ func waitListening(ctx context.Context, p *proc, out io.Reader, log io.Writer, t
 	select {
 	case a := <-addrc:
 		return a, nil
-	case <-p.done:
-		return "", fmt.Errorf("%s exited before listening: %v", p.name, p.err)
+	case <-p.Done():
+		return "", fmt.Errorf("%s exited before listening: %v", p.Name(), p.Wait())
 	case <-time.After(timeout):
-		return "", fmt.Errorf("%s: no \"listening on\" line after %v", p.name, timeout)
+		return "", fmt.Errorf("%s: no \"listening on\" line after %v", p.Name(), timeout)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
 }
 
 // waitReady polls url until it answers 200.
-func waitReady(ctx context.Context, p *proc, url string, timeout time.Duration) error {
+func waitReady(ctx context.Context, p *proc.Process, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
+	return p.WaitFor(ctx, 50*time.Millisecond, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
 		resp, err := client.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Errorf("status %s", resp.Status)
-		} else {
-			last = err
+		if err != nil {
+			return err
 		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited before ready: %v", p.name, p.err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
 		}
-	}
-	return fmt.Errorf("%s not ready after %v: %w", url, timeout, errors.Join(last))
+		return nil
+	})
 }
 
 // httpGet returns the body of url.

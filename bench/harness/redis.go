@@ -2,56 +2,36 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
 // redisServer is the harness's own redis-server: nothing else uses it, so its counters are the sidecar's doing
 // plus the harness's INFO calls, which are left out of the figures.
 type redisServer struct {
-	proc   *proc
-	addr   string
+	*redistest.Server
 	client *redis.Client
 }
 
+// startRedis starts bin on a free loopback port with persistence off, its log in logDir/redis.log.
 func startRedis(ctx context.Context, bin, logDir string) (*redisServer, error) {
-	ports, err := freePorts(1)
+	// A fresh log per harness run: the starter appends, for a server that restarts.
+	if err := os.Remove(filepath.Join(logDir, "redis.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	s, err := redistest.Launch(ctx, redistest.Options{Bin: bin, Dir: logDir})
 	if err != nil {
 		return nil, err
 	}
-	port := ports[0]
-	log, err := os.Create(filepath.Join(logDir, "redis.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close() // the child holds its own descriptor
-	p, err := startProc("redis-server", log, nil, nil, bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err != nil {
-		return nil, err
-	}
-	r := &redisServer{proc: p, addr: "127.0.0.1:" + strconv.Itoa(port)}
-	r.client = redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1, PoolSize: 1})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := r.client.Ping(ctx).Err()
-		if err == nil {
-			return r, nil
-		}
-		if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			r.stop()
-			return nil, fmt.Errorf("redis-server on %s did not answer PING: %w (see %s)", r.addr, err, log.Name())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return &redisServer{Server: s, client: redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, PoolSize: 1})}, nil
 }
-
-func (r *redisServer) url() string { return "redis://" + r.addr + "/0" }
 
 func (r *redisServer) info(ctx context.Context) (redisInfo, error) {
 	s, err := r.client.Info(ctx, "all").Result()
@@ -70,5 +50,5 @@ func (r *redisServer) stop() {
 		return
 	}
 	_ = r.client.Close()
-	r.proc.stop(5 * time.Second)
+	r.Stop()
 }

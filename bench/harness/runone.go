@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
 
 // roundTripsMetric is the sidecar's counter of store round trips (one per pipeline or script call).
@@ -86,7 +87,6 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}
 	defer log.Close()
 
-	useRedis := b.redis != nil && sc.Store == "redis"
 	if b.redis != nil {
 		// Every run starts from an empty Redis, including those that do not use it, so they all look alike.
 		if err := b.redis.flush(ctx); err != nil {
@@ -100,6 +100,21 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	defer t.stop()
 	rr.ServerCmd = t.cmd
 
+	args := b.loadgenArgs(sc, t)
+	rr.LoadgenCmd = b.display(b.loadgen, args...)
+	snap := b.sampler(ctx, t, b.redis != nil && sc.Store == "redis", log)
+	pre := snap(nil)
+	l, start, end, err := b.load(ctx, args, log, snap)
+	if err != nil {
+		return fail(err)
+	}
+	rr.Load = l
+	rr.figures(l, pre, start, end, b.ticks)
+	return rr
+}
+
+// loadgenArgs returns the load generator's arguments for scenario sc against t.
+func (b *bench) loadgenArgs(sc scenario, t target) []string {
 	keys := b.o.keys
 	loadScenario := sc.Load
 	if sc.Server == "target" {
@@ -114,9 +129,13 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	if b.o.engine == "ghz" {
 		args = append(args, "-engine", "ghz", "-ghz", b.ghz)
 	}
-	rr.LoadgenCmd = b.display(b.loadgen, args...)
+	return args
+}
 
-	snap := func(lg *proc) sample {
+// sampler returns a function that samples the counters of t, of the load generator lg when not nil, and of
+// Redis when useRedis.
+func (b *bench) sampler(ctx context.Context, t target, useRedis bool, log io.Writer) func(lg *proc.Process) sample {
+	return func(lg *proc.Process) sample {
 		var s sample
 		if t.pid != 0 {
 			if v, err := cpuTicks(t.pid); err == nil {
@@ -125,7 +144,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 			s.serverRSS, _ = rss(t.pid)
 		}
 		if lg != nil {
-			if v, err := cpuTicks(lg.pid()); err == nil {
+			if v, err := cpuTicks(lg.Pid()); err == nil {
 				s.loadgenTicks, s.haveLoadgen = v, true
 			}
 		}
@@ -143,15 +162,19 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		}
 		return s
 	}
-	pre := snap(nil)
+}
 
+// load runs the load generator with args, samples the counters with snap at its "mark start" and "mark end"
+// lines (the measured interval), and returns its report and the two samples. Its other stderr lines go to log.
+func (b *bench) load(ctx context.Context, args []string, log io.Writer, snap func(*proc.Process) sample) (
+	l *result.Load, start, end sample, err error) {
 	var stdout bytes.Buffer
 	stderrR, stderrW := io.Pipe()
 	lg, err := startProc("loadgen", stderrW, &stdout, nil, b.loadgen, args...)
 	if err != nil {
-		return fail(err)
+		return nil, start, end, err
 	}
-	defer lg.stop(2 * time.Second)
+	defer func() { _ = lg.Stop(2 * time.Second) }()
 	marks := make(chan string, 2)
 	var tail strings.Builder // loadgen's other stderr lines, for the error message; read after readerDone
 	readerDone := make(chan struct{})
@@ -171,18 +194,17 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		}
 		close(marks)
 	}()
-	go func() { <-lg.done; stderrW.Close() }()
+	go func() { <-lg.Done(); stderrW.Close() }()
 
-	var start, end sample
 	for want := range 2 {
 		select {
 		case m, ok := <-marks:
 			if !ok {
 				<-readerDone
-				return fail(fmt.Errorf("loadgen exited early (%v): %s", lg.err, strings.TrimSpace(tail.String())))
+				return nil, start, end, fmt.Errorf("loadgen exited early (%v): %s", lg.Wait(), strings.TrimSpace(tail.String()))
 			}
 			if (want == 0) != (m == "mark start") {
-				return fail(fmt.Errorf("loadgen: %q out of order", m))
+				return nil, start, end, fmt.Errorf("loadgen: %q out of order", m)
 			}
 			if want == 0 {
 				start = snap(lg)
@@ -190,24 +212,28 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 				end = snap(lg)
 			}
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return nil, start, end, ctx.Err()
 		}
 	}
 	select {
-	case <-lg.done:
+	case <-lg.Done():
 	case <-ctx.Done():
-		return fail(ctx.Err())
+		return nil, start, end, ctx.Err()
 	}
 	<-readerDone
-	if lg.err != nil {
-		return fail(fmt.Errorf("loadgen: %v: %s", lg.err, strings.TrimSpace(tail.String())))
+	if err := lg.Wait(); err != nil {
+		return nil, start, end, fmt.Errorf("loadgen: %v: %s", err, strings.TrimSpace(tail.String()))
 	}
-	var l result.Load
-	if err := json.Unmarshal(stdout.Bytes(), &l); err != nil {
-		return fail(fmt.Errorf("loadgen output: %w", err))
+	l = &result.Load{}
+	if err := json.Unmarshal(stdout.Bytes(), l); err != nil {
+		return nil, start, end, fmt.Errorf("loadgen output: %w", err)
 	}
-	rr.Load = &l
+	return l, start, end, nil
+}
 
+// figures sets rr's per-decision figures from the samples before the run (pre) and at the start and end of
+// its measured interval, in which l counted its calls; ticks is USER_HZ.
+func (rr *runResult) figures(l *result.Load, pre, start, end sample, ticks float64) {
 	decisions := float64(l.Calls)
 	perDecision := func(delta float64) *float64 {
 		if decisions == 0 {
@@ -217,10 +243,10 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		return &v
 	}
 	if start.haveServer && end.haveServer {
-		rr.ServerCPUUsPerDecision = perDecision(float64(end.serverTicks-start.serverTicks) / b.ticks * 1e6)
+		rr.ServerCPUUsPerDecision = perDecision(float64(end.serverTicks-start.serverTicks) / ticks * 1e6)
 	}
 	if start.haveLoadgen && end.haveLoadgen {
-		rr.LoadgenCPUUsPerDecision = perDecision((float64(end.loadgenTicks-start.loadgenTicks)/b.ticks + l.ChildCPUS) * 1e6)
+		rr.LoadgenCPUUsPerDecision = perDecision((float64(end.loadgenTicks-start.loadgenTicks)/ticks + l.ChildCPUS) * 1e6)
 	}
 	rr.ServerRSSBefore, rr.ServerRSSEnd = pre.serverRSS, end.serverRSS
 	if start.redis != nil && end.redis != nil {
@@ -235,7 +261,6 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	if start.haveRoundTrips && end.haveRoundTrips {
 		rr.RoundTripsPerDecision = perDecision(end.roundTrips - start.roundTrips)
 	}
-	return rr
 }
 
 // startServer starts the server sc loads and waits until it serves.
@@ -255,14 +280,14 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		if err != nil {
 			return target{}, err
 		}
-		go func() { <-p.done; pw.Close() }()
+		go func() { <-p.Done(); pw.Close() }()
 		addr, err := waitListening(ctx, p, pr, log, 10*time.Second)
 		if err != nil {
-			p.stop(2 * time.Second)
+			_ = p.Stop(2 * time.Second)
 			return target{}, err
 		}
-		return target{addr: addr, domain: "bench", pid: p.pid(), cmd: b.display(b.noop, args...),
-			stop: func() { p.stop(5 * time.Second) }}, nil
+		return target{addr: addr, domain: "bench", pid: p.Pid(), cmd: b.display(b.noop, args...),
+			stop: func() { _ = p.Stop(5 * time.Second) }}, nil
 
 	case "sidecar":
 		ports, err := freePorts(2)
@@ -271,7 +296,7 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		}
 		redisURL := ""
 		if sc.Store == "redis" {
-			redisURL = b.redis.url()
+			redisURL = b.redis.URL()
 		}
 		grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
 		args := []string{"-config", b.rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
@@ -326,14 +351,14 @@ func (b *bench) startReady(ctx context.Context, log io.Writer, name string, env 
 		return target{}, err
 	}
 	if err := waitReady(ctx, p, readyURL, 30*time.Second); err != nil {
-		p.stop(2 * time.Second)
+		_ = p.Stop(2 * time.Second)
 		return target{}, err
 	}
 	cmd := b.display(bin, args...)
 	if len(env) > 0 {
 		cmd = b.sanitize(strings.Join(env, " ")) + " " + cmd
 	}
-	return target{domain: "bench", pid: p.pid(), cmd: cmd, stop: func() { p.stop(10 * time.Second) }}, nil
+	return target{domain: "bench", pid: p.Pid(), cmd: cmd, stop: func() { _ = p.Stop(10 * time.Second) }}, nil
 }
 
 func loopback(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
@@ -351,7 +376,7 @@ func (b *bench) startReference(ctx context.Context, log io.Writer) (target, erro
 	grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
 	env := []string{
 		"RUNTIME_ROOT=" + b.referenceRoot, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config",
-		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.addr, "CACHE_KEY_PREFIX=bench:",
+		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.Addr, "CACHE_KEY_PREFIX=bench:",
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[0]),
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,44 +17,28 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
 // process is the built binary running as a child.
 type process struct {
-	cmd                *exec.Cmd
+	*proc.Process
 	log                *logBuffer
 	grpcAddr, httpAddr string
-	exited             chan struct{}
-	err                error // Wait's, once exited is closed
 }
 
 // startProcess runs the binary with args and waits until it serves. It is
 // killed at the end of the test if still running.
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(binary(t), args...), log: &logBuffer{}, exited: make(chan struct{})}
-	p.cmd.Env = []string{}
-	stderr, err := p.cmd.StderrPipe()
+	p := &process{log: &logBuffer{}}
+	var err error
+	p.Process, err = proc.Start(proc.Options{Path: binary(t), Args: args, Env: []string{}, Stdout: io.Discard, Stderr: p.log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.log.Write(append(sc.Bytes(), '\n'))
-		}
-		io.Copy(io.Discard, stderr)
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-	})
+	t.Cleanup(p.Kill)
 	deadline := time.After(startTimeout)
 	for {
 		if g, h, ok := p.log.serving(); ok {
@@ -64,8 +46,8 @@ func startProcess(t *testing.T, args ...string) *process {
 			return p
 		}
 		select {
-		case <-p.exited:
-			t.Fatalf("exited (%v) before serving; log:\n%s", p.err, p.log)
+		case <-p.Done():
+			t.Fatalf("exited (%v) before serving; log:\n%s", p.Wait(), p.log)
 		case <-deadline:
 			t.Fatalf("not serving after %v; log:\n%s", startTimeout, p.log)
 		case <-time.After(5 * time.Millisecond):
@@ -197,18 +179,18 @@ func TestShutdownUnderLoad(t *testing.T) {
 	health, l := underLoad(t, p)
 
 	sig := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, health, healthpb.HealthCheckResponse_NOT_SERVING, time.Second)
 	select {
-	case <-p.exited:
+	case <-p.Done():
 	case <-time.After(5 * time.Second): // half the shutdown timeout: a Watch stream must not hold it
 		t.Fatalf("still running 5s after SIGTERM; log:\n%s", p.log)
 	}
 	records := l.finish()
-	if p.err != nil {
-		t.Errorf("exit: %v, want status 0; log:\n%s", p.err, p.log)
+	if err := p.Wait(); err != nil {
+		t.Errorf("exit: %v, want status 0; log:\n%s", err, p.log)
 	}
 	// A call the client started a moment before the signal may not have
 	// reached the server when GracefulStop's GOAWAY did; gRPC then retries
@@ -289,12 +271,12 @@ func TestShutdownDrainsRedisCalls(t *testing.T) {
 		cancel()
 	}
 	sig := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, health, healthpb.HealthCheckResponse_NOT_SERVING, 500*time.Millisecond) // while calls are held
 	select {
-	case <-p.exited:
+	case <-p.Done():
 	case <-time.After(8 * time.Second):
 		t.Fatalf("still running 8s after SIGTERM; log:\n%s", p.log)
 	}
@@ -302,8 +284,8 @@ func TestShutdownDrainsRedisCalls(t *testing.T) {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
 	records := l.finish()
-	if p.err != nil {
-		t.Errorf("exit: %v, want status 0; log:\n%s", p.err, p.log)
+	if err := p.Wait(); err != nil {
+		t.Errorf("exit: %v, want status 0; log:\n%s", err, p.log)
 	}
 	// Calls in flight when the probe found Redis asleep were blocked there.
 	if n := checkCalls(t, records, sig, sig.Sub(asleep)); n == 0 {
@@ -329,7 +311,7 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProcess(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-log-level", "debug")
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(2 * time.Second); p.log.count("rules loaded") < 2; {
@@ -342,7 +324,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := os.WriteFile(target, []byte(badRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(2 * time.Second); ; {
@@ -362,8 +344,8 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Errorf("the watcher saw %d changes, want 0 (the edit must reach the process by SIGHUP only); log:\n%s", n, p.log)
 	}
 	select {
-	case <-p.exited:
-		t.Fatalf("exited after SIGHUP: %v", p.err)
+	case <-p.Done():
+		t.Fatalf("exited after SIGHUP: %v", p.Wait())
 	default:
 	}
 }

@@ -1,6 +1,8 @@
 // Package redistest starts real Redis processes for tests: a single
 // redis-server ([Start], [StartWith]), a Redis Cluster ([StartCluster]) and a
-// Sentinel group with one master and one replica ([StartSentinel]).
+// Sentinel group with one master and one replica ([StartSentinel]). [Launch]
+// starts a single redis-server for a program, the benchmark harness, that has
+// no testing.TB.
 //
 // Every process binds 127.0.0.1 only, on a port found free just before it
 // starts (retried on a bind race), runs with persistence off

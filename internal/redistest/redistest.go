@@ -1,11 +1,9 @@
 package redistest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
 	"github.com/redis/go-redis/v9"
 )
@@ -36,8 +35,8 @@ const (
 // errAddrInUse marks a start that failed because the port was taken.
 var errAddrInUse = errors.New("address already in use")
 
-// Options configures StartWith. The zero value starts a plain TCP server,
-// exactly like Start.
+// Options configures StartWith and Launch. The zero value starts a plain TCP
+// server, exactly like Start.
 type Options struct {
 	// Args are extra redis-server arguments, for example
 	// []string{"--maxmemory", "10mb"}. They follow the defaults
@@ -47,8 +46,15 @@ type Options struct {
 	Args []string
 	// UnixSocket makes the server also listen on a unix socket in a short
 	// temporary directory (paths must stay under ~100 bytes), removed in
-	// tb.Cleanup. See Server.Socket.
+	// tb.Cleanup; with Launch the socket is redis.sock in Dir. See
+	// Server.Socket.
 	UnixSocket bool
+	// Bin is the redis-server binary; empty means redis-server on PATH.
+	Bin string
+	// Dir is the server's working directory (--dir), which holds its log,
+	// redis.log. StartWith uses a new temporary directory when it is empty;
+	// Launch requires it.
+	Dir string
 }
 
 // Server is one redis-server (or redis-sentinel) process listening on
@@ -67,8 +73,7 @@ type Server struct {
 	logPath string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd     // nil while stopped
-	done chan struct{} // closed when cmd has exited and been reaped
+	proc *proc.Process // nil while stopped
 }
 
 // Start starts a redis-server with default options, waits until it answers
@@ -85,17 +90,51 @@ func StartWith(tb testing.TB, opts Options) *Server {
 	return startServer(tb, opts, false)
 }
 
+// Launch starts a redis-server as StartWith does, for a program rather than a
+// test (the benchmark harness): it returns an error, holding the server's log,
+// instead of failing a test, and the caller stops the server with Stop.
+// opts.Dir must be set.
+func Launch(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("redistest: Launch needs Options.Dir")
+	}
+	bin := opts.Bin
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return nil, fmt.Errorf("redistest: redis-server not found on PATH (%v); install it: %s", err, installHint)
+		}
+	}
+	var sock string
+	if opts.UnixSocket {
+		sock = filepath.Join(opts.Dir, "redis.sock")
+	}
+	return newServer(ctx, bin, opts.Dir, false, serverArgs(opts, opts.Dir, sock), sock)
+}
+
 // startServer starts a redis-server; withBus also requires port+10000 (the
 // cluster bus port) to be free.
 func startServer(tb testing.TB, opts Options, withBus bool) *Server {
 	tb.Helper()
-	bin := lookPath(tb, "redis-server")
+	bin := opts.Bin
+	if bin == "" {
+		bin = lookPath(tb, "redis-server")
+	}
 	var sock string
 	if opts.UnixSocket {
 		sock = filepath.Join(sidecartest.SocketDir(tb), "redis.sock")
 	}
-	dir := tb.TempDir()
-	return start(tb, bin, dir, withBus, func(port int) ([]string, error) {
+	dir := opts.Dir
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	return start(tb, bin, dir, withBus, serverArgs(opts, dir, sock), sock)
+}
+
+// serverArgs returns the redis-server arguments for a port: the defaults
+// (see Options.Args), then opts.Args.
+func serverArgs(opts Options, dir, sock string) func(port int) ([]string, error) {
+	return func(port int) ([]string, error) {
 		args := []string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
@@ -108,16 +147,28 @@ func startServer(tb testing.TB, opts Options, withBus bool) *Server {
 			args = append(args, "--unixsocket", sock, "--unixsocketperm", "700")
 		}
 		return append(args, opts.Args...), nil
-	}, sock)
+	}
 }
 
-// start picks a free port, runs bin with argv(port) in dir and waits until it
-// is ready, retrying on a new port if the bind lost a race.
+// start is newServer for a test: it calls tb.Fatal if the server does not
+// come up, and registers tb.Cleanup to kill it.
 func start(tb testing.TB, bin, dir string, withBus bool, argv func(port int) ([]string, error), sock string) *Server {
 	tb.Helper()
-	s := &Server{bin: bin, dir: dir, sock: sock, logPath: filepath.Join(dir, "redis.log")}
+	s, err := newServer(tb.Context(), bin, dir, withBus, argv, sock)
+	if err != nil {
+		tb.Fatalf("%v", err)
+		return nil
+	}
 	// Registered after dir was made, so it runs before dir is removed.
 	tb.Cleanup(s.Stop)
+	return s
+}
+
+// newServer picks a free port, runs bin with argv(port) in dir and waits
+// until it is ready, retrying on a new port if the bind lost a race. Its
+// error holds the server's log.
+func newServer(ctx context.Context, bin, dir string, withBus bool, argv func(port int) ([]string, error), sock string) (*Server, error) {
+	s := &Server{bin: bin, dir: dir, sock: sock, logPath: filepath.Join(dir, "redis.log")}
 	var err error
 	for range bindAttempts {
 		var port int
@@ -129,15 +180,14 @@ func start(tb testing.TB, bin, dir string, withBus bool, argv func(port int) ([]
 			break
 		}
 		s.port, s.args, s.Addr = port, args, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if err = s.launch(tb.Context()); err == nil {
-			return s
+		if err = s.launch(ctx); err == nil {
+			return s, nil
 		}
 		if !errors.Is(err, errAddrInUse) {
 			break
 		}
 	}
-	tb.Fatalf("redistest: start %s: %v\n--- log ---\n%s", filepath.Base(bin), err, s.Log())
-	return nil
+	return nil, fmt.Errorf("redistest: start %s: %v\n--- log ---\n%s", filepath.Base(bin), err, s.Log())
 }
 
 // lookPath finds a binary on PATH or fails the test with an install hint.
@@ -192,26 +242,18 @@ func (s *Server) launch(ctx context.Context) error {
 		return err
 	}
 	logStart := fi.Size()
-	cmd := exec.Command(s.bin, s.args...)
-	cmd.Dir = s.dir
 	// An *os.File, not a pipe: a forked child (diskless replication sync)
 	// holding a pipe open would block Wait after SIGKILL.
-	cmd.Stdout, cmd.Stderr = f, f
-	err = cmd.Start()
+	p, err := proc.Start(proc.Options{Path: s.bin, Args: s.args, Dir: s.dir, Stdout: f, Stderr: f})
 	_ = f.Close()
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
 	s.mu.Lock()
-	s.cmd, s.done = cmd, done
+	s.proc = p
 	s.mu.Unlock()
 
-	if err := waitReady(ctx, s.Addr, cmd.Process.Pid, done); err != nil {
+	if err := waitReady(ctx, p, s.Addr); err != nil {
 		s.Stop()
 		if log := s.Log(); int64(len(log)) > logStart && strings.Contains(log[logStart:], "Address already in use") {
 			return fmt.Errorf("port %d: %w", s.port, errAddrInUse)
@@ -221,18 +263,13 @@ func (s *Server) launch(ctx context.Context) error {
 	return nil
 }
 
-// waitReady polls addr until it answers PING and INFO reports pid (so that a
-// server of another test that won the race for the port is not mistaken for
-// ours), the process exits, or readyTimeout passes.
-func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}) error {
+// waitReady polls addr until it answers PING and INFO reports p's pid (so
+// that a server of another test that won the race for the port is not
+// mistaken for ours), p exits, or readyTimeout passes.
+func waitReady(ctx context.Context, p *proc.Process, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	err := poll(ctx, func(ctx context.Context) error {
-		select {
-		case <-exited:
-			return errExited
-		default:
-		}
+	return p.WaitFor(ctx, pollInterval, func(ctx context.Context) error {
 		if _, err := do(ctx, addr, "PING"); err != nil {
 			return err
 		}
@@ -240,29 +277,21 @@ func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}
 		if err != nil {
 			return err
 		}
-		got := infoField(asString(info), "process_id")
-		if got != strconv.Itoa(pid) {
-			return fmt.Errorf("%s answered by pid %s, want %d", addr, got, pid)
+		if got := infoField(asString(info), "process_id"); got != strconv.Itoa(p.Pid()) {
+			return fmt.Errorf("%s answered by pid %s, want %d", addr, got, p.Pid())
 		}
 		return nil
 	})
-	if errors.Is(err, errExited) {
-		return errExited
-	}
-	return err
 }
 
-// errExited reports that the process died while we waited for it.
-var errExited = errors.New("process exited before it was ready")
-
-// poll calls check every pollInterval until it returns nil, returns
-// errExited, or ctx is done; then it returns the last error.
+// poll calls check every pollInterval until it returns nil or ctx is done;
+// then it returns the last error.
 func poll(ctx context.Context, check func(ctx context.Context) error) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
 		err := check(ctx)
-		if err == nil || errors.Is(err, errExited) {
+		if err == nil {
 			return err
 		}
 		select {
@@ -304,12 +333,11 @@ func (s *Server) BoundedClient(tb testing.TB) *redis.Client {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd, s.done = nil, nil
+	s.proc.Kill()
+	s.proc = nil
 }
 
 // Restart stops the process if it runs and starts it again with the same
@@ -347,10 +375,10 @@ func (s *Server) Log() string {
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.Pid()
 }
 
 // Pause freezes the process (SIGSTOP) until tb ends: connections stay open
@@ -395,102 +423,4 @@ func (s *Server) CommandStats(ctx context.Context) (map[string]int64, error) {
 		}
 	}
 	return stats, nil
-}
-
-// do sends one command to addr on a new connection and returns the reply:
-// string for simple and bulk strings, int64, []any for arrays, nil for a null.
-// A Redis error reply is returned as an error. The helper talks RESP itself
-// so that its probes add nothing but the probe to a server's command stats.
-func do(ctx context.Context, addr string, args ...string) (any, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	deadline := time.Now().Add(2 * time.Second)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	if err := c.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(c, b.String()); err != nil {
-		return nil, err
-	}
-	return readReply(bufio.NewReader(c))
-}
-
-// readReply reads one RESP2 reply.
-func readReply(r *bufio.Reader) (any, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
-		return nil, fmt.Errorf("redistest: malformed reply %q", line)
-	}
-	kind, body := line[0], line[1:len(line)-2]
-	switch kind {
-	case '+':
-		return body, nil
-	case '-':
-		return nil, fmt.Errorf("redis: %s", body)
-	case ':':
-		return strconv.ParseInt(body, 10, 64)
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		out := make([]any, n)
-		for i := range out {
-			if out[i], err = readReply(r); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("redistest: unexpected reply %q", line)
-}
-
-// asString returns v if it is a string, else "".
-func asString(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
-// infoField returns the value of key in an INFO reply, or "".
-func infoField(info, key string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// pairs turns a flat [k1 v1 k2 v2 ...] array reply into a map.
-func pairs(v any) map[string]string {
-	a, _ := v.([]any)
-	m := make(map[string]string, len(a)/2)
-	for i := 0; i+1 < len(a); i += 2 {
-		m[asString(a[i])] = asString(a[i+1])
-	}
-	return m
 }

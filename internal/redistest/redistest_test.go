@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -101,6 +104,41 @@ func TestStartWith(t *testing.T) {
 			}
 			tt.check(t, ctx, s, c)
 		})
+	}
+}
+
+// TestLaunch: without a testing.TB, in the given directory, with the given
+// binary; errors are returned, not fatal.
+func TestLaunch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	if _, err := Launch(ctx, Options{}); err == nil {
+		t.Error("Launch without Dir = nil error, want one")
+	}
+	dir := t.TempDir()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Launch(ctx, Options{Bin: bin, Dir: dir})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	defer s.Stop()
+	if got, err := s.Client(t).Ping(ctx).Result(); err != nil || got != "PONG" {
+		t.Errorf("PING = %q, %v; want PONG", got, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "redis.log")); err != nil || !strings.Contains(string(b), "Ready to accept connections") {
+		t.Errorf("%s/redis.log = %q, %v; want the server's log", dir, b, err)
+	}
+	s.Stop()
+	if s.Pid() != 0 {
+		t.Errorf("Pid() after Stop = %d, want 0", s.Pid())
+	}
+
+	_, err = Launch(ctx, Options{Dir: t.TempDir(), Args: []string{"--no-such-directive", "1"}})
+	if err == nil || !strings.Contains(err.Error(), "no-such-directive") {
+		t.Errorf("Launch with a bad argument = %v, want an error with the server's complaint", err)
 	}
 }
 

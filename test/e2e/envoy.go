@@ -94,8 +94,8 @@ func startEnvoy(t *testing.T, envoyBin, name, config string) *envoy {
 	e := &envoy{proc: p, Name: name, ledger: map[string]int{}}
 	deadline := time.Now().Add(startTimeout)
 	for e.Admin == "" {
-		if p.exited() {
-			t.Fatalf("%s exited at start: %v", name, p.err)
+		if p.Exited() {
+			t.Fatalf("%s exited at start: %v", name, p.Wait())
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: admin address not written to %s in %v", name, addrFile, startTimeout)

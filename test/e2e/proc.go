@@ -3,94 +3,39 @@
 package e2e
 
 import (
-	"errors"
-	"os/exec"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	childproc "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
 
 // stopGrace is how long a process may take to exit after SIGTERM before its
 // group is killed.
 const stopGrace = 5 * time.Second
 
-// proc is a child process owned by one test. It runs in its own process
-// group, so stopping it also stops anything it forked, and it dies with the
-// test binary (Pdeathsig) if that is killed outright.
+// proc is a child process owned by one test, its stdout and stderr kept
+// interleaved in its Output.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *sidecartest.Buffer // stdout and stderr, interleaved
-	done chan struct{}       // closed once the process has exited
-	err  error               // Wait's result, set before done is closed
-
-	stopOnce sync.Once
-	stopErr  error
+	*childproc.Process
 }
 
 // startProc starts bin with args and registers t.Cleanup to stop it and, when
 // t failed, to log its output.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out := &sidecartest.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// A grandchild holding the output pipe must not block Wait forever.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+	p, err := childproc.Start(childproc.Options{Name: name, Path: bin, Args: args})
+	if err != nil {
+		t.Fatal(err)
 	}
-	p := &proc{name: name, cmd: cmd, out: out, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		p.stop()
+		_ = p.Stop(stopGrace)
 		if t.Failed() {
-			t.Logf("--- %s (%s) output ---\n%s", name, cmd, out.String())
+			t.Logf("--- %s (%s) output ---\n%s", name, p, p.Output())
 		}
 	})
-	return p
+	return &proc{Process: p}
 }
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// output returns what the process wrote so far.
-func (p *proc) output() string { return p.out.String() }
 
 // stop sends SIGTERM to the process group, waits up to stopGrace and then
-// kills the group. It returns the exit error of a process that exited after
-// SIGTERM (nil for exit status 0), or an error saying it had to be killed or
-// had exited before. It is idempotent.
-func (p *proc) stop() error {
-	p.stopOnce.Do(func() {
-		if p.exited() {
-			p.stopErr = errors.Join(errors.New("exited before it was stopped"), p.err)
-			return
-		}
-		_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
-		select {
-		case <-p.done:
-			p.stopErr = p.err
-		case <-time.After(stopGrace):
-			_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-			<-p.done
-			p.stopErr = errors.New("did not exit within " + stopGrace.String() + " of SIGTERM; killed")
-		}
-	})
-	return p.stopErr
-}
+// kills the group; see childproc.Process.Stop for what it returns.
+func (p *proc) stop() error { return p.Stop(stopGrace) }

@@ -201,7 +201,7 @@ func TestEnvoyRateLimit(t *testing.T) {
 		// Readiness follows the store, so a Kubernetes probe sees the outage.
 		t.Run("readyz_503", func(t *testing.T) {
 			for _, s := range st.sidecars {
-				t.Logf("%s: /readyz 503 after %v", s.name, s.waitReadyz(t, http.StatusServiceUnavailable, 5*time.Second).Round(time.Millisecond))
+				t.Logf("%s: /readyz 503 after %v", s.Name(), s.waitReadyz(t, http.StatusServiceUnavailable, 5*time.Second).Round(time.Millisecond))
 			}
 		})
 
@@ -224,7 +224,7 @@ func TestEnvoyRateLimit(t *testing.T) {
 	})
 
 	t.Run("sidecars_recover_after_redis_restart", func(t *testing.T) {
-		pids := []int{st.sidecars[0].pid(), st.sidecars[1].pid()}
+		pids := []int{st.sidecars[0].Pid(), st.sidecars[1].Pid()}
 		st.redis.Restart(t)
 		restarted := time.Now()
 		poll := newClient(t)
@@ -257,8 +257,8 @@ func TestEnvoyRateLimit(t *testing.T) {
 			checkTooMany(t, r, keyLimit, "4 per 3 seconds", window3s)
 		}
 		for i, s := range st.sidecars {
-			if s.exited() || s.pid() != pids[i] {
-				t.Errorf("%s: exited %v, pid %d (was %d): want the same process throughout", s.name, s.exited(), s.pid(), pids[i])
+			if s.Exited() || s.Pid() != pids[i] {
+				t.Errorf("%s: exited %v, pid %d (was %d): want the same process throughout", s.Name(), s.Exited(), s.Pid(), pids[i])
 			}
 		}
 	})
@@ -313,7 +313,7 @@ func TestEnvoyRateLimit(t *testing.T) {
 func checkJSONLogs(t *testing.T, st *stack) {
 	for _, s := range st.sidecars {
 		if bad := s.nonJSONLines(); len(bad) > 0 {
-			t.Errorf("%s -log-format json wrote %d non-JSON line(s) to stderr, e.g.\n%s", s.name, len(bad), strings.Join(bad[:min(3, len(bad))], "\n"))
+			t.Errorf("%s -log-format json wrote %d non-JSON line(s) to stderr, e.g.\n%s", s.Name(), len(bad), strings.Join(bad[:min(3, len(bad))], "\n"))
 		}
 	}
 }

@@ -58,13 +58,13 @@ func startSidecar(t *testing.T, name string, o sidecarOptions) *sidecar {
 	s := &sidecar{proc: p}
 	deadline := time.Now().Add(startTimeout)
 	for s.GRPCAddr == "" {
-		if p.exited() {
-			t.Fatalf("%s exited before serving: %v", name, p.err)
+		if p.Exited() {
+			t.Fatalf("%s exited before serving: %v", name, p.Wait())
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: no \"serving\" log line within %v", name, startTimeout)
 		}
-		s.GRPCAddr, s.HTTPAddr, _ = sidecartest.ServingAddrs(p.output())
+		s.GRPCAddr, s.HTTPAddr, _ = sidecartest.ServingAddrs(p.Output())
 		time.Sleep(10 * time.Millisecond)
 	}
 	if s.HTTPAddr == "" {
@@ -80,8 +80,8 @@ func waitHTTP(t *testing.T, what, url string, p *proc, deadline time.Time) {
 	c := &http.Client{Timeout: time.Second}
 	var last string
 	for {
-		if p.exited() {
-			t.Fatalf("%s: process exited while waiting: %v", what, p.err)
+		if p.Exited() {
+			t.Fatalf("%s: process exited while waiting: %v", what, p.Wait())
 		}
 		resp, err := c.Get(url)
 		if err == nil {
@@ -123,7 +123,7 @@ func (s *sidecar) waitReadyz(t *testing.T, want int, timeout time.Duration) time
 			return time.Since(start)
 		}
 		if time.Since(start) > timeout {
-			t.Errorf("%s: GET /readyz = %d after %v, want %d", s.name, got, timeout, want)
+			t.Errorf("%s: GET /readyz = %d after %v, want %d", s.Name(), got, timeout, want)
 			return time.Since(start)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -134,7 +134,7 @@ func (s *sidecar) waitReadyz(t *testing.T, want int, timeout time.Duration) time
 // objects.
 func (s *sidecar) nonJSONLines() []string {
 	var bad []string
-	sc := bufio.NewScanner(strings.NewReader(s.output()))
+	sc := bufio.NewScanner(strings.NewReader(s.Output()))
 	for sc.Scan() {
 		var obj map[string]any
 		if line := sc.Text(); strings.TrimSpace(line) != "" && json.Unmarshal([]byte(line), &obj) != nil {

@@ -1,0 +1,194 @@
+package deploy_test
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Checks of the sidecar container in deploy/k8s against the sidecar's flags and the Envoy bootstrap.
+
+// setting is a sidecar flag's value as the container sets it: the flag in args (-name v, --name v,
+// -name=v), else the RLS_NAME environment variable, else the default.
+func setting(c *corev1.Container, name, def string) string {
+	args := append(slices.Clone(c.Command), c.Args...)
+	for i, a := range args {
+		for _, p := range []string{"-" + name, "--" + name} {
+			if a == p && i+1 < len(args) {
+				return args[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, p+"="); ok {
+				return v
+			}
+		}
+	}
+	env := sidecarEnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	for _, e := range c.Env {
+		if e.Name == env {
+			return e.Value
+		}
+	}
+	return def
+}
+
+func checkSidecarOrder(b *bundle) error {
+	var errs []error
+	si, s, err := b.initContainer(sidecarContainer)
+	if err != nil {
+		return err
+	}
+	ei, e, err := b.initContainer(envoyContainer)
+	if err != nil {
+		return err
+	}
+	for _, c := range []*corev1.Container{s, e} {
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			errs = append(errs, fmt.Errorf("init container %s: restartPolicy = %v, want Always (a native sidecar)", c.Name, c.RestartPolicy))
+		}
+	}
+	if si > ei {
+		errs = append(errs, fmt.Errorf("init container %s is at %d, after %s at %d: Envoy would start before the service it calls", s.Name, si, e.Name, ei))
+	}
+	if s.StartupProbe == nil {
+		errs = append(errs, fmt.Errorf("init container %s: no startupProbe, so %s does not wait for it", s.Name, e.Name))
+	}
+	return errors.Join(errs...)
+}
+
+func checkSidecarPorts(b *bundle) error {
+	var errs []error
+	_, s, err := b.initContainer(sidecarContainer)
+	if err != nil {
+		return err
+	}
+	grpcPort, err := addrPort(setting(s, "grpc-addr", sidecarGRPCAddrDefault))
+	if err != nil {
+		return fmt.Errorf("container %s: -grpc-addr: %w", s.Name, err)
+	}
+	httpPort, err := addrPort(setting(s, "http-addr", sidecarHTTPAddrDefault))
+	if err != nil {
+		return fmt.Errorf("container %s: -http-addr: %w", s.Name, err)
+	}
+	if p, err := containerPort(s, "grpc"); err != nil || p != grpcPort {
+		errs = append(errs, fmt.Errorf("container %s: port grpc = %d (%v), want -grpc-addr's %d", s.Name, p, err, grpcPort))
+	}
+	if p, err := containerPort(s, "http"); err != nil || p != httpPort {
+		errs = append(errs, fmt.Errorf("container %s: port http = %d (%v), want -http-addr's %d", s.Name, p, err, httpPort))
+	}
+	for name, p := range map[string]*corev1.Probe{"startupProbe": s.StartupProbe, "readinessProbe": s.ReadinessProbe, "livenessProbe": s.LivenessProbe} {
+		switch {
+		case p == nil:
+			errs = append(errs, fmt.Errorf("container %s: no %s", s.Name, name))
+		case p.GRPC == nil:
+			errs = append(errs, fmt.Errorf("container %s: %s is not a gRPC probe", s.Name, name))
+		case p.GRPC.Port != grpcPort:
+			errs = append(errs, fmt.Errorf("container %s: %s grpc.port = %d, want -grpc-addr's %d", s.Name, name, p.GRPC.Port, grpcPort))
+		}
+	}
+	// Envoy in the same pod dials the sidecar's gRPC port on loopback.
+	c, err := b.cluster(envoyFile, rlsCluster)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	a, err := endpoint(envoyFile, c)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if sa := a.GetSocketAddress(); sa.GetAddress() != "127.0.0.1" || int32(sa.GetPortValue()) != grpcPort {
+		errs = append(errs, fmt.Errorf("%s: cluster %s at %s:%d, want 127.0.0.1:%d, the sidecar's -grpc-addr", envoyFile, rlsCluster, sa.GetAddress(), sa.GetPortValue(), grpcPort))
+	}
+	return errors.Join(errs...)
+}
+
+func checkSidecarRulesMount(b *bundle) error {
+	_, s, err := b.initContainer(sidecarContainer)
+	if err != nil {
+		return err
+	}
+	config := setting(s, "config", "")
+	var vol *corev1.Volume
+	for i, v := range b.deployment.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == rulesConfigMap {
+			vol = &b.deployment.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	if vol == nil {
+		return fmt.Errorf("deployment: no volume of ConfigMap %s", rulesConfigMap)
+	}
+	var errs []error
+	if len(vol.ConfigMap.Items) != 0 {
+		errs = append(errs, fmt.Errorf("volume %s: items %v select keys; mount every rules file", vol.Name, vol.ConfigMap.Items))
+	}
+	var mounts []corev1.VolumeMount
+	for _, m := range s.VolumeMounts {
+		if m.Name == vol.Name {
+			mounts = append(mounts, m)
+		}
+	}
+	if len(mounts) != 1 {
+		return errors.Join(append(errs, fmt.Errorf("container %s: %d mounts of volume %s, want 1", s.Name, len(mounts), vol.Name))...)
+	}
+	m := mounts[0]
+	if m.SubPath != "" || m.SubPathExpr != "" {
+		errs = append(errs, fmt.Errorf("container %s: rules mounted with subPath %q%q: such a mount never sees ConfigMap updates", s.Name, m.SubPath, m.SubPathExpr))
+	}
+	if m.MountPath != config {
+		errs = append(errs, fmt.Errorf("container %s: rules mounted at %q, want -config's %q", s.Name, m.MountPath, config))
+	}
+	return errors.Join(errs...)
+}
+
+func checkSidecarHardening(b *bundle) error {
+	_, s, err := b.initContainer(sidecarContainer)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := s.Resources.Requests[r]; !ok {
+			errs = append(errs, fmt.Errorf("container %s: no %s request", s.Name, r))
+		}
+		if _, ok := s.Resources.Limits[r]; !ok {
+			errs = append(errs, fmt.Errorf("container %s: no %s limit", s.Name, r))
+		}
+	}
+	sc := s.SecurityContext
+	podSC := b.deployment.Spec.Template.Spec.SecurityContext
+	nonRoot := (sc != nil && sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (podSC != nil && podSC.RunAsNonRoot != nil && *podSC.RunAsNonRoot)
+	uid := sc != nil && sc.RunAsUser != nil && *sc.RunAsUser != 0
+	if !nonRoot || !uid {
+		errs = append(errs, fmt.Errorf("container %s: want runAsNonRoot and a numeric non-zero runAsUser (distroless names its user, which the kubelet cannot check)", s.Name))
+	}
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		errs = append(errs, fmt.Errorf("container %s: root filesystem not read-only", s.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// checkRedisURL: the sidecar's Redis URL names a Service of these manifests, on one of its ports.
+func checkRedisURL(b *bundle) error {
+	_, s, err := b.initContainer(sidecarContainer)
+	if err != nil {
+		return err
+	}
+	raw := setting(s, "redis-url", "")
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "redis" {
+		return fmt.Errorf("container %s: redis URL %q, want redis://host:port/db (%v)", s.Name, raw, err)
+	}
+	svc, ok := b.services[u.Hostname()]
+	if !ok {
+		return fmt.Errorf("container %s: redis URL host %q is no Service in %s", s.Name, u.Hostname(), k8sDir)
+	}
+	for _, p := range svc.Spec.Ports {
+		if strconv.Itoa(int(p.Port)) == u.Port() {
+			return nil
+		}
+	}
+	return fmt.Errorf("container %s: redis URL port %q is not a port of Service %s", s.Name, u.Port(), svc.Name)
+}
