@@ -20,17 +20,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 var update = flag.Bool("update", false, "rewrite the ConfigMaps in deploy/k8s from deploy/envoy.yaml and deploy/rules/edge.yaml")
-
-// The sidecar's contract (cmd/ratelimit-sidecar): flag defaults, and the environment prefix of its flags.
-const (
-	sidecarGRPCAddrDefault = ":8081"
-	sidecarHTTPAddrDefault = ":8082"
-	sidecarEnvPrefix       = "RLS_"
-)
 
 // Names that tie the files together.
 const (
@@ -65,7 +58,7 @@ type bundle struct {
 
 	envoyRaw, rulesRaw []byte
 	envoy              map[string]*bootstrapv3.Bootstrap // by file
-	rules              *envoyrls.Rules                   // rulesRaw, loaded
+	rules              *rules.Set                        // rulesRaw, loaded
 	compose            compose
 	envoyVersion       string // pinned in scripts/envoy.sh
 }

@@ -18,6 +18,8 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 )
 
 // Checks of the Envoy bootstraps (deploy/envoy*.yaml), and their validation by a real Envoy.
@@ -194,7 +196,7 @@ func checkEnvoyVariants(b *bundle) error {
 		service string
 		port    string
 	}{
-		rlsCluster: {"ratelimit", sidecarGRPCAddrDefault},
+		rlsCluster: {"ratelimit", config.DefaultGRPCAddr},
 		"app":      {"upstream", ":8000"},
 	} {
 		c, err := b.cluster(envoyComposeFile, cluster)

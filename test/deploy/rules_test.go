@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -18,8 +19,8 @@ import (
 
 // parseRules loads rules with the sidecar's own loader, which is strict: a file the sidecar would refuse
 // fails here too.
-func parseRules(raw []byte) (*envoyrls.Rules, error) {
-	return envoyrls.ParseRules([]string{rulesFile}, map[string][]byte{rulesFile: raw})
+func parseRules(raw []byte) (*rules.Set, error) {
+	return rules.Parse([]string{rulesFile}, map[string][]byte{rulesFile: raw})
 }
 
 // checkDescriptorShapes: every descriptor the route can send (each skip_if_absent entry present or not)
@@ -89,7 +90,7 @@ func descriptorShapes(p *routev3.RateLimit) ([][]string, error) {
 
 // limited reports whether a descriptor of keys, whatever their values, gets a limit from the rules of domain:
 // a sidecar server with those rules and an in-memory store answers it.
-func limited(r *envoyrls.Rules, domain string, keys []string) (bool, error) {
+func limited(r *rules.Set, domain string, keys []string) (bool, error) {
 	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: r})
 	if err != nil {
 		return false, err

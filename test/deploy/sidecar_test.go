@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 )
 
 // Checks of the sidecar container in deploy/k8s against the sidecar's flags and the Envoy bootstrap.
@@ -27,7 +29,7 @@ func setting(c *corev1.Container, name, def string) string {
 			}
 		}
 	}
-	env := sidecarEnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	env := config.EnvName(name)
 	for _, e := range c.Env {
 		if e.Name == env {
 			return e.Value
@@ -66,11 +68,11 @@ func checkSidecarPorts(b *bundle) error {
 	if err != nil {
 		return err
 	}
-	grpcPort, err := addrPort(setting(s, "grpc-addr", sidecarGRPCAddrDefault))
+	grpcPort, err := addrPort(setting(s, "grpc-addr", config.DefaultGRPCAddr))
 	if err != nil {
 		return fmt.Errorf("container %s: -grpc-addr: %w", s.Name, err)
 	}
-	httpPort, err := addrPort(setting(s, "http-addr", sidecarHTTPAddrDefault))
+	httpPort, err := addrPort(setting(s, "http-addr", config.DefaultHTTPAddr))
 	if err != nil {
 		return fmt.Errorf("container %s: -http-addr: %w", s.Name, err)
 	}
