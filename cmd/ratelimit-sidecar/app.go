@@ -195,6 +195,9 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 		zap.String("grpc_addr", a.grpcLis.Addr().String()),
 		zap.String("http_addr", httpAddr),
 		zap.Bool("redis", a.o.usesRedis()))
+	if !envoyrls.GeneratedEncoder() {
+		a.log.Warn("built without -tags vtprotobuf: responses are encoded by proto's reflection, which costs more CPU; build with make or the Dockerfile")
+	}
 
 	healthCtx, cancelHealth := context.WithCancel(bgCtx)
 	healthDone := make(chan struct{})

@@ -180,10 +180,7 @@ func FuzzFixRequest(f *testing.F) {
 // vtCompiled reports whether go-control-plane's generated encoders are
 // compiled in (go test -tags vtprotobuf). Without them Codec.Marshal is
 // proto's, which the tests below check too.
-var vtCompiled = func() bool {
-	_, ok := any(&rlsv3.RateLimitResponse{}).(vtMarshaler)
-	return ok
-}()
+var vtCompiled = GeneratedEncoder()
 
 // checkMarshal encodes r with Codec and with proto.Marshal: both must fail,
 // or write the same bytes. It reports whether the generated encoder took r.
@@ -390,4 +387,12 @@ func BenchmarkCodec(b *testing.B) {
 			data.Free()
 		}
 	})
+}
+
+// TestGeneratedEncoder checks that the probe agrees with the build: the
+// generated encoder is there exactly when the vtprotobuf tag is set.
+func TestGeneratedEncoder(t *testing.T) {
+	if got := GeneratedEncoder(); got != vtprotobufTag {
+		t.Errorf("GeneratedEncoder() = %v, want %v (the vtprotobuf build tag)", got, vtprotobufTag)
+	}
 }
