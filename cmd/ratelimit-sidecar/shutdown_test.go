@@ -337,6 +337,11 @@ func TestSIGHUPReloads(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The process logs before it reloads, but the test reads its stderr
+	// through a pipe and a goroutine, which may lag behind /rules.
+	for deadline := time.Now().Add(2 * time.Second); p.log.count("SIGHUP: reloading rules") < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if n := p.log.count("SIGHUP: reloading rules"); n != 2 {
 		t.Errorf("%d \"SIGHUP: reloading rules\" lines, want 2; log:\n%s", n, p.log)
 	}
