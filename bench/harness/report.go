@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -253,7 +255,35 @@ func (r *report) publish(o options) error {
 	if err := os.WriteFile(filepath.Join(o.docs, o.docName()+".png"), png, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(o.docs, o.docName()+".md"), []byte(r.markdown(o.docName()+".png")), 0o644)
+	page := filepath.Join(o.docs, o.docName()+".md")
+	old, err := os.ReadFile(page)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.WriteFile(page, []byte(spliceGenerated(string(old), r.markdown(o.docName()+".png"))), 0o644)
+}
+
+// The page -publish writes may go on past its generated part with text
+// written by hand, which a rerun keeps: the generated part runs from the
+// page's start to generatedEnd.
+const (
+	generatedStart = "<!-- The part from here to \"end of generated part\" is written by `go run ./bench/harness -publish`. -->\n"
+	generatedEnd   = "<!-- end of generated part -->\n"
+)
+
+// spliceGenerated returns the page with gen as its generated part and
+// whatever old had after its generated part; an old page without the end
+// marker is replaced whole.
+func spliceGenerated(old, gen string) string {
+	page := generatedStart + gen
+	if !strings.HasSuffix(page, "\n") {
+		page += "\n"
+	}
+	page += generatedEnd
+	if _, rest, ok := strings.Cut(old, generatedEnd); ok {
+		page += rest
+	}
+	return page
 }
 
 func (r *report) markdown(png string) string {

@@ -70,3 +70,23 @@ func TestSummarize(t *testing.T) {
 		}
 	}
 }
+
+// TestSpliceGenerated: -publish rewrites the generated part and keeps the
+// hand-written text after it; a page without markers is replaced whole.
+func TestSpliceGenerated(t *testing.T) {
+	tests := []struct {
+		name, old, gen, want string
+	}{
+		{"new page", "", "# B\n", generatedStart + "# B\n" + generatedEnd},
+		{"no markers", "# Old\ntext\n", "# B", generatedStart + "# B\n" + generatedEnd},
+		{"keeps the narrative", generatedStart + "# Old\n" + generatedEnd + "\n## Reading\nkept\n", "# New\n",
+			generatedStart + "# New\n" + generatedEnd + "\n## Reading\nkept\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := spliceGenerated(tt.old, tt.gen); got != tt.want {
+				t.Errorf("spliceGenerated(%q, %q) = %q, want %q", tt.old, tt.gen, got, tt.want)
+			}
+		})
+	}
+}
