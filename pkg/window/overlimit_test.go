@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -90,7 +91,7 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 	}
 	replicas := []*window.OverLimitCache{window.NewOverLimitCache(inner[0]), window.NewOverLimitCache(inner[1])}
 	const workers, each = 16, 25
-	admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("cached-conc", 60, 1)}, replicas...))
+	admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("cached-conc", 60, 1)}, replicas...))
 	if admitted != 60 {
 		t.Errorf("admitted %d, want exactly 60", admitted)
 	}

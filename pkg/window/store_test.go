@@ -3,8 +3,6 @@ package window_test
 import (
 	"context"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,38 +212,5 @@ func TestMemorySweepsExpiredCounters(t *testing.T) {
 	take(t, m, t0.Add(2*time.Second), window.Request{Key: "fresh", Limit: 5, Size: time.Second, Hits: 1})
 	if n := m.Len(); n != 1 {
 		t.Errorf("Len after expiry = %d, want 1", n)
-	}
-}
-
-// admitConcurrently calls take from workers goroutines, each times, with
-// the goroutine's number, and returns how many calls were allowed; an error
-// fails the test.
-func admitConcurrently(t *testing.T, workers, each int, take func(worker int) (bool, error)) int {
-	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for range each {
-				ok, err := take(w)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ok {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return int(admitted.Load())
-}
-
-// taking returns a take for admitConcurrently that sends reqs at t0 through
-// the stores in turn, by worker number (replicas sharing one Redis).
-func taking[S window.Store](reqs []window.Request, stores ...S) func(int) (bool, error) {
-	return func(w int) (bool, error) {
-		return stores[w%len(stores)].Take(context.Background(), t0, reqs, make([]window.Result, len(reqs)))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -57,7 +58,7 @@ func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 			t.Parallel()
 			s := newBatched(t, o)
 			const workers, each, limit = 32, 25, 300
-			admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("batched", limit, 1)}, s))
+			admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("batched", limit, 1)}, s))
 			if admitted != limit {
 				t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -148,7 +149,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 	const workers, each = 16, 20
 
 	hammer := func(reqs []window.Request) int {
-		return admitConcurrently(t, workers, each, taking(reqs, stores...))
+		return storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, reqs, stores...))
 	}
 	counts := func(reqs []window.Request) []uint64 {
 		check := make([]window.Request, len(reqs))

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -25,7 +26,7 @@ func TestSentinelFailover(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = client.Close() })
 	s := New(client, Options{})
-	if got := admitConcurrently(t, 8, 10, taking([]window.Request{req("before", 50, 1)}, s)); got != 50 {
+	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(t0, []window.Request{req("before", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d before failover, want 50", got)
 	}
 
@@ -50,7 +51,7 @@ func TestSentinelFailover(t *testing.T) {
 	if last != nil {
 		t.Fatalf("Take never succeeded after failover to %s: %v", newMaster, last)
 	}
-	if got := admitConcurrently(t, 8, 10, taking([]window.Request{req("after", 50, 1)}, s)); got != 50 {
+	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(t0, []window.Request{req("after", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d after failover, want 50", got)
 	}
 }

@@ -3,12 +3,11 @@ package redisstore
 import (
 	"context"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -37,39 +36,6 @@ func take(t *testing.T, s window.Store, now time.Time, reqs ...window.Request) (
 		t.Fatalf("Take: %v", err)
 	}
 	return ok, res
-}
-
-// admitConcurrently calls take from workers goroutines, each times, with
-// the goroutine's number, and returns how many calls were allowed; an error
-// fails the test.
-func admitConcurrently(t *testing.T, workers, each int, take func(worker int) (bool, error)) int {
-	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for range each {
-				ok, err := take(w)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ok {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return int(admitted.Load())
-}
-
-// taking returns a take for admitConcurrently that sends reqs at t0 through
-// the stores in turn, by worker number (replicas sharing one Redis).
-func taking[S window.Store](reqs []window.Request, stores ...S) func(int) (bool, error) {
-	return func(w int) (bool, error) {
-		return stores[w%len(stores)].Take(context.Background(), t0, reqs, make([]window.Result, len(reqs)))
-	}
 }
 
 func TestRedisKeysAreReadableWithTTL(t *testing.T) {
@@ -164,7 +130,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 			}
 		}
 		const limit, workers, each = 100, 16, 20
-		admitted := admitConcurrently(t, workers, each, taking([]window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, stores...))
+		admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, stores...))
 		if admitted != limit {
 			t.Errorf("batched %v: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
 		}
@@ -173,7 +139,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 		if res[0].Count != limit {
 			t.Errorf("batched %v: other counter = %d, want %d", batched, res[0].Count, limit)
 		}
-		admitted = admitConcurrently(t, workers, each, taking([]window.Request{req("conc-one", limit, 1)}, stores...))
+		admitted = storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("conc-one", limit, 1)}, stores...))
 		if admitted != limit {
 			t.Errorf("batched %v, one counter: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
 		}

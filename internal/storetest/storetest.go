@@ -1,0 +1,46 @@
+// Package storetest holds what the tests of window's stores share: driving
+// one or more stores from many goroutines and counting what they admit.
+package storetest
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// AdmitConcurrently calls take from workers goroutines, each times, with
+// the goroutine's number, and returns how many calls were allowed; an error
+// fails the test.
+func AdmitConcurrently(t testing.TB, workers, each int, take func(worker int) (bool, error)) int {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				ok, err := take(w)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// Taking returns a take for AdmitConcurrently that sends reqs at now through
+// the stores in turn, by worker number (replicas sharing one Redis).
+func Taking[S window.Store](now time.Time, reqs []window.Request, stores ...S) func(int) (bool, error) {
+	return func(w int) (bool, error) {
+		return stores[w%len(stores)].Take(context.Background(), now, reqs, make([]window.Result, len(reqs)))
+	}
+}
