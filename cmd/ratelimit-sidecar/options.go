@@ -93,7 +93,7 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	if !strings.HasPrefix(c.metricsPath, "/") {
 		errs = append(errs, fmt.Errorf("-metrics-path %q: want a path starting with /", c.metricsPath))
 	}
-	if c.metricsAddr != "" && c.metricsAddr == c.httpAddr {
+	if c.metricsAddr != "" && c.metricsAddr == c.httpAddr && !strings.HasSuffix(c.httpAddr, ":0") {
 		if c.metricsPath != config.DefaultMetricsPath {
 			errs = append(errs, fmt.Errorf("-metrics-addr is -http-addr %s, which serves metrics at %s, not -metrics-path %s", c.httpAddr, config.DefaultMetricsPath, c.metricsPath))
 		}
