@@ -59,7 +59,7 @@ var update = flag.Bool("update", false, "rewrite the ConfigMaps in deploy/k8s fr
 // The sidecar's contract (cmd/ratelimit-sidecar): flag defaults, and the environment prefix of its flags.
 const (
 	sidecarGRPCAddrDefault = ":8081"
-	sidecarHTTPAddrDefault = ":8082"
+	sidecarHTTPAddrDefault = ":8080"
 	sidecarEnvPrefix       = "RLS_"
 )
 
@@ -338,12 +338,12 @@ func (b *bundle) initContainer(name string) (int, *corev1.Container, error) {
 // -name=v), else the RLS_NAME environment variable, else the default.
 func setting(c *corev1.Container, name, def string) string {
 	args := append(slices.Clone(c.Command), c.Args...)
-	for i, a := range args {
+	for i := len(args) - 1; i >= 0; i-- { // the last one wins, as with package flag
 		for _, p := range []string{"-" + name, "--" + name} {
-			if a == p && i+1 < len(args) {
+			if args[i] == p && i+1 < len(args) {
 				return args[i+1]
 			}
-			if v, ok := strings.CutPrefix(a, p+"="); ok {
+			if v, ok := strings.CutPrefix(args[i], p+"="); ok {
 				return v
 			}
 		}
@@ -518,6 +518,12 @@ func checkSidecarPorts(b *bundle) error {
 	}
 	if p, err := containerPort(s, "http"); err != nil || p != httpPort {
 		errs = append(errs, fmt.Errorf("container %s: port http = %d (%v), want -http-addr's %d", s.Name, p, err, httpPort))
+	}
+	// Envoy's listeners share the pod's network with the sidecar.
+	for _, l := range b.envoy[envoyFile].GetStaticResources().GetListeners() {
+		if p := int32(listenerPort(l)); p == httpPort || p == grpcPort {
+			errs = append(errs, fmt.Errorf("container %s: port %d is also %s's listener %s in the same pod", s.Name, p, envoyFile, l.GetName()))
+		}
 	}
 	for name, p := range map[string]*corev1.Probe{"startupProbe": s.StartupProbe, "readinessProbe": s.ReadinessProbe, "livenessProbe": s.LivenessProbe} {
 		switch {
@@ -1141,6 +1147,10 @@ func TestChecksCatchMistakes(t *testing.T) {
 		}},
 		{"liveness probe on another port", checkSidecarPorts, func(b *bundle) { sidecar(b).LivenessProbe.GRPC.Port = 8082 }},
 		{"http port off", checkSidecarPorts, func(b *bundle) { sidecar(b).Args = append(sidecar(b).Args, "-http-addr=:9000") }},
+		{"http port on envoy's", checkSidecarPorts, func(b *bundle) {
+			sidecar(b).Args = append(sidecar(b).Args, "-http-addr=:8080")
+			sidecar(b).Ports[1].ContainerPort = 8080
+		}},
 		{"envoy dials another port", checkSidecarPorts, func(b *bundle) {
 			c, _ := b.cluster(envoyFile, rlsCluster)
 			a, _ := endpoint(envoyFile, c)
