@@ -127,7 +127,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", config.DefaultShutdownTimeout, "how long in-flight calls may take to finish after SIGTERM")
 	fs.DurationVar(&c.healthInterval, "health-interval", config.DefaultHealthInterval, "how often the store is pinged for readiness")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles and /rlconfig on this address (e.g. 127.0.0.1:6070); empty disables; never expose it")
-	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", config.DefaultNearLimitRatio, "share of a limit used beyond which an allowed decision counts as near_limit in metrics")
+	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", config.DefaultNearLimitRatio, "an allowed decision counts as near_limit in metrics when its hits exceed the limit times this, rounded down")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "every limit in shadow mode: counted and reported in metrics, never OVER_LIMIT")
 	fs.BoolVar(&c.quotaMode, "quota-mode", false, "every limit in quota mode (see docs/rules.md)")
 	fs.BoolVar(&c.dynamicMetadata, "response-dynamic-metadata", false, "put the limits applied and the descriptors' metadata in the response's dynamic_metadata")

@@ -140,7 +140,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 		outcome = OutcomeShadowOverLimit
 	case res.Over:
 		outcome = OutcomeOverLimit
-	case float64(remaining) <= s.near*float64(l.RequestsPerUnit):
+	case remaining < uint64(l.RequestsPerUnit) && float64(uint64(l.RequestsPerUnit)-remaining) > math.Floor(s.near*float64(l.RequestsPerUnit)):
 		outcome = OutcomeNearLimit
 	}
 	s.obs.Decision(c.domain, l, lastValue(req, owner, l), outcome)

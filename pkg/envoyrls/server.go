@@ -70,9 +70,9 @@ type Options struct {
 	// Observer is told decisions and store calls (see Observer), for
 	// metrics; nil observes nothing.
 	Observer Observer
-	// NearLimitRatio is the share of a limit used beyond which an allowed
-	// decision is OutcomeNearLimit, as envoyproxy/ratelimit's
-	// NEAR_LIMIT_RATIO; 0 is its default, 0.8.
+	// NearLimitRatio makes an allowed decision OutcomeNearLimit when the
+	// hits counted exceed the limit times it, rounded down, as
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO; 0 is its default, 0.8.
 	NearLimitRatio float64
 	// ShadowMode puts every limit in shadow mode, as envoyproxy/ratelimit's
 	// SHADOW_MODE: counted and observed, never OVER_LIMIT.
@@ -109,7 +109,7 @@ type Outcome uint8
 const (
 	OutcomeOK Outcome = iota
 	OutcomeOverLimit
-	OutcomeNearLimit // allowed with at most 1-NearLimitRatio of the limit left
+	OutcomeNearLimit // allowed, with more than NearLimitRatio of the limit used
 	OutcomeShadowOverLimit
 	OutcomeFailureMode // the store failed and the limit's failure mode answered
 )
@@ -130,7 +130,7 @@ type Server struct {
 	limits  InputLimits
 	log     *zap.Logger
 	obs     Observer
-	near    float64     // share of a limit left at or below which an allowed decision is near_limit
+	near    float64     // NearLimitRatio
 	failing atomic.Bool // the last store call failed; for transition logs
 	calls   sync.Pool
 }
@@ -165,7 +165,7 @@ func NewServer(o Options) (*Server, error) {
 		limits: o.Limits.withDefaults(),
 		log:    o.Logger,
 		obs:    o.Observer,
-		near:   1 - o.NearLimitRatio,
+		near:   o.NearLimitRatio,
 	}
 	s.calls.New = func() any { return new(call) }
 	if o.Rules != nil {
