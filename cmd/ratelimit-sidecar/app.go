@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/httpapi"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
@@ -26,18 +28,19 @@ import (
 // and close releases whatever was built. Tests run many apps in one
 // process, so close leaves nothing behind.
 type app struct {
-	o        *options
-	log      *zap.Logger
-	counters *counters
-	reg      *prometheus.Registry
-	srv      *envoyrls.Server
-	reloader *reload.Watcher
-	health   *healthService
-	grpc     *grpc.Server
-	grpcLis  net.Listener
-	httpLis  net.Listener // nil without -http-addr
-	debugLis net.Listener // nil without -debug-addr
-	http     httpServers
+	o          *options
+	log        *zap.Logger
+	counters   *counters
+	reg        *prometheus.Registry
+	srv        *envoyrls.Server
+	reloader   *reload.Watcher
+	health     *healthService
+	grpc       *grpc.Server
+	grpcLis    net.Listener
+	httpLis    net.Listener // nil without -http-addr
+	debugLis   net.Listener // nil without -debug-addr
+	metricsLis net.Listener // nil without -metrics-addr
+	http       httpServers
 	// stopHealth stops the health loop and waits for it; set by serve.
 	stopHealth func()
 	// closers release what was built, run last first by close.
@@ -84,6 +87,11 @@ func (a *app) buildServer(ctx context.Context) error {
 		Limits:    a.o.limits,
 		Logger:    a.log,
 		Observer:  recorder,
+
+		NearLimitRatio:  a.o.nearLimitRatio,
+		ShadowMode:      a.o.shadowMode,
+		QuotaMode:       a.o.quotaMode,
+		DynamicMetadata: a.o.dynamicMetadata,
 	})
 	if err != nil {
 		return err
@@ -93,6 +101,8 @@ func (a *app) buildServer(ctx context.Context) error {
 		Apply:    a.srv.SetRules,
 		Logger:   a.log,
 		OnReload: recorder.ObserveReload,
+
+		MergeDomains: a.o.mergeDomains,
 	})
 	if err != nil {
 		return err
@@ -141,6 +151,10 @@ func (a *app) buildListeners() error {
 		// Descriptor values that are not UTF-8 (Envoy copies header bytes)
 		// are counted, not refused with Internal, which Envoy fails open on.
 		grpc.ForceServerCodecV2(envoyrls.NewCodec()),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      a.o.grpcMaxAge,
+			MaxConnectionAgeGrace: a.o.grpcMaxAgeGrace,
+		}),
 	)
 	a.closers = append(a.closers, a.grpc.Stop)
 	rlsv3.RegisterRateLimitServiceServer(a.grpc, a.srv)
@@ -156,6 +170,11 @@ func (a *app) buildListeners() error {
 	if a.o.debugAddr != "" {
 		if a.debugLis, err = a.listen(a.o.debugAddr); err != nil {
 			return fmt.Errorf("-debug-addr: %w", err)
+		}
+	}
+	if a.o.metricsAddr != "" {
+		if a.metricsLis, err = a.listen(a.o.metricsAddr); err != nil {
+			return fmt.Errorf("-metrics-addr: %w", err)
 		}
 	}
 	return nil
@@ -175,7 +194,8 @@ func (a *app) listen(addr string) (net.Listener, error) {
 // value of hup, and runs the health loop, until ctx ends; then it shuts
 // down. It returns nil after a clean shutdown, or the gRPC server's error.
 func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
-	httpAddr := a.serveHTTP()
+	a.serveHTTP()
+	httpAddr := addrOf(a.httpLis)
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- a.grpc.Serve(a.grpcLis) }()
 
@@ -194,6 +214,8 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	a.log.Info("serving",
 		zap.String("grpc_addr", a.grpcLis.Addr().String()),
 		zap.String("http_addr", httpAddr),
+		zap.String("debug_addr", addrOf(a.debugLis)),
+		zap.String("metrics_addr", addrOf(a.metricsLis)),
 		zap.Bool("redis", a.o.usesRedis()))
 	if !envoyrls.GeneratedEncoder() {
 		a.log.Warn("built without -tags vtprotobuf: responses are encoded by proto's reflection, which costs more CPU; build with make or the Dockerfile")
@@ -217,23 +239,36 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	return nil
 }
 
-// serveHTTP serves the endpoints and pprof on their listeners, if any, and
-// returns the endpoints' address, "" without one.
-func (a *app) serveHTTP() (httpAddr string) {
+// addrOf is lis's address, "" for nil.
+func addrOf(lis net.Listener) string {
+	if lis == nil {
+		return ""
+	}
+	return lis.Addr().String()
+}
+
+// serveHTTP serves the endpoints, the metrics and pprof with /rlconfig on
+// their listeners, if any.
+func (a *app) serveHTTP() {
+	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
+	rules := func() any { return a.srv.Rules() }
 	if a.httpLis != nil {
-		httpAddr = a.httpLis.Addr().String()
 		a.http.serve(a.httpLis, httpapi.New(httpapi.Options{
-			Rules:       func() any { return a.srv.Rules() },
-			Ready:       a.health.ready.Ready,
-			RulesStatus: a.reloader.RulesStatus,
-			Metrics:     promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}),
+			Rules:           rules,
+			Ready:           a.health.ready.Ready,
+			RulesStatus:     a.reloader.RulesStatus,
+			Metrics:         metrics,
+			ShouldRateLimit: a.srv.ShouldRateLimit,
 		}))
 	}
 	if a.debugLis != nil {
-		a.http.serve(a.debugLis, pprofHandler())
-		a.log.Info("serving pprof", zap.String("debug_addr", a.debugLis.Addr().String()))
+		a.http.serve(a.debugLis, debugHandler(httpapi.RLConfig(rules)))
 	}
-	return httpAddr
+	if a.metricsLis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+a.o.metricsPath, metrics)
+		a.http.serve(a.metricsLis, mux)
+	}
 }
 
 // reloadOnSignal reloads the rules on each value of hup until ctx ends.

@@ -14,7 +14,8 @@ import (
 )
 
 // healthService is the process's health as gRPC (grpc.health.v1, for the
-// whole server and for the rate limit service) and GET /readyz see it. Its
+// whole server, for the rate limit service and for "ratelimit", the
+// reference's name) and GET /readyz and /healthcheck see it. Its
 // loop owns readiness until drain.
 type healthService struct {
 	hs       *health.Server
@@ -43,7 +44,12 @@ func (h *healthService) setServing(ok bool) {
 	}
 	h.hs.SetServingStatus("", st)
 	h.hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+	h.hs.SetServingStatus(refHealthService, st)
 }
+
+// refHealthService is the grpc.health.v1 service name envoyproxy/ratelimit
+// reports its health under, for probes that ask for it.
+const refHealthService = "ratelimit"
 
 // loop pings the store every interval until ctx ends: SERVING while it
 // answers (rules are loaded before the loop starts), NOT_SERVING while it

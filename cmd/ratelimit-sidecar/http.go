@@ -38,9 +38,11 @@ func (s *httpServers) stop() {
 	s.serving.Wait()
 }
 
-// pprofHandler serves Go's net/http/pprof profiles under /debug/pprof/.
-func pprofHandler() http.Handler {
+// debugHandler serves Go's net/http/pprof profiles under /debug/pprof/ and
+// rlconfig at /rlconfig, as the reference's debug port does.
+func debugHandler(rlconfig http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /rlconfig", rlconfig)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -29,15 +29,28 @@ type options struct {
 	clockSync       time.Duration // 0: windows follow the local clock
 	overLimitCache  bool
 	debugAddr       string
+	metricsAddr     string // "": metrics only on httpAddr
+	metricsPath     string
+	grpcMaxAge      time.Duration // 0: connections live for ever
+	grpcMaxAgeGrace time.Duration // 0: for ever
+	nearLimitRatio  float64
+	shadowMode      bool
+	quotaMode       bool
+	dynamicMetadata bool
+	mergeDomains    bool
 	limits          envoyrls.InputLimits
+	// refNotes are what the reference's environment asked that this
+	// project does differently, one log line each at start; see refenv.go.
+	refNotes []refNote
 	// redisGiven names the -redis-* flags given a value other than "",
 	// on the command line or by their RLS_ variable; see usesRedis.
 	redisGiven []string
 }
 
 // parseOptions resolves the settings: each flag from args, else from its
-// RLS_ variable (see config.EnvName), else its default. Every bad value is
-// reported at once.
+// RLS_ variable (see config.EnvName), else from envoyproxy/ratelimit's
+// variables (see refenv.go), else its default. Every bad value is reported
+// at once.
 func parseOptions(name string, args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
 	c := &options{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -63,6 +76,12 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 			}
 		}
 	})
+	ref, err := referenceEnv(getenv)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, ref.apply(fs, set)...)
+	c.refNotes = ref.notes
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] && strings.HasPrefix(f.Name, "redis-") && f.Value.String() != "" {
 			c.redisGiven = append(c.redisGiven, "-"+f.Name)
@@ -70,6 +89,18 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	})
 	if c.clockSync < 0 {
 		errs = append(errs, fmt.Errorf("-clock-sync-interval %v: want >= 0", c.clockSync))
+	}
+	if !strings.HasPrefix(c.metricsPath, "/") {
+		errs = append(errs, fmt.Errorf("-metrics-path %q: want a path starting with /", c.metricsPath))
+	}
+	if c.metricsAddr != "" && c.metricsAddr == c.httpAddr && !strings.HasSuffix(c.httpAddr, ":0") {
+		if c.metricsPath != config.DefaultMetricsPath {
+			errs = append(errs, fmt.Errorf("-metrics-addr is -http-addr %s, which serves metrics at %s, not -metrics-path %s", c.httpAddr, config.DefaultMetricsPath, c.metricsPath))
+		}
+		c.metricsAddr = "" // already served there
+	}
+	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
+		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
 	if c.configPath == "" {
 		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
@@ -82,7 +113,11 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required)")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", config.DefaultGRPCAddr, "gRPC listen address for ratelimit.v3 and grpc.health.v1: host:port or unix:///path")
-	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthz, /readyz, /rules and /metrics; empty disables")
+	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthcheck, /json, /rlconfig, /healthz, /readyz, /rules and /metrics; empty disables")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, at -metrics-path; empty serves them only at /metrics on -http-addr")
+	fs.StringVar(&c.metricsPath, "metrics-path", config.DefaultMetricsPath, "path of the metrics on -metrics-addr")
+	fs.DurationVar(&c.grpcMaxAge, "grpc-max-connection-age", 0, "close gRPC connections after about this long (GOAWAY), so clients rebalance; 0 never")
+	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
 	c.redis.addFlags(fs)
@@ -91,7 +126,12 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", config.DefaultShutdownTimeout, "how long in-flight calls may take to finish after SIGTERM")
 	fs.DurationVar(&c.healthInterval, "health-interval", config.DefaultHealthInterval, "how often the store is pinged for readiness")
-	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles on this address (e.g. 127.0.0.1:6060); empty disables; never expose it")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles and /rlconfig on this address (e.g. 127.0.0.1:6070); empty disables; never expose it")
+	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", config.DefaultNearLimitRatio, "an allowed decision counts as near_limit in metrics when its hits exceed the limit times this, rounded down")
+	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "every limit in shadow mode: counted and reported in metrics, never OVER_LIMIT")
+	fs.BoolVar(&c.quotaMode, "quota-mode", false, "every limit in quota mode (see docs/rules.md)")
+	fs.BoolVar(&c.dynamicMetadata, "response-dynamic-metadata", false, "put the limits applied and the descriptors' metadata in the response's dynamic_metadata")
+	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "merge rules files of the same domain instead of refusing them")
 	fs.BoolVar(&c.overLimitCache, "over-limit-cache", config.DefaultOverLimitCache, "with Redis: deny locally, until its window ends, a fixed-window counter known to be full (no Redis traffic for a key under attack)")
 	fs.DurationVar(&c.clockSync, "clock-sync-interval", config.DefaultClockSyncInterval, "how often the offset to the Redis server's clock (TIME) is measured, so replicas agree on windows; 0 uses the local clock")
 	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", config.DefaultMaxDescriptors, "most descriptors in one request")
@@ -112,6 +152,11 @@ type redisConfig struct {
 	tls             bool
 	tlsCA           string
 	tlsInsecure     bool
+	tlsSkipHostname bool
+	tlsCert         string
+	tlsKey          string
+	sentinelUser    string
+	sentinelPass    string
 	poolSize        int
 	breakerFailures int
 	breakerOpenFor  time.Duration
@@ -132,6 +177,11 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.tls, "redis-tls", false, "connect to Redis with TLS (implied by a rediss:// -redis-url)")
 	fs.StringVar(&c.tlsCA, "redis-tls-ca", "", "PEM file of the CA certificates that sign the Redis servers' certificates; default the system pool")
 	fs.BoolVar(&c.tlsInsecure, "redis-tls-insecure-skip-verify", false, "accept any Redis server certificate (testing only)")
+	fs.BoolVar(&c.tlsSkipHostname, "redis-tls-skip-hostname-verification", false, "check the Redis server certificate's chain but not its name")
+	fs.StringVar(&c.tlsCert, "redis-tls-cert", "", "PEM file of the client certificate to present to Redis (with -redis-tls-key)")
+	fs.StringVar(&c.tlsKey, "redis-tls-key", "", "PEM file of the client certificate's key")
+	fs.StringVar(&c.sentinelUser, "redis-sentinel-username", "", "ACL user name for the sentinels (not the master)")
+	fs.StringVar(&c.sentinelPass, "redis-sentinel-password", "", "password for the sentinels (not the master); prefer RLS_REDIS_SENTINEL_PASSWORD")
 	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", config.DefaultRedisBreakerFailures, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")

@@ -33,10 +33,12 @@ func redisOptions(c *options) (*redis.UniversalOptions, error) {
 	r := &c.redis
 	var p problems
 	o := &redis.UniversalOptions{
-		Username: r.username,
-		Password: r.password,
-		DB:       r.db,
-		PoolSize: r.poolSize,
+		Username:         r.username,
+		Password:         r.password,
+		SentinelUsername: r.sentinelUser,
+		SentinelPassword: r.sentinelPass,
+		DB:               r.db,
+		PoolSize:         r.poolSize,
 	}
 	o.Addrs = parseRedisAddrs(r.addrs, &p)
 	urlTLS := false
@@ -125,6 +127,9 @@ func applyRedisURL(c *options, o *redis.UniversalOptions, p *problems) (urlTLS b
 // sets the Sentinel master or cluster mode.
 func checkRedisMode(c *options, o *redis.UniversalOptions, p *problems) {
 	r := &c.redis
+	if r.mode != "sentinel" && (r.sentinelUser != "" || r.sentinelPass != "") {
+		p.add("-redis-sentinel-username and -redis-sentinel-password are for -redis-mode sentinel")
+	}
 	switch r.mode {
 	case "single":
 		if len(o.Addrs) > 1 {
@@ -189,11 +194,15 @@ func checkRedisLimits(c *options, p *problems) {
 	}
 }
 
-// applyRedisTLS sets o's TLS configuration from -redis-tls and its CA and
-// verification flags, on top of a rediss:// URL's (urlTLS).
+// applyRedisTLS sets o's TLS configuration from -redis-tls and its CA,
+// client certificate and verification flags, on top of a rediss:// URL's
+// (urlTLS).
 func applyRedisTLS(r *redisConfig, o *redis.UniversalOptions, urlTLS bool, p *problems) {
-	if (r.tlsCA != "" || r.tlsInsecure) && !r.tls && !urlTLS {
-		p.add("-redis-tls-ca and -redis-tls-insecure-skip-verify need -redis-tls (or a rediss:// URL)")
+	if (r.tlsCA != "" || r.tlsInsecure || r.tlsSkipHostname || r.tlsCert != "" || r.tlsKey != "") && !r.tls && !urlTLS {
+		p.add("-redis-tls-ca, -redis-tls-cert, -redis-tls-key, -redis-tls-insecure-skip-verify and -redis-tls-skip-hostname-verification need -redis-tls (or a rediss:// URL)")
+	}
+	if (r.tlsCert == "") != (r.tlsKey == "") {
+		p.add("-redis-tls-cert and -redis-tls-key go together")
 	}
 	if !r.tls && !urlTLS {
 		return
@@ -204,19 +213,49 @@ func applyRedisTLS(r *redisConfig, o *redis.UniversalOptions, urlTLS bool, p *pr
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	o.TLSConfig.InsecureSkipVerify = r.tlsInsecure
-	if r.tlsCA == "" {
-		return
+	if r.tlsCert != "" && r.tlsKey != "" {
+		cert, err := tls.LoadX509KeyPair(r.tlsCert, r.tlsKey)
+		if err != nil {
+			p.add("-redis-tls-cert, -redis-tls-key: %w", err)
+		} else {
+			o.TLSConfig.Certificates = []tls.Certificate{cert}
+		}
 	}
-	pem, err := os.ReadFile(r.tlsCA)
-	if err != nil {
-		p.add("-redis-tls-ca: %w", err)
-		return
+	if r.tlsCA != "" {
+		pem, err := os.ReadFile(r.tlsCA)
+		if err != nil {
+			p.add("-redis-tls-ca: %w", err)
+			return
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			p.add("-redis-tls-ca %s: no PEM certificate in it", r.tlsCA)
+		}
+		o.TLSConfig.RootCAs = pool
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		p.add("-redis-tls-ca %s: no PEM certificate in it", r.tlsCA)
+	if r.tlsSkipHostname && !r.tlsInsecure {
+		skipHostnameVerification(o.TLSConfig)
 	}
-	o.TLSConfig.RootCAs = pool
+}
+
+// skipHostnameVerification makes c check the server's certificate chain
+// against its roots but not the name in it, as the reference's
+// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION does: crypto/tls's own check, which
+// would also verify the name, is turned off and done here without it.
+func skipHostnameVerification(c *tls.Config) {
+	c.InsecureSkipVerify = true
+	roots := c.RootCAs
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("redis tls: no server certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+		for _, ic := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(ic)
+		}
+		_, err := cs.PeerCertificates[0].Verify(opts)
+		return err
+	}
 }
 
 // setRedisConnection sets what holds whatever the flags: no retries on the

@@ -135,6 +135,22 @@ func TestRedisOptions(t *testing.T) {
 		{name: "batch linger unbatched", args: []string{"-redis-addrs", "h:1", "-redis-batch-workers", "0", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
 		{name: "batch linger on a cluster", args: []string{"-redis-mode", "cluster", "-redis-addrs", "h:1", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
 		{name: "breaker open for zero", args: []string{"-redis-addrs", "h:1", "-redis-breaker-open-for", "0s"}, wantErr: "-redis-breaker-open-for"},
+		{name: "sentinel credentials", args: []string{"-redis-mode", "sentinel", "-redis-addrs", "s1:1", "-redis-master-name", "m", "-redis-sentinel-username", "su", "-redis-sentinel-password", "sp"},
+			check: func(t *testing.T, o *redis.UniversalOptions) {
+				if o.SentinelUsername != "su" || o.SentinelPassword != "sp" {
+					t.Errorf("Sentinel credentials %q %q, want su sp", o.SentinelUsername, o.SentinelPassword)
+				}
+			}},
+		{name: "skip hostname verification", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-ca", ca, "-redis-tls-skip-hostname-verification"},
+			check: func(t *testing.T, o *redis.UniversalOptions) {
+				if o.TLSConfig == nil || !o.TLSConfig.InsecureSkipVerify || o.TLSConfig.VerifyConnection == nil {
+					t.Errorf("TLSConfig = %+v, want the chain checked by VerifyConnection", o.TLSConfig)
+				}
+			}},
+		{name: "sentinel credentials without sentinel", args: []string{"-redis-addrs", "h:1", "-redis-sentinel-password", "p"}, wantErr: "are for -redis-mode sentinel"},
+		{name: "client cert without key", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-cert", ca}, wantErr: "go together"},
+		{name: "client cert not a key pair", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-cert", ca, "-redis-tls-key", notPEM}, wantErr: "-redis-tls-cert, -redis-tls-key"},
+		{name: "skip hostname without TLS", args: []string{"-redis-addrs", "h:1", "-redis-tls-skip-hostname-verification"}, wantErr: "need -redis-tls"},
 		{name: "every problem at once", args: []string{"-redis-mode", "sentinel", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
 	}
 	for _, tt := range tests {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"go.uber.org/zap"
 )
 
 // run is the command: the "validate" subcommand, or the service, which
@@ -23,6 +25,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer log.Sync()
+	for _, n := range o.refNotes {
+		if n.warn {
+			log.Warn(n.name+": "+n.text, zap.String("variable", n.name))
+		} else {
+			log.Info(n.name+": "+n.text, zap.String("variable", n.name))
+		}
+	}
 
 	// SIGHUP reloads the rules. Caught from the start: its default action
 	// would kill the process.

@@ -22,8 +22,15 @@ func EnvName(flag string) string {
 const (
 	// DefaultGRPCAddr is -grpc-addr's: ratelimit.v3 and grpc.health.v1.
 	DefaultGRPCAddr = ":8081"
-	// DefaultHTTPAddr is -http-addr's: /healthz, /readyz, /rules, /metrics.
-	DefaultHTTPAddr = ":8082"
+	// DefaultHTTPAddr is -http-addr's: /healthcheck, /json, /rlconfig,
+	// /healthz, /readyz, /rules and /metrics. It is envoyproxy/ratelimit's
+	// HTTP port, so probes of GET /healthcheck on 8080 find it.
+	DefaultHTTPAddr = ":8080"
+	// DefaultMetricsPath is -metrics-path's.
+	DefaultMetricsPath = "/metrics"
+	// DefaultNearLimitRatio is -near-limit-ratio's, envoyproxy/ratelimit's
+	// NEAR_LIMIT_RATIO default.
+	DefaultNearLimitRatio = 0.8
 	// DefaultKeyPrefix is -key-prefix's, the first part of every counter key.
 	DefaultKeyPrefix = "ratelimit"
 	// DefaultLogLevel is -log-level's.

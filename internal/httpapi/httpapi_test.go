@@ -95,3 +95,61 @@ func TestHTTPHandler(t *testing.T) {
 		t.Errorf("GET /rules without Options.Rules = %d %q, want 200 and null rules", rec.Code, got)
 	}
 }
+
+// TestReferenceEndpoints checks envoyproxy/ratelimit's endpoints:
+// /healthcheck, /json and /rlconfig.
+func TestReferenceEndpoints(t *testing.T) {
+	t.Parallel()
+	const data = `domain: d
+descriptors:
+  - key: k
+    value: v
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    descriptors:
+      - key: k2
+        shadow_mode: true
+        rate_limit: {unit: Second, requests_per_unit: 10}
+  - key: open
+    rate_limit: {unlimited: true}
+`
+	set, err := rules.Parse([]string{"d.yaml"}, map[string][]byte{"d.yaml": []byte(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready atomic.Bool
+	h := New(Options{Rules: func() any { return srv.Rules() }, Ready: ready.Load, ShouldRateLimit: srv.ShouldRateLimit})
+	kv := `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`
+	tests := []struct {
+		name, method, path, body string
+		ready                    bool
+		code                     int
+		want                     string // in the body
+	}{
+		{"healthcheck not ready", "GET", "/healthcheck", "", false, 500, ""},
+		{"healthcheck ready", "GET", "/healthcheck", "", true, 200, "OK"},
+		{"json ok", "POST", "/json", kv, true, 200, `"overallCode":"OK"`},
+		{"json over limit", "POST", "/json", kv, true, 429, `"overallCode":"OVER_LIMIT"`},
+		{"json not json", "POST", "/json", "{", true, 400, "Bad Request"},
+		{"json invalid request", "POST", "/json", `{"domain": ""}`, true, 400, "Bad Request"},
+		{"rlconfig", "GET", "/rlconfig", "", true, 200, "d.k_v: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n" +
+			"d.k_v.k2: unit=SECOND requests_per_unit=10, shadow_mode: true, quota_mode: false\n" +
+			"d.open: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n"},
+	}
+	for _, tt := range tests { // in order: /json counts
+		ready.Store(tt.ready)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body)))
+		if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
+			t.Errorf("%s: %s %s = %d %q, want %d and %q", tt.name, tt.method, tt.path, rec.Code, rec.Body, tt.code, tt.want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	RLConfig(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/rlconfig", nil))
+	if rec.Code != 200 || rec.Body.Len() != 0 {
+		t.Errorf("RLConfig(nil) = %d %q, want 200 and nothing", rec.Code, rec.Body)
+	}
+}

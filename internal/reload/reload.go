@@ -37,6 +37,10 @@ type Options struct {
 	OnReload func(err error)
 	// Now stamps the status; default time.Now.
 	Now func() time.Time
+	// MergeDomains asks rules loading to merge files of the same domain,
+	// as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG, instead of refusing
+	// them.
+	MergeDomains bool
 }
 
 // Watcher loads rules again when their files change (Run) or when asked

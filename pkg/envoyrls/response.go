@@ -18,10 +18,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// nearLimitShare is the share of a limit left at or below which an allowed
-// decision is counted as near_limit.
-const nearLimitShare = 0.2
-
 // response builds the answer from the store's results (or with none
 // needed). A counter the store failed for is left out, unless its failure
 // mode is deny: then it is over its limit until its window ends.
@@ -144,7 +140,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 		outcome = OutcomeShadowOverLimit
 	case res.Over:
 		outcome = OutcomeOverLimit
-	case float64(remaining) <= nearLimitShare*float64(l.RequestsPerUnit):
+	case remaining < uint64(l.RequestsPerUnit) && float64(uint64(l.RequestsPerUnit)-remaining) > math.Floor(s.near*float64(l.RequestsPerUnit)):
 		outcome = OutcomeNearLimit
 	}
 	s.obs.Decision(c.domain, l, lastValue(req, owner, l), outcome)

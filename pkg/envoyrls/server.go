@@ -70,6 +70,20 @@ type Options struct {
 	// Observer is told decisions and store calls (see Observer), for
 	// metrics; nil observes nothing.
 	Observer Observer
+	// NearLimitRatio makes an allowed decision OutcomeNearLimit when the
+	// hits counted exceed the limit times it, rounded down, as
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO; 0 is its default, 0.8.
+	NearLimitRatio float64
+	// ShadowMode puts every limit in shadow mode, as envoyproxy/ratelimit's
+	// SHADOW_MODE: counted and observed, never OVER_LIMIT.
+	ShadowMode bool
+	// QuotaMode puts every limit in quota mode, as envoyproxy/ratelimit's
+	// QUOTA_MODE.
+	QuotaMode bool
+	// DynamicMetadata adds the limits applied and the descriptors'
+	// metadata to the response's dynamic_metadata, as envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA.
+	DynamicMetadata bool
 }
 
 // Observer receives decisions and store calls. Implementations must be safe
@@ -95,7 +109,7 @@ type Outcome uint8
 const (
 	OutcomeOK Outcome = iota
 	OutcomeOverLimit
-	OutcomeNearLimit // allowed with at most 20% of the limit left
+	OutcomeNearLimit // allowed, with more than NearLimitRatio of the limit used
 	OutcomeShadowOverLimit
 	OutcomeFailureMode // the store failed and the limit's failure mode answered
 )
@@ -116,6 +130,7 @@ type Server struct {
 	limits  InputLimits
 	log     *zap.Logger
 	obs     Observer
+	near    float64     // NearLimitRatio
 	failing atomic.Bool // the last store call failed; for transition logs
 	calls   sync.Pool
 }
@@ -137,6 +152,12 @@ func NewServer(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.NearLimitRatio == 0 {
+		o.NearLimitRatio = 0.8
+	}
+	if o.NearLimitRatio < 0 || o.NearLimitRatio > 1 {
+		return nil, fmt.Errorf("envoyrls: Options.NearLimitRatio %v: want 0 to 1", o.NearLimitRatio)
+	}
 	s := &Server{
 		store:  o.Store,
 		prefix: o.KeyPrefix,
@@ -144,6 +165,7 @@ func NewServer(o Options) (*Server, error) {
 		limits: o.Limits.withDefaults(),
 		log:    o.Logger,
 		obs:    o.Observer,
+		near:   o.NearLimitRatio,
 	}
 	s.calls.New = func() any { return new(call) }
 	if o.Rules != nil {

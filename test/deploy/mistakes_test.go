@@ -87,6 +87,10 @@ func TestChecksCatchMistakes(t *testing.T) {
 		}},
 		{"liveness probe on another port", checkSidecarPorts, func(b *bundle) { sidecar(b).LivenessProbe.GRPC.Port = 8082 }},
 		{"http port off", checkSidecarPorts, func(b *bundle) { sidecar(b).Args = append(sidecar(b).Args, "-http-addr=:9000") }},
+		{"http port on envoy's", checkSidecarPorts, func(b *bundle) {
+			sidecar(b).Args = append(sidecar(b).Args, "-http-addr=:8080")
+			sidecar(b).Ports[1].ContainerPort = 8080
+		}},
 		{"envoy dials another port", checkSidecarPorts, func(b *bundle) {
 			c, _ := b.cluster(envoyFile, rlsCluster)
 			a, _ := endpoint(envoyFile, c)

@@ -19,12 +19,12 @@ import (
 // -name=v), else the RLS_NAME environment variable, else the default.
 func setting(c *corev1.Container, name, def string) string {
 	args := append(slices.Clone(c.Command), c.Args...)
-	for i, a := range args {
+	for i := len(args) - 1; i >= 0; i-- { // the last one wins, as with package flag
 		for _, p := range []string{"-" + name, "--" + name} {
-			if a == p && i+1 < len(args) {
+			if args[i] == p && i+1 < len(args) {
 				return args[i+1]
 			}
-			if v, ok := strings.CutPrefix(a, p+"="); ok {
+			if v, ok := strings.CutPrefix(args[i], p+"="); ok {
 				return v
 			}
 		}
@@ -81,6 +81,12 @@ func checkSidecarPorts(b *bundle) error {
 	}
 	if p, err := containerPort(s, "http"); err != nil || p != httpPort {
 		errs = append(errs, fmt.Errorf("container %s: port http = %d (%v), want -http-addr's %d", s.Name, p, err, httpPort))
+	}
+	// Envoy's listeners share the pod's network with the sidecar.
+	for _, l := range b.envoy[envoyFile].GetStaticResources().GetListeners() {
+		if p := int32(listenerPort(l)); p == httpPort || p == grpcPort {
+			errs = append(errs, fmt.Errorf("container %s: port %d is also %s's listener %s in the same pod", s.Name, p, envoyFile, l.GetName()))
+		}
 	}
 	for name, p := range map[string]*corev1.Probe{"startupProbe": s.StartupProbe, "readinessProbe": s.ReadinessProbe, "livenessProbe": s.LivenessProbe} {
 		switch {

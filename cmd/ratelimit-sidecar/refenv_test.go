@@ -1,0 +1,182 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReferenceEnv maps envoyproxy/ratelimit's variables onto options:
+// formats, precedence (flag > RLS_ > reference > default) and errors that
+// name the variable.
+func TestReferenceEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(o *options) string // "" when o is right, else what is wrong
+		wantErr string
+	}{
+		{"defaults", nil, map[string]string{"RLS_CONFIG": "r"}, func(o *options) string {
+			return want(o.httpAddr == ":8080" && o.grpcAddr == ":8081" && o.debugAddr == "" && o.metricsAddr == "" && !o.usesRedis(), "default listeners and memory store", o)
+		}, ""},
+		{"host and port", nil, map[string]string{"RLS_CONFIG": "r", "HOST": "127.0.0.1", "PORT": "9000", "GRPC_HOST": "::1", "GRPC_PORT": "9001", "DEBUG_PORT": "9002"}, func(o *options) string {
+			return want(o.httpAddr == "127.0.0.1:9000" && o.grpcAddr == "[::1]:9001" && o.debugAddr == "0.0.0.0:9002", "addresses from HOST/PORT", o)
+		}, ""},
+		{"grpc uds", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_UDS": "/tmp/rl.sock", "GRPC_PORT": "1"}, func(o *options) string {
+			return want(o.grpcAddr == "unix:///tmp/rl.sock", "GRPC_UDS wins over GRPC_PORT", o)
+		}, ""},
+		{"RLS_ beats reference", nil, map[string]string{"RLS_CONFIG": "r", "RLS_HTTP_ADDR": "127.0.0.1:1", "PORT": "2"}, func(o *options) string {
+			return want(o.httpAddr == "127.0.0.1:1" && hasNote(o, "PORT", "wins"), "RLS_HTTP_ADDR and a note on PORT", o)
+		}, ""},
+		{"flag beats RLS_ and reference", []string{"-http-addr", "127.0.0.1:3"}, map[string]string{"RLS_CONFIG": "r", "RLS_HTTP_ADDR": "127.0.0.1:1", "PORT": "2"}, func(o *options) string {
+			return want(o.httpAddr == "127.0.0.1:3", "the flag's address", o)
+		}, ""},
+		{"runtime path", nil, map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, func(o *options) string {
+			return want(o.configPath == "/data/ratelimit/config", "/data/ratelimit/config", o)
+		}, ""},
+		{"runtime app directory", nil, map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_APPDIRECTORY": "rules"}, func(o *options) string {
+			return want(o.configPath == "/data/rules", "/data/rules", o)
+		}, ""},
+		{"RLS_CONFIG beats RUNTIME_ROOT", nil, map[string]string{"RLS_CONFIG": "r", "RUNTIME_ROOT": "/data"}, func(o *options) string {
+			return want(o.configPath == "r", "RLS_CONFIG", o)
+		}, ""},
+		{"no rules anywhere", nil, nil, nil, "-config (or RLS_CONFIG) is required"},
+		{"redis single tcp", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_POOL_SIZE": "7", "REDIS_AUTH": "user:pa:ss", "REDIS_TIMEOUT": "2s"}, func(o *options) string {
+			r := o.redis
+			return want(o.usesRedis() && r.mode == "single" && r.addrs == "redis:6379" && r.poolSize == 7 && r.username == "user" && r.password == "pa:ss" && o.redisTimeout == 2*time.Second,
+				"single redis:6379, pool 7, user and password, 2s", o)
+		}, ""},
+		{"redis single unix by default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "/var/run/redis.sock", "REDIS_AUTH": "secret"}, func(o *options) string {
+			return want(o.redisURL == "unix:///var/run/redis.sock" && o.redis.username == "" && o.redis.password == "secret", "unix socket URL and password", o)
+		}, ""},
+		{"backend redis without url", nil, map[string]string{"RLS_CONFIG": "r", "BACKEND_TYPE": "redis"}, func(o *options) string {
+			return want(o.redisURL == "unix:///var/run/nutcracker/ratelimit.sock", "the reference's default socket", o)
+		}, ""},
+		{"redis sentinel", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_SENTINEL_AUTH": "sp"}, func(o *options) string {
+			r := o.redis
+			return want(r.mode == "sentinel" && r.masterName == "mymaster" && r.addrs == "s1:26379,s2:26379" && r.sentinelPass == "sp", "sentinel mymaster over s1, s2", o)
+		}, ""},
+		{"redis cluster with tls", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "a:1,b:2", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "ca.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o *options) string {
+			r := o.redis
+			return want(r.mode == "cluster" && r.addrs == "a:1,b:2" && r.tls && r.tlsCA == "ca.pem" && r.tlsSkipHostname && !r.tlsInsecure, "cluster a:1,b:2 over TLS", o)
+		}, ""},
+		{"RLS_REDIS_URL beats REDIS_URL", nil, map[string]string{"RLS_CONFIG": "r", "RLS_REDIS_URL": "redis://x:1/0", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "y:2"}, func(o *options) string {
+			return want(o.redisURL == "redis://x:1/0" && o.redis.addrs == "", "RLS_REDIS_URL only", o)
+		}, ""},
+		{"redis setting without redis", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_POOL_SIZE": "5"}, func(o *options) string {
+			return want(!o.usesRedis() && hasNote(o, "REDIS_POOL_SIZE", "in memory"), "memory store and a note", o)
+		}, ""},
+		{"behaviour", nil, map[string]string{"RLS_CONFIG": "r", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "text", "CACHE_KEY_PREFIX": "p", "NEAR_LIMIT_RATIO": "0.9",
+			"LOCAL_CACHE_SIZE_IN_BYTES": "0", "SHADOW_MODE": "true", "QUOTA_MODE": "1", "RESPONSE_DYNAMIC_METADATA": "true", "MERGE_DOMAIN_CONFIG": "true",
+			"GRPC_MAX_CONNECTION_AGE": "1h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1m"}, func(o *options) string {
+			return want(o.logLevel == "warn" && o.logFormat == "console" && o.keyPrefix == "p" && o.nearLimitRatio == 0.9 && !o.overLimitCache &&
+				o.shadowMode && o.quotaMode && o.dynamicMetadata && o.mergeDomains && o.grpcMaxAge == time.Hour && o.grpcMaxAgeGrace == time.Minute, "every behaviour variable applied", o)
+		}, ""},
+		{"local cache on", nil, map[string]string{"RLS_CONFIG": "r", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "RLS_OVER_LIMIT_CACHE": "false"}, func(o *options) string {
+			return want(!o.overLimitCache, "RLS_OVER_LIMIT_CACHE=false wins", o)
+		}, ""},
+		{"prometheus", nil, map[string]string{"RLS_CONFIG": "r", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats/prometheus"}, func(o *options) string {
+			return want(o.metricsAddr == ":19001" && o.metricsPath == "/stats/prometheus", "metrics on :19001", o)
+		}, ""},
+		{"prometheus off", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_ADDR": ":19001"}, func(o *options) string {
+			return want(o.metricsAddr == "" && hasNote(o, "PROMETHEUS_ADDR", "USE_PROMETHEUS"), "no metrics listener, a note", o)
+		}, ""},
+		{"replaced variables", nil, map[string]string{"RLS_CONFIG": "r", "USE_STATSD": "false", "STATSD_HOST": "s", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211",
+			"REDIS_PERSECOND": "true", "REDIS_PIPELINE_WINDOW": "150us", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "TRACING_ENABLED": "true", "RUNTIME_IGNOREDOTFILES": "false"}, func(o *options) string {
+			for name, w := range map[string]string{"USE_STATSD": "Prometheus", "STATSD_HOST": "Prometheus", "BACKEND_TYPE": "memcached", "MEMCACHE_HOST_PORT": "memcached",
+				"REDIS_PERSECOND": "one Redis", "REDIS_PIPELINE_WINDOW": "batch", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "never counts",
+				"TRACING_ENABLED": "tracing", "RUNTIME_IGNOREDOTFILES": "always skipped"} {
+				if !hasNote(o, name, w) {
+					return "a note on " + name + " saying " + w
+				}
+			}
+			return ""
+		}, ""},
+		{"bad port", nil, map[string]string{"RLS_CONFIG": "r", "PORT": "http"}, nil, `PORT="http": want a port number`},
+		{"bad grpc port", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_PORT": "70000"}, nil, `GRPC_PORT="70000"`},
+		{"bad redis type", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "a:1", "REDIS_TYPE": "ring"}, nil, `REDIS_TYPE="ring"`},
+		{"bad socket type", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "udp"}, nil, `REDIS_SOCKET_TYPE="udp"`},
+		{"sentinel without master", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "s1:1", "REDIS_TYPE": "sentinel"}, nil, "mastername,host:port"},
+		{"bad backend", nil, map[string]string{"RLS_CONFIG": "r", "BACKEND_TYPE": "etcd"}, nil, `BACKEND_TYPE="etcd"`},
+		{"bad bool", nil, map[string]string{"RLS_CONFIG": "r", "SHADOW_MODE": "yes"}, nil, `SHADOW_MODE="yes"`},
+		{"bad duration", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_MAX_CONNECTION_AGE": "24"}, nil, `GRPC_MAX_CONNECTION_AGE="24"`},
+		{"bad log level", nil, map[string]string{"RLS_CONFIG": "r", "LOG_LEVEL": "loud"}, nil, `LOG_LEVEL="loud"`},
+		{"bad ratio", nil, map[string]string{"RLS_CONFIG": "r", "NEAR_LIMIT_RATIO": "lots"}, nil, "NEAR_LIMIT_RATIO"},
+		{"grpc tls", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true"}, nil, "GRPC_SERVER_USE_TLS=true"},
+		{"xds", nil, map[string]string{"RLS_CONFIG": "r", "CONFIG_TYPE": "GRPC_XDS_SOTW"}, nil, "CONFIG_TYPE=GRPC_XDS_SOTW"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o, err := parseOptions("test", tt.args, env(tt.env), io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseOptions(%q, %v) error = %v, want %q", tt.args, tt.env, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseOptions(%q, %v) = %v", tt.args, tt.env, err)
+			}
+			if msg := tt.check(o); msg != "" {
+				t.Errorf("parseOptions(%q, %v) = %+v, notes %v; want %s", tt.args, tt.env, *o, o.refNotes, msg)
+			}
+		})
+	}
+}
+
+func want(ok bool, what string, _ *options) string {
+	if ok {
+		return ""
+	}
+	return what
+}
+
+func hasNote(o *options, name, text string) bool {
+	for _, n := range o.refNotes {
+		if n.name == name && strings.Contains(n.text, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReferenceEnvDefaultRuntimeRoot: with no RUNTIME_ variable, the
+// reference's default rules directory is used when it exists.
+func TestReferenceEnvDefaultRuntimeRoot(t *testing.T) {
+	t.Parallel()
+	for _, exists := range []bool{false, true} {
+		m, err := readReferenceEnv(env(nil), func(string) bool { return exists })
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := len(m.sets) == 1 && m.sets[0].flags[0] == [2]string{"config", filepath.Join(refDefaultRuntimeRoot, "config")}
+		if got != exists {
+			t.Errorf("with the default directory existing %v: sets %v", exists, m.sets)
+		}
+	}
+}
+
+// TestReferenceEnvDocumented keeps docs/compatibility.md and
+// docs/configuration.md naming every reference variable.
+func TestReferenceEnvDocumented(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{"compatibility.md", "configuration.md"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "docs", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range refVars {
+			for _, n := range r.names {
+				if !strings.Contains(string(data), "`"+n+"`") {
+					t.Errorf("docs/%s does not name `%s`", doc, n)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// refDefaultRuntimeRoot is the reference's RUNTIME_ROOT default.
+const refDefaultRuntimeRoot = "/srv/runtime_data/current"
+
+// Notes of the variables this project replaces; docs/compatibility.md has
+// the same words.
+const (
+	noteStats      = "not used: statsd is replaced by Prometheus metrics at /metrics on -http-addr (docs/operations.md#metrics)"
+	noteXDS        = "not used: rules come from files only (RUNTIME_ROOT or -config); xDS configuration is not supported"
+	noteMemcache   = "not used: memcached is not supported; counters are in Redis (REDIS_URL) or in memory"
+	notePerSecond  = "not used: one Redis holds every window; per-second limits are not sent to a second Redis"
+	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
+	noteTracing    = "not used: tracing is not supported"
+	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
+	noteGRPCTLS    = "not used: the gRPC server does not serve TLS; use a unix socket (GRPC_UDS) or the mesh's mTLS"
+	noteJitter     = "not used: a counter expires when its window ends, with no jitter"
+	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
+	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
+	noteHealthRule = "not used: health is SERVING only once rules are loaded and the store answers"
+	noteForceStart = "not used: the sidecar does not serve until its rules load"
+	noteMapper     = "not used: metric names are fixed (docs/operations.md#metrics)"
+)
+
+// refVars is every environment variable of envoyproxy/ratelimit's settings,
+// in its order.
+var refVars = []refVar{
+	{names: []string{"HOST", "PORT"}, defs: []string{"0.0.0.0", "8080"}, to: hostPort("http-addr", "PORT")},
+	{names: []string{"DEBUG_HOST", "DEBUG_PORT"}, defs: []string{"0.0.0.0", "6070"}, to: hostPort("debug-addr", "DEBUG_PORT")},
+	{names: []string{"GRPC_UDS", "GRPC_HOST", "GRPC_PORT"}, defs: []string{"", "0.0.0.0", "8081"}, to: refGRPCAddr},
+	refFlag("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", refDuration, false),
+	refFlag("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", refDuration, false),
+	{names: []string{"GRPC_SERVER_USE_TLS"}, to: refGRPCTLS},
+	{names: []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}, note: noteGRPCTLS},
+	refFlag("LOG_LEVEL", "log-level", refLogLevel, false),
+	refFlag("LOG_FORMAT", "log-format", refLogFormat, false),
+	{names: []string{"CONFIG_TYPE"}, to: refConfigType},
+	{names: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG"}, note: noteForceStart},
+	{names: []string{"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
+		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+		"XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"}, note: noteXDS},
+	{names: []string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_STATSD", "STATSD_HOST", "STATSD_PORT",
+		"EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS"}, note: noteStats},
+	{names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, defs: []string{"false", ":9090", "/metrics"}, to: refPrometheus},
+	{names: []string{"PROMETHEUS_MAPPER_YAML"}, note: noteMapper},
+	{names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, defs: []string{refDefaultRuntimeRoot, "", "config"}, to: runtimePath, always: true},
+	{names: []string{"RUNTIME_IGNOREDOTFILES"}, to: refIgnoreDotFiles},
+	{names: []string{"RUNTIME_WATCH_ROOT"}, to: refWatchRoot},
+	{names: []string{"EXPIRATION_JITTER_MAX_SECONDS"}, note: noteJitter},
+	{names: []string{"LOCAL_CACHE_SIZE_IN_BYTES"}, to: refLocalCache},
+	refFlag("NEAR_LIMIT_RATIO", "near-limit-ratio", nil, false),
+	refFlag("CACHE_KEY_PREFIX", "key-prefix", nil, false),
+	{names: []string{"BACKEND_TYPE"}, to: refBackendType},
+	{names: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, to: refStopIncrement},
+	{names: []string{"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}, note: noteHeaders},
+	{names: []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, note: noteHealthRule},
+	{names: []string{"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL"}, defs: []string{"unix", "SINGLE", "/var/run/nutcracker/ratelimit.sock"}, to: refRedisAddr, always: true},
+	refFlag("REDIS_POOL_SIZE", "redis-pool-size", intConv, true),
+	{names: []string{"REDIS_AUTH"}, to: refRedisAuth("REDIS_AUTH", "redis-username", "redis-password")},
+	refFlag("REDIS_TLS", "redis-tls", boolConv, true),
+	refFlag("REDIS_TLS_CLIENT_CERT", "redis-tls-cert", nil, true),
+	refFlag("REDIS_TLS_CLIENT_KEY", "redis-tls-key", nil, true),
+	refFlag("REDIS_TLS_CACERT", "redis-tls-ca", nil, true),
+	refFlag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", boolConv, true),
+	{names: []string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"}, note: notePipeline},
+	{names: []string{"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
+		"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH",
+		"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_TIMEOUT",
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}, note: notePerSecond},
+	{names: []string{"REDIS_SENTINEL_AUTH"}, to: refRedisAuth("REDIS_SENTINEL_AUTH", "redis-sentinel-username", "redis-sentinel-password")},
+	{names: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"}, note: noteHealthConn},
+	refFlag("REDIS_TIMEOUT", "redis-timeout", refDuration, true),
+	{names: []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR"}, note: notePoolEmpty},
+	{names: []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
+		"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}, note: noteMemcache},
+	refFlag("SHADOW_MODE", "shadow-mode", boolConv, false),
+	refFlag("QUOTA_MODE", "quota-mode", boolConv, false),
+	refFlag("RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", boolConv, false),
+	refFlag("MERGE_DOMAIN_CONFIG", "merge-domains", boolConv, false),
+	{names: []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
+		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}, note: noteTracing},
+}
+
+// refGRPCAddr: GRPC_UDS, else GRPC_HOST and GRPC_PORT.
+func refGRPCAddr(m *refMapping, v []string) error {
+	from := []string{"GRPC_UDS", "GRPC_HOST", "GRPC_PORT"}
+	if v[0] != "" {
+		m.set(from, nil, "grpc-addr", "unix://"+v[0])
+		return nil
+	}
+	return hostPort("grpc-addr", "GRPC_PORT")(m, v[1:])
+}
+
+// refGRPCTLS refuses GRPC_SERVER_USE_TLS=true: clients configured for TLS
+// could not talk to a plaintext server, so it is better not to start.
+func refGRPCTLS(_ *refMapping, v []string) error {
+	on, err := refBool("GRPC_SERVER_USE_TLS", v[0])
+	if err != nil {
+		return err
+	}
+	if on {
+		return fmt.Errorf("GRPC_SERVER_USE_TLS=true: the gRPC server does not serve TLS; use a unix socket (GRPC_UDS) or the mesh's mTLS")
+	}
+	return nil
+}
+
+// refLogLevel maps logrus's levels onto zap's.
+func refLogLevel(name, v string) (string, error) {
+	switch l := strings.ToLower(v); l {
+	case "trace", "debug":
+		return "debug", nil
+	case "info":
+		return "info", nil
+	case "warn", "warning":
+		return "warn", nil
+	case "error", "fatal", "panic":
+		return "error", nil
+	}
+	return "", fmt.Errorf("%s=%q: want trace, debug, info, warn, error, fatal or panic", name, v)
+}
+
+// refLogFormat maps text onto console.
+func refLogFormat(name, v string) (string, error) {
+	switch strings.ToLower(v) {
+	case "text":
+		return "console", nil
+	case "json":
+		return "json", nil
+	}
+	return "", fmt.Errorf("%s=%q: want text or json", name, v)
+}
+
+func refConfigType(m *refMapping, v []string) error {
+	switch v[0] {
+	case "FILE":
+		return nil
+	case "GRPC_XDS_SOTW":
+		return fmt.Errorf("CONFIG_TYPE=GRPC_XDS_SOTW: rules from xDS are not supported; mount them as files under RUNTIME_ROOT")
+	}
+	return fmt.Errorf("CONFIG_TYPE=%q: want FILE", v[0])
+}
+
+// refPrometheus serves metrics on PROMETHEUS_ADDR when USE_PROMETHEUS is
+// true, as the reference does; they are on -http-addr's /metrics anyway.
+func refPrometheus(m *refMapping, v []string) error {
+	on, err := refBool("USE_PROMETHEUS", v[0])
+	if err != nil {
+		return err
+	}
+	if !on {
+		for _, n := range []string{"PROMETHEUS_ADDR", "PROMETHEUS_PATH"} {
+			if m.getenv(n) != "" {
+				m.note(n, "not used without USE_PROMETHEUS=true; metrics are at /metrics on -http-addr", false)
+			}
+		}
+		return nil
+	}
+	if !strings.HasPrefix(v[2], "/") {
+		return fmt.Errorf("PROMETHEUS_PATH=%q: want a path starting with /", v[2])
+	}
+	m.set([]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, nil, "metrics-addr", v[1], "metrics-path", v[2])
+	return nil
+}
+
+func refIgnoreDotFiles(m *refMapping, v []string) error {
+	on, err := refBool("RUNTIME_IGNOREDOTFILES", v[0])
+	if err == nil && !on {
+		m.note("RUNTIME_IGNOREDOTFILES", "hidden files and directories (a ConfigMap's ..data) are always skipped", false)
+	}
+	return err
+}
+
+func refWatchRoot(m *refMapping, v []string) error {
+	_, err := refBool("RUNTIME_WATCH_ROOT", v[0])
+	if err == nil {
+		m.note("RUNTIME_WATCH_ROOT", "either way the rules directory and its parent are watched, and a ConfigMap's ..data swap reloads", false)
+	}
+	return err
+}
+
+// refLocalCache: the reference's local cache of full counters is our
+// over-limit cache; its size is not bounded by bytes.
+func refLocalCache(m *refMapping, v []string) error {
+	n, err := intConv("LOCAL_CACHE_SIZE_IN_BYTES", v[0])
+	if err != nil {
+		return err
+	}
+	m.set([]string{"LOCAL_CACHE_SIZE_IN_BYTES"}, nil, "over-limit-cache", fmt.Sprint(n != "0"))
+	return nil
+}
+
+func refBackendType(m *refMapping, v []string) error {
+	switch strings.ToLower(v[0]) {
+	case "redis":
+		return nil
+	case "memcache":
+		m.note("BACKEND_TYPE", noteMemcache, true)
+		return nil
+	}
+	return fmt.Errorf("BACKEND_TYPE=%q: want redis or memcache", v[0])
+}
+
+func refStopIncrement(m *refMapping, v []string) error {
+	_, err := refBool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", v[0])
+	if err == nil {
+		m.note("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "a denied request never counts here, whatever its value", false)
+	}
+	return err
+}
+
+// refRedisAddr maps REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL onto the
+// Redis address flags, with the reference's REDIS_URL forms: host:port (or
+// a socket path) for SINGLE, mastername,host:port,... for SENTINEL,
+// host:port,host:port for CLUSTER. A redis:// or rediss:// URL is taken as
+// -redis-url.
+func refRedisAddr(m *refMapping, v []string) error {
+	sock, typ, url := strings.ToLower(v[0]), strings.ToLower(v[1]), v[2]
+	if sock != "tcp" && sock != "unix" {
+		return fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", v[0])
+	}
+	if typ != "single" && typ != "sentinel" && typ != "cluster" {
+		return fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", v[1])
+	}
+	from := []string{"REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE"}
+	if !m.redis {
+		for _, n := range from {
+			if m.getenv(n) != "" {
+				m.note(n, "not used: without REDIS_URL (or BACKEND_TYPE=redis) the counters are in memory", true)
+			}
+		}
+		return nil
+	}
+	guard := []string{"redis-url", "redis-addrs", "redis-mode", "redis-master-name"}
+	var addrs []string
+	for a := range strings.SplitSeq(url, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	switch {
+	case typ == "single" && strings.Contains(url, "://"):
+		m.set(from, guard, "redis-url", url)
+	case typ == "single" && sock == "unix":
+		m.set(from, guard, "redis-url", "unix://"+url)
+	case typ == "single":
+		m.set(from, guard, "redis-addrs", url)
+	case sock == "unix":
+		return fmt.Errorf("REDIS_SOCKET_TYPE=unix: REDIS_TYPE=%s needs tcp addresses", v[1])
+	case typ == "sentinel":
+		if len(addrs) < 2 {
+			return fmt.Errorf("REDIS_URL=%q: REDIS_TYPE=SENTINEL wants mastername,host:port[,host:port...]", url)
+		}
+		m.set(from, guard, "redis-mode", "sentinel", "redis-master-name", addrs[0], "redis-addrs", strings.Join(addrs[1:], ","))
+	default:
+		m.set(from, guard, "redis-mode", "cluster", "redis-addrs", strings.Join(addrs, ","))
+	}
+	return nil
+}
+
+// refRedisAuth maps "password" or "user:password" onto two flags.
+func refRedisAuth(name, userFlag, passFlag string) func(m *refMapping, v []string) error {
+	return func(m *refMapping, v []string) error {
+		user, pass, ok := strings.Cut(v[0], ":")
+		if !ok {
+			user, pass = "", v[0]
+		}
+		if !m.redis {
+			m.setRedis(name)
+			return nil
+		}
+		m.set([]string{name}, []string{userFlag, passFlag}, userFlag, user, passFlag, pass)
+		return nil
+	}
+}
