@@ -45,7 +45,7 @@ descriptors:
 `, n, 10*n)
 }
 
-// badRules has problems on lines 4 (unit), 5 (no limit) and 6 (field).
+// badRules has problems on lines 4 (unit) and 6 (field).
 const badRules = `domain: edge
 descriptors:
   - key: k
@@ -432,8 +432,8 @@ func TestReloadMethod(t *testing.T) {
 	writeFile(t, path, badRules)
 	err = r.Reload(ctx)
 	var re *rules.Error
-	if !errors.As(err, &re) || len(re.Problems) != 3 {
-		t.Fatalf("Reload of bad rules = %v, want a *RulesError with 3 problems", err)
+	if !errors.As(err, &re) || len(re.Problems) != 2 {
+		t.Fatalf("Reload of bad rules = %v, want a *RulesError with 2 problems", err)
 	}
 	if got := limitOf(t, srv, "edge"); got != 5 {
 		t.Errorf("limit = %d after a failed Reload, want 5", got)
