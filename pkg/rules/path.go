@@ -58,8 +58,8 @@ func (l *Limit) KeyValue(i int, value string) string {
 // matched it, as envoyproxy/ratelimit builds its stats key with
 // value_to_metric, less the domain: per entry its key, then "_" and the
 // value where one shows ("route_api.http_method_GET.subject_id"). For the
-// i-th (i > 0) of a descriptor's rate_limits, "[i]" follows. It is l.Rule
-// when the limit has no ValueToMetric and no name.
+// i-th (i > 0) of a descriptor's rate_limits, "[i]" follows. For a limit
+// without a name and without value_to_metric on its path, it is l.Rule.
 func (l *Limit) AppendMetricRule(dst []byte, entries []*rlv3.RateLimitDescriptor_Entry) []byte {
 	for i := range min(len(entries), len(l.path)) {
 		if i > 0 {
