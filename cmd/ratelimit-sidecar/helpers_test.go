@@ -29,8 +29,7 @@ func goodRules(n int) string {
 	return "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(n) + "}\n"
 }
 
-// badRules has problems on lines 4 and 6 (and 5, for the descriptor left
-// without a limit).
+// badRules has problems on lines 4 and 6.
 const badRules = `domain: edge
 descriptors:
   - key: k

@@ -17,13 +17,15 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs := flag.NewFlagSet("ratelimit-sidecar validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", getenv(config.EnvName("config")), "rules file or directory to check")
+	merge := fs.Bool("merge-domains", getenv(config.EnvName("merge-domains")) == "true" || getenv("MERGE_DOMAIN_CONFIG") == "true",
+		"merge files of the same domain, as the server's -merge-domains (MERGE_DOMAIN_CONFIG)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *path == "" {
 		return errors.New("validate: -config is required")
 	}
-	set, err := rules.Load(*path)
+	set, err := rules.Options{MergeDomains: *merge}.Load(*path)
 	if err != nil {
 		return err
 	}

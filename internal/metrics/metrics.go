@@ -76,7 +76,7 @@ var _ envoyrls.Observer = (*Recorder)(nil)
 const numOutcomes = int(envoyrls.OutcomeFailureMode) + 1
 
 // decisionKey identifies a decision's labels: value is "" unless the
-// limit asks for detailed metrics.
+// limit asks for detailed metrics or value_to_metric.
 type decisionKey struct {
 	domain, rule, value string
 }
@@ -95,7 +95,7 @@ func New(o Options) (*Recorder, error) {
 	m := &Recorder{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_decisions_total",
-			Help: "Decisions per matched limit, by domain, rule (with the descriptor value for detailed_metric rules) and outcome.",
+			Help: "Decisions per matched limit, by domain, rule (with request values for detailed_metric and value_to_metric rules) and outcome.",
 		}, []string{"domain", "rule", "outcome"}),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimit_store_duration_seconds",
@@ -145,9 +145,13 @@ func New(o Options) (*Recorder, error) {
 	return m, nil
 }
 
-// Decision counts one decision. It implements envoyrls.Observer.
+// Decision counts one decision. It implements envoyrls.Observer. The rule
+// label is the limit's Rule; with DetailedMetric, Rule, "_" and value; else
+// with ValueToMetric, value (the label with request values, as
+// envoyproxy/ratelimit's value_to_metric makes it). Other limits ignore
+// value, so their labels stay bounded.
 func (m *Recorder) Decision(domain string, l *rules.Limit, value string, outcome envoyrls.Outcome) {
-	if !l.DetailedMetric {
+	if !l.DetailedMetric && (!l.ValueToMetric || value == "") {
 		value = ""
 	}
 	k := decisionKey{domain, l.Rule, value}
@@ -160,8 +164,11 @@ func (m *Recorder) Decision(domain string, l *rules.Limit, value string, outcome
 
 func (m *Recorder) newHandles(k decisionKey, detailed bool) any {
 	rule := k.rule
-	if detailed {
+	switch {
+	case detailed:
 		rule += "_" + k.value
+	case k.value != "":
+		rule = k.value // value_to_metric's label
 	}
 	var h [numOutcomes]prometheus.Counter
 	for o := range h {

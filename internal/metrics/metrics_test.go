@@ -295,6 +295,70 @@ descriptors:
 	}
 }
 
+// TestMetricsValueToMetric: value_to_metric puts the request's values in
+// the rule label as envoyproxy/ratelimit's stats key has them (less the
+// domain, which is its own label); detailed_metric takes precedence; a rule
+// with neither keeps one label whatever the values.
+func TestMetricsValueToMetric(t *testing.T) {
+	t.Parallel()
+	const v = `
+domain: v
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: both
+    value_to_metric: true
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`
+	m, reg := newTestMetrics(t, Options{})
+	rs, err := rules.Parse([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(v)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory(), Rules: rs, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range [][]string{
+		{"route", "draw", "http_method", "GET", "subject_id", "1"},
+		{"route", "draw", "http_method", "GET", "subject_id", "2"},
+		{"route", "web", "http_method", "POST", "subject_id", "1"},
+		{"both", "b1"},
+		{"plain", "p1"}, {"plain", "p2"},
+	} {
+		var entries []*rlv3.RateLimitDescriptor_Entry
+		for i := 0; i < len(e); i += 2 {
+			entries = append(entries, &rlv3.RateLimitDescriptor_Entry{Key: e[i], Value: e[i+1]})
+		}
+		if _, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "v", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := gatherText(t, reg)
+	for _, want := range []string{
+		`ratelimit_decisions_total{domain="v",outcome="ok",rule="route_draw.http_method_GET.subject_id"} 2`,
+		`ratelimit_decisions_total{domain="v",outcome="ok",rule="route_web.http_method_POST.subject_id"} 1`,
+		`ratelimit_decisions_total{domain="v",outcome="ok",rule="both_b1"} 1`,
+		`ratelimit_decisions_total{domain="v",outcome="ok",rule="plain"} 2`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q; got\n%s", want, text)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "ratelimit_decisions_total"); err != nil || n != 4*numOutcomes {
+		t.Errorf("ratelimit_decisions_total has %d series (%v), want %d", n, err, 4*numOutcomes)
+	}
+}
+
 func BenchmarkMetricsDecision(b *testing.B) {
 	m, _ := newTestMetrics(b, Options{})
 	l := &rules.Limit{Rule: "api_key"}

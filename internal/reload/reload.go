@@ -130,7 +130,7 @@ func (r *Watcher) Reload(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set, err := rules.Load(r.o.Path)
+	set, err := rules.Options{MergeDomains: r.o.MergeDomains}.Load(r.o.Path)
 	now := r.o.Now()
 	if err != nil {
 		last := r.Status().LastReload

@@ -45,7 +45,7 @@ descriptors:
 `, n, 10*n)
 }
 
-// badRules has problems on lines 4 (unit), 5 (no limit) and 6 (field).
+// badRules has problems on lines 4 (unit) and 6 (field).
 const badRules = `domain: edge
 descriptors:
   - key: k
@@ -432,8 +432,8 @@ func TestReloadMethod(t *testing.T) {
 	writeFile(t, path, badRules)
 	err = r.Reload(ctx)
 	var re *rules.Error
-	if !errors.As(err, &re) || len(re.Problems) != 3 {
-		t.Fatalf("Reload of bad rules = %v, want a *RulesError with 3 problems", err)
+	if !errors.As(err, &re) || len(re.Problems) != 2 {
+		t.Fatalf("Reload of bad rules = %v, want a *RulesError with 2 problems", err)
 	}
 	if got := limitOf(t, srv, "edge"); got != 5 {
 		t.Errorf("limit = %d after a failed Reload, want 5", got)
@@ -449,6 +449,45 @@ func TestReloadMethod(t *testing.T) {
 	cancel()
 	if err := r.Reload(cancelled); !errors.Is(err, context.Canceled) {
 		t.Errorf("Reload(cancelled ctx) = %v, want context.Canceled", err)
+	}
+}
+
+// TestReloadMergeDomains: two files of one domain load only when merging
+// is asked for (MERGE_DOMAIN_CONFIG), and then serve both files' limits.
+func TestReloadMergeDomains(t *testing.T) {
+	t.Parallel()
+	for _, merge := range []bool{false, true} {
+		t.Run(fmt.Sprint("merge=", merge), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "a.yaml"), "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+			writeFile(t, filepath.Join(dir, "b.yaml"), "domain: edge\ndescriptors:\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 50}\n")
+			srv, err := envoyrls.NewServer(envoyrls.Options{Store: window.NewMemory()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := New(Options{Path: dir, Apply: srv.SetRules, MergeDomains: merge})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.Reload(context.Background())
+			if !merge {
+				if err == nil || !strings.Contains(err.Error(), "edge") {
+					t.Fatalf("Reload of two files of domain edge without merging = %v, want an error naming the domain", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Reload with MergeDomains = %v", err)
+			}
+			if got := limitOf(t, srv, "edge"); got != 5 {
+				t.Errorf("limit of k = %d, want 5 from a.yaml", got)
+			}
+			resp, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("j", "x")}})
+			if err != nil || resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 50 {
+				t.Errorf("limit of j = %v (%v), want 50 from b.yaml", resp.GetStatuses(), err)
+			}
+		})
 	}
 }
 

@@ -25,10 +25,12 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
 	var worst *rules.Limit
+	var unlimited bool
 	for k, l := range c.limits {
 		slot := c.slot[k]
 		if slot < 0 {
-			continue // unlimited: OK without a current limit
+			unlimited = true
+			continue
 		}
 		r, res := &c.reqs[slot], c.res[slot]
 		var remaining uint64
@@ -75,10 +77,24 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			}
 		}
 	}
+	if unlimited {
+		markUnlimited(resp, c)
+	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		addTooManyRequests(resp, req.Domain, retry, worst)
 	}
 	return resp
+}
+
+// markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
+// does, and no current_limit, for a descriptor with an unlimited limit
+// where no other limit of it reported one.
+func markUnlimited(resp *rlsv3.RateLimitResponse, c *call) {
+	for k, slot := range c.slot {
+		if st := resp.Statuses[c.owner[k]]; slot < 0 && st.CurrentLimit == nil {
+			st.LimitRemaining = math.MaxUint32
+		}
+	}
 }
 
 // oneStatus is a response of one status, the usual answer, in one
@@ -143,19 +159,24 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 	case remaining < uint64(l.RequestsPerUnit) && float64(uint64(l.RequestsPerUnit)-remaining) > math.Floor(s.near*float64(l.RequestsPerUnit)):
 		outcome = OutcomeNearLimit
 	}
-	s.obs.Decision(c.domain, l, lastValue(req, owner, l), outcome)
+	s.obs.Decision(c.domain, l, metricValue(req, owner, l), outcome)
 }
 
-// lastValue is the value an Observer is given: the descriptor's last value
-// for a limit with DetailedMetric, else "", as Observer promises. (Metrics
-// blanks it again itself: its handle cache must not grow with client input
-// whoever calls it.)
-func lastValue(req *rlsv3.RateLimitRequest, owner int, l *rules.Limit) string {
-	if !l.DetailedMetric {
-		return ""
-	}
+// metricValue is the value an Observer is given, as Observer promises:
+// for a limit with DetailedMetric the descriptor's last value as its
+// counter key has it, else for one with ValueToMetric its label with the
+// request's values (built anew: one allocation per decision, for these
+// rules alone), else "". (Metrics blanks it again itself: its handle cache
+// must not grow with client input whoever calls it.)
+func metricValue(req *rlsv3.RateLimitRequest, owner int, l *rules.Limit) string {
 	e := req.Descriptors[owner].Entries
-	return e[len(e)-1].Value
+	switch {
+	case l.DetailedMetric:
+		return l.KeyValue(len(e)-1, e[len(e)-1].Value)
+	case l.ValueToMetric:
+		return string(l.AppendMetricRule(nil, e))
+	}
+	return ""
 }
 
 // failureResponse decides a request whose store call failed, wholly or (on
@@ -194,7 +215,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 			unavailable = true
 		}
 		if s.obs != nil {
-			s.obs.Decision(c.domain, l, lastValue(req, c.owner[k], l), OutcomeFailureMode)
+			s.obs.Decision(c.domain, l, metricValue(req, c.owner[k], l), OutcomeFailureMode)
 		}
 	}
 	s.log.Debug("store failed", zap.String("domain", req.Domain), zap.Bool("deny", deny), zap.Bool("unavailable", unavailable), zap.Error(err))

@@ -94,9 +94,11 @@ type Observer interface {
 	// for, with OutcomeFailureMode. It is not called for unlimited limits,
 	// for limits whose counter was skipped (not read: another counter of
 	// the request was known full), for the answered limits of a request
-	// that gets Unavailable, or for invalid requests. value is the
-	// descriptor's last value when l.DetailedMetric, else "": raw client
-	// input reaches an observer only for rules that ask for it.
+	// that gets Unavailable, or for invalid requests. value carries
+	// request values only for rules that ask for them: with
+	// l.DetailedMetric, the descriptor's last value (the pattern, for a
+	// share_threshold wildcard); else with l.ValueToMetric, the whole
+	// label l.AppendMetricRule builds; else "".
 	Decision(domain string, l *rules.Limit, value string, outcome Outcome)
 	// StoreCall is called once per store call with its latency and error.
 	StoreCall(d time.Duration, err error)
@@ -258,7 +260,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		if c.owner[k] != keyOwner {
 			// Several limits of one descriptor (rate_limits) share its key.
 			// (A descriptor with an override has that one limit alone.)
-			c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l.Override)
+			c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l)
 			key, keyOwner = string(c.key), c.owner[k]
 		}
 		c.reqs = append(c.reqs, window.Request{
@@ -298,13 +300,16 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 }
 
 // appendKey builds a counter key (see window.AppendKeyHead) straight from
-// Envoy's entries, so no copy is made per request.
-func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry, override bool) []byte {
+// Envoy's entries, so no copy is made per request, for the counters of l, a
+// limit the entries matched: an entry that matched a share_threshold
+// wildcard is keyed by its pattern (Limit.KeyValue), so all the values it
+// matches share the counter.
+func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *rules.Limit) []byte {
 	dst = window.AppendKeyHead(dst, s.prefix, domain)
-	for _, e := range entries {
-		dst = window.AppendKeyEntry(dst, e.Key, e.Value)
+	for i, e := range entries {
+		dst = window.AppendKeyEntry(dst, e.Key, l.KeyValue(i, e.Value))
 	}
-	if override {
+	if l.Override {
 		dst = window.AppendKeyQualifier(dst, "override")
 	}
 	return window.AppendKeyEnd(dst)

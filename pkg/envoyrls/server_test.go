@@ -740,3 +740,113 @@ func TestTooManyRequestsReuse(t *testing.T) {
 		t.Error("a denial with a new retry-after reused the old body")
 	}
 }
+
+// TestShareThresholdCounters: with share_threshold every value a wildcard
+// matches counts on one counter, keyed by the pattern, also when the limit
+// is on a descriptor below the wildcard; without it each value has its own.
+func TestShareThresholdCounters(t *testing.T) {
+	t.Parallel()
+	const shared = `
+domain: s
+descriptors:
+  - key: files
+    value: "files/*"
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: own
+    value: "own/*"
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: route
+    value: "api/*/users"
+    share_threshold: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 2}
+`
+	type call struct {
+		entries []string
+		want    rlsv3.RateLimitResponse_Code
+	}
+	tests := []struct {
+		name  string
+		calls []call
+	}{
+		{"values share the pattern's counter", []call{
+			{[]string{"files", "files/a.pdf"}, okCode},
+			{[]string{"files", "files/b.csv"}, okCode},
+			{[]string{"files", "files/c.txt"}, overCode},
+			{[]string{"files", "files/*"}, overCode},
+		}},
+		{"without share_threshold each value has its own", []call{
+			{[]string{"own", "own/a"}, okCode},
+			{[]string{"own", "own/a"}, okCode},
+			{[]string{"own", "own/a"}, overCode},
+			{[]string{"own", "own/b"}, okCode},
+		}},
+		{"below the wildcard: shared per other entries' values", []call{
+			{[]string{"route", "api/v1/users", "user", "alice"}, okCode},
+			{[]string{"route", "api/v2/users", "user", "alice"}, okCode},
+			{[]string{"route", "api/v3/users", "user", "alice"}, overCode},
+			{[]string{"route", "api/v1/users", "user", "bob"}, okCode},
+		}},
+	}
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			for _, tt := range tests {
+				f := newFixture(t, newStore(t), shared)
+				for i, c := range tt.calls {
+					if got := f.call(t, "s", desc(c.entries...)).OverallCode; got != c.want {
+						t.Errorf("%s: call %d %v = %v, want %v", tt.name, i, c.entries, got, c.want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestObserverValueToMetric: a limit under value_to_metric is observed with
+// envoyproxy/ratelimit's label (request values where value_to_metric asks
+// for them, the pattern where share_threshold keeps it); detailed_metric
+// takes precedence; other limits get no request value.
+func TestObserverValueToMetric(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	f := newFixture(t, window.NewMemory(), `
+domain: v
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: shared
+    value: "api/*"
+    share_threshold: true
+    value_to_metric: true
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 60}
+`, func(o *Options) { o.Observer = rec })
+	tests := []struct {
+		entries []string
+		want    string
+	}{
+		{[]string{"route", "draw", "http_method", "GET", "subject_id", "42"}, "v/route.http_method.subject_id/route_draw.http_method_GET.subject_id/ok"},
+		{[]string{"shared", "api/v1"}, "v/shared_api/*/api/*/ok"},
+		{[]string{"plain", "secret"}, "v/plain//ok"},
+	}
+	for _, tt := range tests {
+		f.call(t, "v", desc(tt.entries...))
+		rec.mu.Lock()
+		got := rec.decisions[len(rec.decisions)-1]
+		rec.mu.Unlock()
+		if got != tt.want {
+			t.Errorf("decision for %v = %q, want %q", tt.entries, got, tt.want)
+		}
+	}
+}

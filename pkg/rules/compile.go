@@ -9,17 +9,20 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// Compile checks decoded files and builds their Set: each file one domain,
-// its limits resolved (inherited failure modes and algorithms, window
-// sizes, rule names) into the match tree. It returns every problem of every
-// file at once as an *Error. The Set keeps the files for MarshalJSON:
-// callers must not modify them afterwards.
-func Compile(files []*File) (*Set, error) {
+// Compile checks decoded files and builds their Set with the zero Options:
+// each file one domain, its limits resolved (inherited failure modes and
+// algorithms, window sizes, rule names) into the match tree. It returns
+// every problem of every file at once as an *Error. The Set keeps the files
+// for MarshalJSON: callers must not modify them afterwards.
+func Compile(files []*File) (*Set, error) { return Options{}.Compile(files) }
+
+// Compile is Compile with o.
+func (o Options) Compile(files []*File) (*Set, error) {
 	names := make([]string, len(files))
 	for i, f := range files {
 		names[i] = f.Name
 	}
-	b := newBuilder(names)
+	b := newBuilder(o, names)
 	for _, f := range files {
 		b.add(f.Name, f, nil)
 	}
@@ -28,14 +31,15 @@ func Compile(files []*File) (*Set, error) {
 
 // builder compiles files one by one into a Set.
 type builder struct {
+	opts     Options
 	set      *Set
-	seen     map[string]Problem // domain -> where it was defined
+	seen     map[string]Problem // domain -> where it was first defined
 	problems []Problem
 }
 
 // newBuilder returns a builder of a Set from files, in order.
-func newBuilder(files []string) *builder {
-	return &builder{set: &Set{domains: make(map[string]*Domain), files: files}, seen: make(map[string]Problem)}
+func newBuilder(o Options, files []string) *builder {
+	return &builder{opts: o, set: &Set{domains: make(map[string]*Domain), files: files}, seen: make(map[string]Problem)}
 }
 
 // add compiles f, named name, whose decoding found decoded; f is nil when
@@ -53,13 +57,45 @@ func (b *builder) add(name string, f *File, decoded []Problem) {
 	if dom == nil || len(c.problems) > 0 {
 		return
 	}
-	if first, dup := b.seen[dom.Name]; dup {
+	first, dup := b.seen[dom.Name]
+	switch {
+	case !dup:
+		b.seen[dom.Name] = Problem{File: name, Line: f.at("domain")}
+		b.set.domains[dom.Name] = dom
+	case !b.opts.MergeDomains:
 		b.problems = append(b.problems, Problem{File: name, Line: f.at("domain"), Field: "domain",
 			Msg: fmt.Sprintf("domain %q is already defined in %s:%d", dom.Name, first.File, first.Line)})
-		return
+	default:
+		b.merge(b.set.domains[dom.Name], dom, f, first)
 	}
-	b.seen[dom.Name] = Problem{File: name, Line: f.at("domain")}
-	b.set.domains[dom.Name] = dom
+}
+
+// merge adds dom, compiled from f, to into, the domain of the same name
+// that earlier files defined (first says where), as envoyproxy/ratelimit's
+// MERGE_DOMAIN_CONFIG does: f's top-level descriptors join into's, after
+// them (so its wildcards come later in order), and one that is already
+// there is a duplicate, named with both files. The files must resolve the
+// domain's failure_mode and algorithm alike, since a domain has one of each.
+func (b *builder) merge(into, dom *Domain, f *File, first Problem) {
+	fail := func(line int, field, format string, args ...any) {
+		b.problems = append(b.problems, Problem{File: f.Name, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if dom.FailureMode != into.FailureMode {
+		fail(f.at("failure_mode"), "failure_mode", "domain %q has failure_mode %s here and %s in %s: files merged into one domain must agree",
+			dom.Name, dom.FailureMode, into.FailureMode, first.File)
+	}
+	if dom.Algorithm != into.Algorithm {
+		fail(f.at("algorithm"), "algorithm", "domain %q has algorithm %s here and %s in %s: files merged into one domain must agree",
+			dom.Name, dom.Algorithm, into.Algorithm, first.File)
+	}
+	for _, n := range dom.top {
+		if dup := into.root.add(n); dup != nil {
+			fail(n.line, n.field, "%s", duplicate(n, dup, f.Name))
+			continue
+		}
+		into.top = append(into.top, n)
+	}
+	into.files = append(into.files, f)
 }
 
 func (b *builder) done() (*Set, error) {
@@ -70,6 +106,9 @@ func (b *builder) done() (*Set, error) {
 }
 
 // compiler checks one file and builds its domain, collecting every problem.
+// It reports no problem of a value that Decode already reported (Pos.bad),
+// and no missing field in a mapping that had an unknown one, which is
+// likely that field misspelled: one mistake, one problem.
 type compiler struct {
 	file     string
 	problems []Problem
@@ -82,12 +121,19 @@ func (c *compiler) fail(line int, field, format string, args ...any) {
 
 // required reports a string field that is missing or empty.
 func (c *compiler) required(p Pos, field, value string) {
-	if !p.given(field, value != "") {
-		c.fail(p.Line, p.field(field), "missing")
-	} else if value == "" {
+	switch {
+	case p.bad(field):
+	case !p.given(field, value != ""):
+		if !p.unknown {
+			c.fail(p.Line, p.field(field), "missing")
+		}
+	case value == "":
 		c.fail(p.at(field), p.field(field), "empty")
 	}
 }
+
+// setting reports whether p's field is given with a value to check.
+func setting(p Pos, field, value string) bool { return p.given(field, value != "") && !p.bad(field) }
 
 // failureMode parses p's failure_mode; ok is false, and the problem
 // reported, for an unknown one.
@@ -108,41 +154,64 @@ func (c *compiler) algorithm(p Pos, s string) window.Algorithm {
 }
 
 func (c *compiler) domain(f *File) *Domain {
-	dom := &Domain{Name: f.Domain, FailureMode: FailError, root: &node{}, file: f}
-	if f.given("failure_mode", f.FailureMode != "") {
+	dom := &Domain{Name: f.Domain, FailureMode: FailError, root: &node{}, files: []*File{f}}
+	if setting(f.Pos, "failure_mode", f.FailureMode) {
 		if m, ok := c.failureMode(f.Pos, f.FailureMode); ok {
 			dom.FailureMode = m
 		}
 	}
-	if f.given("algorithm", f.Algorithm != "") {
+	if setting(f.Pos, "algorithm", f.Algorithm) {
 		dom.Algorithm = c.algorithm(f.Pos, f.Algorithm)
 	}
 	c.alg = dom.Algorithm
 	c.required(f.Pos, "domain", f.Domain)
 	for i := range f.Descriptors {
-		c.descriptor(&f.Descriptors[i], dom.root, "", dom.FailureMode)
+		if n := c.descriptor(&f.Descriptors[i], dom.root, nil, "", dom.FailureMode); n != nil {
+			dom.top = append(dom.top, n)
+		}
 	}
 	return dom
 }
 
-// descriptor compiles d and what is below it into a child of parent; path
+// descriptor compiles d and what is below it into a child of parent, and
+// returns the child, or nil when it could not be filed there; steps, path
 // and mode are the parent's.
-func (c *compiler) descriptor(d *Descriptor, parent *node, path string, mode FailureMode) {
-	if d.given("failure_mode", d.FailureMode != "") {
+func (c *compiler) descriptor(d *Descriptor, parent *node, steps []step, path string, mode FailureMode) *node {
+	if setting(d.Pos, "failure_mode", d.FailureMode) {
 		if m, ok := c.failureMode(d.Pos, d.FailureMode); ok {
 			mode = m
 		}
 	}
 	c.required(d.Pos, "key", d.Key)
-	limit := d.given("rate_limit", d.RateLimit != nil)
+	fileable := d.Key != "" && !d.bad("value")
+	limit := d.RateLimit != nil || d.bad("rate_limit")
 	limits := d.given("rate_limits", len(d.RateLimits) > 0)
-	if !limit && !limits && !d.given("descriptors", len(d.Descriptors) > 0) {
-		c.fail(d.Line, d.Path, "descriptor %q has neither rate_limit nor descriptors", d.Key)
-	}
 	if limit && limits {
 		c.fail(d.at("rate_limits"), d.field("rate_limits"), "give rate_limit or rate_limits, not both")
 	}
-	n := &node{key: d.Key, value: d.Value}
+	n := &node{key: d.Key, value: d.Value, file: c.file, line: d.Line, field: d.Path}
+	st := step{key: d.Key, value: d.Value, toMetric: d.ValueToMetric}
+	if isPattern(d.Value) {
+		p, err := parsePattern(d.Value)
+		if err != nil {
+			c.fail(d.at("value"), d.field("value"), "%s", err)
+			fileable = false
+		} else {
+			n.wild, st.wildcard = p, true
+		}
+	}
+	if d.ShareThreshold {
+		if n.wild != nil {
+			st.share = true
+		} else if !isPattern(d.Value) {
+			c.fail(d.at("share_threshold"), d.field("share_threshold"), "applies only to a wildcard value (one with a '*')")
+		}
+	}
+	if len(d.Metadata) > 0 && !limit && !limits {
+		c.fail(d.at("metadata"), d.field("metadata"), "applies to the descriptor's limits, and it has none")
+	}
+	// A copy per node: the limits below keep their own path.
+	steps = append(steps[:len(steps):len(steps)], st)
 	// The path names the node's limits in metrics and logs: "key_value.key2".
 	step := d.Key
 	if d.Value != "" {
@@ -152,43 +221,64 @@ func (c *compiler) descriptor(d *Descriptor, parent *node, path string, mode Fai
 		step = path + "." + step
 	}
 	path = step
+	meta := c.metadata(d)
 	if d.RateLimit != nil {
-		if l := c.limit(d.RateLimit, d, path, mode, 0); l != nil {
+		if l := c.limit(d.RateLimit, d, path, steps, mode, 0); l != nil {
+			l.Metadata = meta
 			n.limits = append(n.limits, l)
 		}
 	}
 	for i := range d.RateLimits {
-		if l := c.limit(&d.RateLimits[i], d, path, mode, i); l != nil {
+		if l := c.limit(&d.RateLimits[i], d, path, steps, mode, i); l != nil {
+			l.Metadata = meta
 			n.limits = append(n.limits, l)
 		}
 	}
+	c.selfReplaces(d)
 	for i := range d.Descriptors {
-		c.descriptor(&d.Descriptors[i], n, path, mode)
+		c.descriptor(&d.Descriptors[i], n, steps, path, mode)
 	}
-	if d.Key == "" {
-		return
+	if !fileable {
+		return nil
 	}
-	if err := parent.add(n); err != nil {
-		c.fail(d.at("value"), d.Path, "%s", err)
+	if dup := parent.add(n); dup != nil {
+		c.fail(d.at("value"), d.Path, "%s", duplicate(n, dup, c.file))
+		return nil
+	}
+	return n
+}
+
+// selfReplaces reports a limit of d that replaces a limit of d itself, as
+// envoyproxy/ratelimit does: a descriptor's limits always match together,
+// so that limit would never apply.
+func (c *compiler) selfReplaces(d *Descriptor) {
+	rs := d.RateLimits
+	if d.RateLimit != nil {
+		rs = []RateLimit{*d.RateLimit}
+	}
+	for _, r := range rs {
+		for _, rp := range r.Replaces {
+			if rp.Name == "" {
+				continue
+			}
+			for _, own := range rs {
+				if own.Name == rp.Name {
+					c.fail(rp.at("name"), rp.field("name"), "replaces %q, a limit of its own descriptor", rp.Name)
+					break
+				}
+			}
+		}
 	}
 }
 
-// limit compiles r, the index-th limit of d, whose node has path; it is nil
-// if r has problems.
-func (c *compiler) limit(r *RateLimit, d *Descriptor, path string, mode FailureMode, index int) *Limit {
+// limit compiles r, the index-th limit of d, whose node has path and
+// steps; it is nil if r has problems.
+func (c *compiler) limit(r *RateLimit, d *Descriptor, path string, steps []step, mode FailureMode, index int) *Limit {
 	before := len(c.problems)
-	l := &Limit{Name: r.Name, Unlimited: r.Unlimited, Shadow: d.ShadowMode, FailureMode: mode,
-		Algorithm: c.alg, DetailedMetric: d.DetailedMetric, Multiplier: 1}
-	if r.RequestsPerUnit != nil {
-		l.RequestsPerUnit = *r.RequestsPerUnit
-	}
-	unit := r.given("unit", r.Unit != "")
-	if unit {
-		u, err := window.ParseUnit(r.Unit)
-		if err != nil {
-			c.fail(r.at("unit"), r.field("unit"), "%s", windowProblem(err))
-		}
-		l.Unit = u
+	l := &Limit{Name: r.Name, Unlimited: r.Unlimited, Shadow: d.ShadowMode, QuotaMode: d.QuotaMode, FailureMode: mode,
+		Algorithm: c.alg, DetailedMetric: d.DetailedMetric, Multiplier: 1, path: steps, index: index}
+	for _, s := range steps {
+		l.ValueToMetric = l.ValueToMetric || (s.dynamic() && !l.DetailedMetric)
 	}
 	if m := r.UnitMultiplier; m != nil {
 		if *m == 0 {
@@ -197,39 +287,18 @@ func (c *compiler) limit(r *RateLimit, d *Descriptor, path string, mode FailureM
 		l.Multiplier = *m
 	}
 	for _, rp := range r.Replaces {
-		if rp.Name == "" {
+		switch {
+		case rp.bad("name"), rp.unknown && rp.Name == "":
+		case rp.Name == "":
 			c.fail(rp.Line, rp.field("name"), "missing or empty")
-			continue
+		default:
+			l.Replaces = append(l.Replaces, rp.Name)
 		}
-		l.Replaces = append(l.Replaces, rp.Name)
 	}
-	if r.given("algorithm", r.Algorithm != "") {
+	if setting(r.Pos, "algorithm", r.Algorithm) {
 		l.Algorithm = c.algorithm(r.Pos, r.Algorithm)
 	}
-	rpu := r.given("requests_per_unit", r.RequestsPerUnit != nil)
-	switch {
-	case l.Unlimited:
-		if unit {
-			c.fail(r.at("unit"), r.field("unit"), "an unlimited limit takes no unit")
-		}
-		if rpu {
-			c.fail(r.at("requests_per_unit"), r.field("requests_per_unit"), "an unlimited limit takes no requests_per_unit")
-		}
-	default:
-		if !unit {
-			c.fail(r.Line, r.field("unit"), "missing")
-		}
-		if !rpu {
-			c.fail(r.Line, r.field("requests_per_unit"), "missing")
-		}
-		if l.Unit != 0 {
-			size, err := window.Size(l.Unit, uint64(l.Multiplier))
-			if err != nil {
-				c.fail(r.at("unit_multiplier"), r.field("unit_multiplier"), "window too long: %d %ss is more than %v", l.Multiplier, l.Unit, window.MaxSize)
-			}
-			l.Size = size
-		}
-	}
+	c.window(r, l)
 	l.Rule = path
 	if l.Name != "" {
 		l.Rule = l.Name
@@ -241,6 +310,46 @@ func (c *compiler) limit(r *RateLimit, d *Descriptor, path string, mode FailureM
 		return nil
 	}
 	return l
+}
+
+// window checks r's unit and requests_per_unit and sets l's window. An
+// unlimited limit takes no unit, and ignores requests_per_unit, as
+// envoyproxy/ratelimit does.
+func (c *compiler) window(r *RateLimit, l *Limit) {
+	unit := r.given("unit", r.Unit != "")
+	if l.Unlimited {
+		if unit {
+			c.fail(r.at("unit"), r.field("unit"), "an unlimited limit takes no unit")
+		}
+		return
+	}
+	if unit && !r.bad("unit") {
+		u, err := window.ParseUnit(r.Unit)
+		if err != nil {
+			c.fail(r.at("unit"), r.field("unit"), "%s", windowProblem(err))
+		}
+		l.Unit = u
+	}
+	if r.RequestsPerUnit != nil {
+		l.RequestsPerUnit = *r.RequestsPerUnit
+	}
+	// Whether these belong is unknown when unlimited had a problem, and a
+	// field may be missing only because it was misspelled.
+	if !r.bad("unlimited") && !r.unknown {
+		if !unit {
+			c.fail(r.Line, r.field("unit"), "missing")
+		}
+		if !r.given("requests_per_unit", r.RequestsPerUnit != nil) {
+			c.fail(r.Line, r.field("requests_per_unit"), "missing")
+		}
+	}
+	if l.Unit != 0 {
+		size, err := window.Size(l.Unit, uint64(l.Multiplier))
+		if err != nil {
+			c.fail(r.at("unit_multiplier"), r.field("unit_multiplier"), "window too long: %d %ss is more than %v", l.Multiplier, l.Unit, window.MaxSize)
+		}
+		l.Size = size
+	}
 }
 
 // windowProblem is a package window error as a rules problem, without the

@@ -76,8 +76,9 @@ func TestCompileWithoutPositions(t *testing.T) {
 		{"unknown unit, no number", File{Name: "x", Domain: "d", Descriptors: []Descriptor{
 			{Key: "k", Pos: Pos{Path: "descriptors[0]"}, RateLimit: &RateLimit{Unit: "fortnight", Pos: Pos{Path: "descriptors[0].rate_limit"}}},
 		}}, []string{`x: descriptors[0].rate_limit.unit: unknown unit "fortnight"`, "x: descriptors[0].rate_limit.requests_per_unit: missing"}},
-		{"neither limit nor children", File{Name: "x", Domain: "d", Descriptors: []Descriptor{{Key: "k", Pos: Pos{Path: "descriptors[0]"}}}},
-			[]string{`x: descriptors[0]: descriptor "k" has neither rate_limit nor descriptors`}},
+		{"neither limit nor children whitelists", File{Name: "x", Domain: "d", Descriptors: []Descriptor{{Key: "k", Pos: Pos{Path: "descriptors[0]"}}}}, nil},
+		{"share_threshold without wildcard", File{Name: "x", Domain: "d", Descriptors: []Descriptor{{Key: "k", Value: "v", ShareThreshold: true, Pos: Pos{Path: "descriptors[0]"}}}},
+			[]string{"x: descriptors[0].share_threshold: applies only to a wildcard value"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,11 +27,13 @@ type File struct {
 }
 
 // Descriptor is one node of a domain's descriptor tree as decoded. A node
-// needs a key, and a rate limit, children, or both.
+// needs a key; one with neither a rate limit nor children matches and
+// applies no limit, which whitelists its value, as in envoyproxy/ratelimit.
 type Descriptor struct {
 	Key string `json:"key"`
-	// Value is "" to match any value of Key, ends in '*' to match values
-	// with its prefix, or else is matched exactly.
+	// Value is "" to match any value of Key; with a '*' it is a wildcard
+	// pattern, each '*' matching any run of characters, possibly empty
+	// ("foo*", "*bar", "foo*bar*baz"); else it is matched exactly.
 	Value string `json:"value,omitempty"`
 	// RateLimit and RateLimits are the node's limits: one, or several
 	// counted together; a node has one of them at most.
@@ -39,9 +41,18 @@ type Descriptor struct {
 	RateLimits     []RateLimit `json:"rate_limits,omitempty"`
 	ShadowMode     bool        `json:"shadow_mode,omitempty"`
 	DetailedMetric bool        `json:"detailed_metric,omitempty"`
-	// ValueToMetric is accepted for compatibility with envoyproxy/ratelimit
-	// and has no effect.
+	// ValueToMetric puts the request's value of Key in the metric label of
+	// the limits at or below the node, where the value is not written
+	// (see Limit.ValueToMetric).
 	ValueToMetric bool `json:"value_to_metric,omitempty"`
+	// ShareThreshold, on a wildcard, makes every value it matches count on
+	// one counter, keyed by the pattern.
+	ShareThreshold bool `json:"share_threshold,omitempty"`
+	// QuotaMode is the node's limits' quota_mode (see Limit.QuotaMode).
+	QuotaMode bool `json:"quota_mode,omitempty"`
+	// Metadata is the node's metadata as decoded: a mapping whose values
+	// are map[string]any, []any, string, float64, bool or nil.
+	Metadata map[string]any `json:"metadata,omitempty"`
 	// FailureMode, when set, applies to the node's limits and those below
 	// it; "" inherits.
 	FailureMode string       `json:"failure_mode,omitempty"`
@@ -87,6 +98,13 @@ type Pos struct {
 	// YAML name; a field is given when it is here, even if its value had
 	// a problem.
 	Lines map[string]int
+
+	// Set by Decode, so that Compile reports no knock-on problem of one
+	// that Decode reported: failed holds the fields whose values had a
+	// problem, and unknown is set when the mapping had an unknown field,
+	// which may be a required field misspelled.
+	failed  map[string]bool
+	unknown bool
 }
 
 // at returns the line of field's value, else of the value that holds it.
@@ -96,6 +114,9 @@ func (p Pos) at(field string) int {
 	}
 	return p.Line
 }
+
+// bad reports whether Decode found a problem in field's value.
+func (p Pos) bad(field string) bool { return p.failed[field] }
 
 // field returns the path of one of the value's fields.
 func (p Pos) field(name string) string { return join(p.Path, name) }
@@ -167,10 +188,11 @@ func (d *decoder) decode(data []byte) *File {
 }
 
 // descriptors decodes a list of descriptors; items that are not mappings
-// are reported and left out.
+// are reported and left out. Null is an empty list, as in
+// envoyproxy/ratelimit.
 func (d *decoder) descriptors(n *yaml.Node, where string) []Descriptor {
 	var out []Descriptor
-	for i, item := range d.list(n, where) {
+	for i, item := range d.nullableList(n, where) {
 		item = deref(item)
 		ds := Descriptor{Pos: Pos{Path: fmt.Sprintf("%s[%d]", where, i), Line: item.Line}}
 		if d.fields(item, &ds.Pos, func(key string, v *yaml.Node) bool {
@@ -181,7 +203,9 @@ func (d *decoder) descriptors(n *yaml.Node, where string) []Descriptor {
 			case "value":
 				ds.Value = d.str(v, f)
 			case "rate_limit":
-				ds.RateLimit = d.rateLimit(v, f)
+				if !isNull(v) { // null: absent, as in envoyproxy/ratelimit
+					ds.RateLimit = d.rateLimit(v, f)
+				}
 			case "rate_limits":
 				ds.RateLimits = d.rateLimits(v, f)
 			case "descriptors":
@@ -192,6 +216,12 @@ func (d *decoder) descriptors(n *yaml.Node, where string) []Descriptor {
 				ds.DetailedMetric = d.boolean(v, f)
 			case "value_to_metric":
 				ds.ValueToMetric = d.boolean(v, f)
+			case "share_threshold":
+				ds.ShareThreshold = d.boolean(v, f)
+			case "quota_mode":
+				ds.QuotaMode = d.boolean(v, f)
+			case "metadata":
+				ds.Metadata = d.metadata(v, f)
 			case "failure_mode":
 				ds.FailureMode = d.name(v, f)
 			default:
@@ -251,28 +281,31 @@ func (d *decoder) rateLimit(n *yaml.Node, where string) *RateLimit {
 	return r
 }
 
-// replaces decodes a list of {name: ...}. Every item is kept, even one that
-// is not a mapping, so that Compile reports its missing name.
+// replaces decodes a list of {name: ...}; items that are not mappings are
+// reported and left out. Null is an empty list.
 func (d *decoder) replaces(n *yaml.Node, where string) []Replace {
 	var out []Replace
-	for i, item := range d.list(n, where) {
+	for i, item := range d.nullableList(n, where) {
 		rp := Replace{Pos: Pos{Path: fmt.Sprintf("%s[%d]", where, i), Line: item.Line}}
-		d.fields(item, &rp.Pos, func(key string, v *yaml.Node) bool {
+		if d.fields(item, &rp.Pos, func(key string, v *yaml.Node) bool {
 			if key != "name" {
 				return false
 			}
 			rp.Name = d.str(v, rp.field(key))
 			return true
-		})
-		out = append(out, rp)
+		}) {
+			out = append(out, rp)
+		}
 	}
 	return out
 }
 
 // fields calls fn for each key of a mapping node, after reporting a node that
 // is not a mapping and keys given twice; fn reports whether it knew the key,
-// and the line of each known key's value goes to pos.Lines. fields reports
-// whether n is a mapping.
+// and the line of each known key's value goes to pos.Lines. Unknown keys, and
+// known ones whose values (not values within them) had problems, are marked
+// in pos for Compile.
+// fields reports whether n is a mapping.
 func (d *decoder) fields(n *yaml.Node, pos *Pos, fn func(key string, v *yaml.Node) bool) bool {
 	n = deref(n)
 	if n.Kind != yaml.MappingNode {
@@ -288,14 +321,25 @@ func (d *decoder) fields(n *yaml.Node, pos *Pos, fn func(key string, v *yaml.Nod
 			continue
 		}
 		seen[key] = true
+		before := len(d.problems)
 		if !fn(key, v) {
 			d.fail(k, pos.field(key), "unknown field %q", key)
+			pos.unknown = true
 			continue
 		}
 		if pos.Lines == nil {
 			pos.Lines = make(map[string]int)
 		}
 		pos.Lines[key] = v.Line
+		// A problem of the value itself, not of one within it.
+		for _, p := range d.problems[before:] {
+			if p.Field == pos.field(key) {
+				if pos.failed == nil {
+					pos.failed = make(map[string]bool)
+				}
+				pos.failed[key] = true
+			}
+		}
 	}
 	return true
 }
@@ -339,6 +383,16 @@ func (d *decoder) uint32(n *yaml.Node, field string) *uint32 {
 	x := uint32(v)
 	return &x
 }
+
+// nullableList is list, where null is an empty list.
+func (d *decoder) nullableList(n *yaml.Node, field string) []*yaml.Node {
+	if isNull(n) {
+		return nil
+	}
+	return d.list(n, field)
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
 func (d *decoder) list(n *yaml.Node, field string) []*yaml.Node {
 	if n.Kind != yaml.SequenceNode {

@@ -7,6 +7,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
@@ -78,9 +79,30 @@ type Limit struct {
 	Replaces        []string
 	Algorithm       window.Algorithm
 	FailureMode     FailureMode // resolved: never unset
-	DetailedMetric  bool
+	// DetailedMetric asks for the descriptor's last value (for a
+	// share_threshold wildcard, its pattern) in the metric label, after
+	// Rule. It takes precedence over ValueToMetric.
+	DetailedMetric bool
+	// ValueToMetric reports that the metric label carries request values,
+	// as envoyproxy/ratelimit's value_to_metric makes it: some descriptor
+	// on the limit's path set value_to_metric where it changes the label
+	// (on a key-only node, or a wildcard without share_threshold). The
+	// label is then AppendMetricRule's, not Rule. Never set together with
+	// DetailedMetric.
+	ValueToMetric bool
+	// QuotaMode is the descriptor's quota_mode: when over its limit, the
+	// descriptor is reported but does not alone make the request
+	// OVER_LIMIT. Package rules only carries it; the server applies it.
+	QuotaMode bool
+	// Metadata is the descriptor's metadata, built once at load for a
+	// response's dynamic_metadata; nil when the descriptor has none. It is
+	// shared by every response and by the descriptor's limits: callers
+	// must not modify it.
+	Metadata *structpb.Struct
 	// Rule names the limit in metrics and logs: its name, else the path of
-	// descriptor keys (and exact values) that leads to it.
+	// descriptor keys (and values as written) that leads to it, such as
+	// "api_key.path" or "user_bot*", with "[i]" after the path of the i-th
+	// (from 0) of a descriptor's rate_limits when i > 0.
 	Rule string
 
 	// Override marks Envoy's per-request limit override, which a server
@@ -92,7 +114,9 @@ type Limit struct {
 	// Loading leaves it empty; package rules never reads it.
 	Denial atomic.Pointer[Denial]
 
-	pb *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
+	pb    *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
+	path  []step                             // the nodes that lead to the limit, root first; nil for overrides
+	index int                                // the limit's place in its descriptor's rate_limits
 }
 
 // Denial is the body and headers that Envoy sends with an HTTP 429 for one

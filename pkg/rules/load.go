@@ -8,12 +8,27 @@ import (
 	"strings"
 )
 
-// Load reads a rules file, or every *.yaml and *.yml file of a
-// directory (hidden files, such as a Kubernetes ConfigMap's ..data, are
-// skipped; its symlinked files are read). Each file holds one domain; two
-// files with the same domain are an error. All problems of all files are
-// returned at once as a *Error.
-func Load(path string) (*Set, error) {
+// Options change how rules load. The zero Options is the default.
+type Options struct {
+	// MergeDomains lets several files define one domain: their top-level
+	// descriptors join into one tree, in the order the files load, as
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does. A descriptor that
+	// two files define at the same level is an error naming both, and the
+	// files must agree on the domain's failure_mode and algorithm. When
+	// false, a domain defined by two files is an error.
+	MergeDomains bool
+}
+
+// Load reads a rules file, or every *.yaml and *.yml file of a directory,
+// with the zero Options; see Options.Load.
+func Load(path string) (*Set, error) { return Options{}.Load(path) }
+
+// Load reads a rules file, or every *.yaml and *.yml file of a directory
+// in name order (hidden files, such as a Kubernetes ConfigMap's ..data,
+// are skipped; its symlinked files are read). Each file holds one domain;
+// two files with the same domain are an error unless o.MergeDomains. All
+// problems of all files are returned at once as a *Error.
+func (o Options) Load(path string) (*Set, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, &Error{Problems: []Problem{{File: path, Msg: err.Error()}}}
@@ -35,7 +50,7 @@ func Load(path string) (*Set, error) {
 		}
 		sources[f] = data
 	}
-	rules, err := Parse(files, sources)
+	rules, err := o.Parse(files, sources)
 	if err != nil {
 		var re *Error
 		if errors.As(err, &re) {
@@ -74,11 +89,17 @@ func ruleFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
+// Parse decodes and compiles the given files with the zero Options; see
+// Options.Parse.
+func Parse(files []string, sources map[string][]byte) (*Set, error) {
+	return Options{}.Parse(files, sources)
+}
+
 // Parse decodes and compiles the given files, in order, from their
 // contents: it is what Load does after reading. All problems of all files
 // are returned at once as an *Error.
-func Parse(files []string, sources map[string][]byte) (*Set, error) {
-	b := newBuilder(files)
+func (o Options) Parse(files []string, sources map[string][]byte) (*Set, error) {
+	b := newBuilder(o, files)
 	for _, name := range files {
 		f, problems := Decode(name, sources[name])
 		b.add(name, f, problems)

@@ -85,11 +85,127 @@ descriptors:
 	}
 }
 
+// matchName returns the name of the first limit d.Match gives, "" for none.
+func matchName(d *Domain, e []*rlv3.RateLimitDescriptor_Entry) string {
+	if limits := d.Match(e); limits != nil {
+		return limits[0].Name
+	}
+	return ""
+}
+
+// TestMatchWhitelist: a descriptor with neither rate_limit nor descriptors
+// loads, and a request landing on it gets no limit, as
+// envoyproxy/ratelimit's README documents for whitelisting a value. Being
+// without a limit does not lower a node's precedence: an exact value still
+// beats a wildcard or key-only node that has one.
+func TestMatchWhitelist(t *testing.T) {
+	t.Parallel()
+	d := mustRules(t, `
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1, name: any_user}
+  - key: user
+    value: "adm*"
+    rate_limit: {unit: minute, requests_per_unit: 2, name: admins}
+  - key: user
+    value: admin-ci
+  - key: user
+    value: root
+  - key: database
+    value: users
+  - key: tenant
+    descriptors:
+      - key: plan
+        value: free
+      - key: plan
+        rate_limit: {unit: minute, requests_per_unit: 3, name: plan}
+`).Domain("d")
+	tests := []struct {
+		name    string
+		entries []*rlv3.RateLimitDescriptor_Entry
+		want    string
+	}{
+		{"whitelisted value beats key only", entries("user", "root"), ""},
+		{"whitelisted value beats a wildcard", entries("user", "admin-ci"), ""},
+		{"the wildcard still applies to others", entries("user", "admin-2"), "admins"},
+		{"key only still applies to others", entries("user", "alice"), "any_user"},
+		{"a lone whitelisted descriptor", entries("database", "users"), ""},
+		{"nested whitelisted value", entries("tenant", "t", "plan", "free"), ""},
+		{"nested key only beside it", entries("tenant", "t", "plan", "pro"), "plan"},
+	}
+	for _, tt := range tests {
+		if got := matchName(d, tt.entries); got != tt.want {
+			t.Errorf("%s: Match(%v) = %q, want %q", tt.name, tt.entries, got, tt.want)
+		}
+	}
+}
+
+// TestMatchWildcards: a '*' anywhere in a value is a wildcard. Exact beats
+// wildcard beats key only, and among a key's wildcards the first in file
+// order that matches wins, as envoyproxy/ratelimit does for its trailing
+// wildcards.
+func TestMatchWildcards(t *testing.T) {
+	t.Parallel()
+	d := mustRules(t, `
+domain: d
+descriptors:
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 1, name: any}
+  - key: path
+    value: /api/v1/health
+    rate_limit: {unit: minute, requests_per_unit: 2, name: exact}
+  - key: path
+    value: "/api/*/users"
+    rate_limit: {unit: minute, requests_per_unit: 3, name: middle}
+  - key: path
+    value: "*.png"
+    rate_limit: {unit: minute, requests_per_unit: 4, name: suffix}
+  - key: path
+    value: "/api/*"
+    rate_limit: {unit: minute, requests_per_unit: 5, name: prefix}
+  - key: path
+    value: "/img/*/thumb*.png"
+    rate_limit: {unit: minute, requests_per_unit: 6, name: never} # "*.png" comes first
+  - key: path
+    value: "/a*b*c"
+    descriptors:
+      - key: method
+        value: "P*"
+        rate_limit: {unit: minute, requests_per_unit: 7, name: nested}
+`).Domain("d")
+	tests := []struct {
+		name  string
+		value string
+		want  string
+	}{
+		{"exact beats every wildcard", "/api/v1/health", "exact"},
+		{"a star in the middle", "/api/v2/users", "middle"},
+		{"the middle star may match nothing", "/api//users", "middle"},
+		{"a leading star", "/static/logo.png", "suffix"},
+		{"a trailing star", "/api/v2/orders", "prefix"},
+		{"first in file order wins", "/img/1/thumb-small.png", "suffix"},
+		{"no wildcard fits: key only", "/other", "any"},
+		{"a star is not a literal", "/api/*/users", "middle"},
+	}
+	for _, tt := range tests {
+		if got := matchName(d, entries("path", tt.value)); got != tt.want {
+			t.Errorf("%s: Match(path=%q) = %q, want %q", tt.name, tt.value, got, tt.want)
+		}
+	}
+	if got := matchName(d, entries("path", "/a-b-c", "method", "POST")); got != "nested" {
+		t.Errorf("Match(/a-b-c, POST) = %q, want nested", got)
+	}
+	if got := matchName(d, entries("path", "/a-b-c", "method", "GET")); got != "" {
+		t.Errorf("Match(/a-b-c, GET) = %q, want none", got)
+	}
+}
+
 // TestMatchAllocs: matching is on every request's path and allocates
 // nothing, whether it matches exactly, by wildcard, or not at all.
 func TestMatchAllocs(t *testing.T) {
-	d := mustRules(t, "domain: d\ndescriptors:\n  - key: k\n    value: 'v*'\n    descriptors:\n      - key: p\n        rate_limit: {unit: second, requests_per_unit: 1}\n").Domain("d")
-	for _, e := range [][]*rlv3.RateLimitDescriptor_Entry{entries("k", "v1", "p", "/"), entries("k", "x")} {
+	d := mustRules(t, "domain: d\ndescriptors:\n  - key: k\n    value: 'v*'\n    descriptors:\n      - key: p\n        rate_limit: {unit: second, requests_per_unit: 1}\n  - key: m\n    value: 'a*b*c'\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n").Domain("d")
+	for _, e := range [][]*rlv3.RateLimitDescriptor_Entry{entries("k", "v1", "p", "/"), entries("k", "x"), entries("m", "a-b-c"), entries("m", "a-c-b")} {
 		if n := testing.AllocsPerRun(100, func() { d.Match(e) }); n != 0 {
 			t.Errorf("Match(%v) made %v allocations, want 0", e, n)
 		}

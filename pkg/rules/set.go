@@ -14,7 +14,8 @@ type Set struct {
 	files   []string
 }
 
-// Domain is the compiled rules of one domain, from one file.
+// Domain is the compiled rules of one domain, from one file or, with
+// Options.MergeDomains, several.
 type Domain struct {
 	Name string
 	// FailureMode is the domain's default, for limits that set none and
@@ -23,8 +24,9 @@ type Domain struct {
 	// Algorithm is the domain's default, for the same.
 	Algorithm window.Algorithm
 
-	root *node
-	file *File // as decoded, for MarshalJSON
+	root  *node
+	top   []*node // root's children in file order, for merging
+	files []*File // as decoded, for MarshalJSON
 }
 
 // Domain returns the named domain or nil.
@@ -49,7 +51,8 @@ func (r *Set) Domains() []string {
 func (r *Set) Files() []string { return r.files }
 
 // MarshalJSON renders the rules as decoded, for people (GET /rules): the
-// files, and each domain's File, sorted by domain. Values are as written;
+// files, and each domain's Files, sorted by domain (a merged domain's in
+// the order they merged). Values are as written;
 // what a field does not set (a default, or what a descriptor inherits) is
 // left out.
 func (r *Set) MarshalJSON() ([]byte, error) {
@@ -58,7 +61,7 @@ func (r *Set) MarshalJSON() ([]byte, error) {
 		Domains []*File  `json:"domains"`
 	}{Files: r.files, Domains: []*File{}}
 	for _, name := range r.Domains() {
-		out.Domains = append(out.Domains, r.domains[name].file)
+		out.Domains = append(out.Domains, r.domains[name].files...)
 	}
 	return json.Marshal(out)
 }

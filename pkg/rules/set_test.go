@@ -22,6 +22,15 @@ descriptors:
       - {unit: minute, requests_per_unit: 33, algorithm: sliding_window}
   - key: internal
     rate_limit: {unlimited: true}
+  - key: files
+    value: "files/*"
+    share_threshold: true
+    value_to_metric: true
+    quota_mode: true
+    metadata: {team: storage, weight: 2, tags: [a, null]}
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: whitelisted
+    value: w
 `)
 	js, err := json.Marshal(r)
 	if err != nil {
@@ -38,6 +47,8 @@ descriptors:
 		{`"shadow_mode":true`, true},
 		{`{"requests_per_unit":33,"unit":"minute","algorithm":"sliding_window"}`, true},
 		{`"rate_limit":{"unlimited":true}`, true},
+		{`"value":"files/*","rate_limit":{"requests_per_unit":10,"unit":"hour"},"value_to_metric":true,"share_threshold":true,"quota_mode":true,"metadata":{"tags":["a",null],"team":"storage","weight":2}}`, true},
+		{`{"key":"whitelisted","value":"w"}`, true},
 		{`"failure_mode"`, false}, // set nowhere
 		{`"Line"`, false},
 	}
