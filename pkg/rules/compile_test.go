@@ -56,7 +56,7 @@ descriptors:
 	}
 }
 
-// TestCompileWithoutPositions: Compile takes files from any decoder, such
+// TestCompileWithoutPositions: compile takes files from any decoder, such
 // as one of xDS, that knows no lines: fields count as given by their
 // values, and problems name the field without a line.
 func TestCompileWithoutPositions(t *testing.T) {
@@ -83,16 +83,16 @@ func TestCompileWithoutPositions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			set, err := Compile([]*File{&tt.file})
+			set, err := compile([]*File{&tt.file})
 			if len(tt.want) == 0 {
 				if err != nil || set.Domain(tt.file.Domain) == nil {
-					t.Fatalf("Compile = %v, %v, want domain %q", set, err, tt.file.Domain)
+					t.Fatalf("compile = %v, %v, want domain %q", set, err, tt.file.Domain)
 				}
 				return
 			}
 			var re *Error
 			if !errors.As(err, &re) {
-				t.Fatalf("Compile = %v, want an *Error", err)
+				t.Fatalf("compile = %v, want an *Error", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {

@@ -11,7 +11,7 @@ import (
 // File is one rules file as decoded: one domain and its descriptor tree, as
 // written, with where each value was written. Decode builds it from YAML;
 // any other source of envoyproxy/ratelimit's configuration (such as an xDS
-// RateLimitConfig) can build it too and leave Pos zero. Compile checks it and
+// RateLimitConfig) can build it too and leave Pos zero. compile checks it and
 // builds the match tree. Its JSON is the rules as GET /rules shows them.
 type File struct {
 	Domain string `json:"domain"`
@@ -99,7 +99,7 @@ type Pos struct {
 	// a problem.
 	Lines map[string]int
 
-	// Set by Decode, so that Compile reports no knock-on problem of one
+	// Set by Decode, so that compile reports no knock-on problem of one
 	// that Decode reported: failed holds the fields whose values had a
 	// problem, and unknown is set when the mapping had an unknown field,
 	// which may be a required field misspelled.
@@ -131,7 +131,7 @@ func (p Pos) given(field string, set bool) bool {
 // Decode decodes one rules file from YAML, strictly: every problem of form
 // (not YAML, unknown or repeated fields, values of the wrong kind) is
 // reported with its line, and everything else is still decoded, so that
-// Compile can report its own problems of the same file. The File is nil
+// compile can report its own problems of the same file. The File is nil
 // when there is nothing to decode.
 func Decode(name string, data []byte) (*File, []Problem) {
 	d := &decoder{file: name}
@@ -304,7 +304,7 @@ func (d *decoder) replaces(n *yaml.Node, where string) []Replace {
 // is not a mapping and keys given twice; fn reports whether it knew the key,
 // and the line of each known key's value goes to pos.Lines. Unknown keys, and
 // known ones whose values (not values within them) had problems, are marked
-// in pos for Compile.
+// in pos for compile.
 // fields reports whether n is a mapping.
 func (d *decoder) fields(n *yaml.Node, pos *Pos, fn func(key string, v *yaml.Node) bool) bool {
 	n = deref(n)
@@ -352,8 +352,8 @@ func (d *decoder) str(n *yaml.Node, field string) string {
 	return n.Value
 }
 
-// name is str for a value that Compile looks up by name: a value that is
-// not a string is reported here and kept as written, for Compile to name
+// name is str for a value that compile looks up by name: a value that is
+// not a string is reported here and kept as written, for compile to name
 // in its own problem.
 func (d *decoder) name(n *yaml.Node, field string) string {
 	d.str(n, field)

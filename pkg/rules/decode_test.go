@@ -7,7 +7,7 @@ import (
 )
 
 // TestDecode: Decode keeps values as written, with the path and line of
-// every value, and keeps decoding past a problem so Compile sees the rest.
+// every value, and keeps decoding past a problem so compile sees the rest.
 func TestDecode(t *testing.T) {
 	t.Parallel()
 	u := func(v uint32) *uint32 { return &v }

@@ -8,7 +8,7 @@
 //   - Decode turns one file's YAML into a File: typed structs holding the
 //     values as written, with the path and line of each (Pos). It is strict:
 //     unknown or repeated fields and values of the wrong kind are problems.
-//   - Compile checks Files (required fields, names of units, algorithms and
+//   - compile checks Files (required fields, names of units, algorithms and
 //     failure modes, window sizes, wildcard patterns, duplicate descriptors
 //     and domains), resolves what limits inherit, and builds a Set: per
 //     domain, a match tree whose nodes hold compiled Limits, wildcards
@@ -28,7 +28,7 @@
 // use; its JSON is its Files as decoded, for GET /rules.
 //
 // A new rule field is a field of the decoded struct (and its case in the
-// decoder), and its check and effect in Compile.
+// decoder), and its check and effect in compile.
 //
 // Names: package rules holds rules, so its types do not repeat the word:
 // rules.Set (a loaded set of domains), rules.Domain, rules.Limit, rules.Error,
