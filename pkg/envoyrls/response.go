@@ -20,7 +20,10 @@ import (
 
 // response builds the answer from the store's results (or with none
 // needed). A counter the store failed for is left out, unless its failure
-// mode is deny: then it is over its limit until its window ends.
+// mode is deny: then it is over its limit until its window ends. A
+// quota-mode limit that is over reports OK with nothing remaining; with
+// Options.ShadowMode an OVER_LIMIT answer becomes OK (its statuses keep
+// saying which limits are over), as in envoyproxy/ratelimit.
 func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
@@ -57,6 +60,10 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			remaining = r.Remaining(res, now)
 			reset = r.Reset(res, now)
 			over = res.Over && !l.Shadow
+			if over && s.quotaMode(l) {
+				over = false
+				c.quotaOver = append(c.quotaOver, c.owner[k])
+			}
 			s.observe(req, c, k, res, remaining)
 		}
 		st := resp.Statuses[c.owner[k]]
@@ -80,8 +87,14 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 	if unlimited {
 		markUnlimited(resp, c)
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+	switch {
+	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		addTooManyRequests(resp, req.Domain, retry, worst)
+	}
+	if s.meta {
+		resp.DynamicMetadata = s.dynamicMetadata(req, c)
 	}
 	return resp
 }
@@ -152,7 +165,9 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 	l, owner := c.limits[k], c.owner[k]
 	outcome := OutcomeOK
 	switch {
-	case res.Over && l.Shadow:
+	case res.Over && (l.Shadow || s.shadow && !s.quotaMode(l)):
+		// Over a quota-mode limit stays over_limit under global shadow
+		// mode, as envoyproxy/ratelimit's stats count it.
 		outcome = OutcomeShadowOverLimit
 	case res.Over:
 		outcome = OutcomeOverLimit
@@ -219,7 +234,9 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 	}
 	s.log.Debug("store failed", zap.String("domain", req.Domain), zap.Bool("deny", deny), zap.Bool("unavailable", unavailable), zap.Error(err))
-	if allowed && (deny || unavailable) {
+	// Global shadow mode answers OK where a failure mode denies: the hits
+	// stay counted then, as for any allowed request.
+	if allowed && (deny && !s.shadow || !deny && unavailable) {
 		s.refund(ctx, now, c)
 	}
 	if !deny && unavailable {

@@ -74,15 +74,20 @@ type Options struct {
 	// hits counted exceed the limit times it, rounded down, as
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO; 0 is its default, 0.8.
 	NearLimitRatio float64
-	// ShadowMode puts every limit in shadow mode, as envoyproxy/ratelimit's
-	// SHADOW_MODE: counted and observed, never OVER_LIMIT.
+	// ShadowMode is envoyproxy/ratelimit's SHADOW_MODE: every limit is
+	// counted even when over (as a shadow_mode limit is), statuses still
+	// say OVER_LIMIT where a limit is over, and the overall answer is OK,
+	// with no 429 parts. It also overrides failure_mode: deny.
 	ShadowMode bool
-	// QuotaMode puts every limit in quota mode, as envoyproxy/ratelimit's
-	// QUOTA_MODE.
+	// QuotaMode is envoyproxy/ratelimit's QUOTA_MODE: every limit is in
+	// quota mode, as if each descriptor set quota_mode (see
+	// rules.Limit.QuotaMode and quotaMode).
 	QuotaMode bool
-	// DynamicMetadata adds the limits applied and the descriptors'
-	// metadata to the response's dynamic_metadata, as envoyproxy/ratelimit's
-	// RESPONSE_DYNAMIC_METADATA.
+	// DynamicMetadata is envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA:
+	// the response's dynamic_metadata describes the request (domain,
+	// descriptors, hits) and its quota-mode limits, with the metadata of
+	// the rules that applied merged in (see dynamicMetadata). Off, nothing
+	// is built.
 	DynamicMetadata bool
 }
 
@@ -110,8 +115,13 @@ type Outcome uint8
 // Outcomes, as metric label values by String.
 const (
 	OutcomeOK Outcome = iota
+	// OutcomeOverLimit: no room; also for a quota-mode limit, whose
+	// request may still be allowed, as envoyproxy/ratelimit's over_limit
+	// stat counts it.
 	OutcomeOverLimit
 	OutcomeNearLimit // allowed, with more than NearLimitRatio of the limit used
+	// OutcomeShadowOverLimit: no room, but the limit is in shadow mode
+	// (its rule's shadow_mode, or Options.ShadowMode).
 	OutcomeShadowOverLimit
 	OutcomeFailureMode // the store failed and the limit's failure mode answered
 )
@@ -133,6 +143,9 @@ type Server struct {
 	log     *zap.Logger
 	obs     Observer
 	near    float64     // NearLimitRatio
+	shadow  bool        // Options.ShadowMode
+	quota   bool        // Options.QuotaMode
+	meta    bool        // Options.DynamicMetadata
 	failing atomic.Bool // the last store call failed; for transition logs
 	calls   sync.Pool
 }
@@ -168,6 +181,9 @@ func NewServer(o Options) (*Server, error) {
 		log:    o.Logger,
 		obs:    o.Observer,
 		near:   o.NearLimitRatio,
+		shadow: o.ShadowMode,
+		quota:  o.QuotaMode,
+		meta:   o.DynamicMetadata,
 	}
 	s.calls.New = func() any { return new(call) }
 	if o.Rules != nil {
@@ -199,6 +215,9 @@ type call struct {
 	reqs   []window.Request
 	res    []window.Result
 	key    []byte
+	// quotaOver lists, in increasing order and possibly repeated, the
+	// descriptors of which a quota-mode limit was over.
+	quotaOver []int
 }
 
 // isFailed reports whether the store failed for the counter in slot i.
@@ -210,7 +229,7 @@ const unknownDomain = "unknown"
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key = c.reqs[:0], c.res[:0], c.key[:0]
-	c.failed = c.failed[:0]
+	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
 }
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
@@ -264,12 +283,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			key, keyOwner = string(c.key), c.owner[k]
 		}
 		c.reqs = append(c.reqs, window.Request{
-			Key:       key,
-			Limit:     uint64(l.RequestsPerUnit),
-			Size:      l.Size,
-			Hits:      hits,
-			Refund:    refund,
-			Shadow:    l.Shadow,
+			Key:    key,
+			Limit:  uint64(l.RequestsPerUnit),
+			Size:   l.Size,
+			Hits:   hits,
+			Refund: refund,
+			// Global shadow and quota-mode limits never deny, so the store
+			// counts them, over or not, whenever the request is allowed.
+			Shadow:    l.Shadow || s.shadow || s.quotaMode(l),
 			Algorithm: l.Algorithm,
 		})
 	}
@@ -286,6 +307,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	return s.response(req, c, now), nil
 }
+
+// quotaMode reports whether l is in quota mode: over its limit, it is
+// counted and reported (status OK, limit_remaining 0, in
+// dynamic_metadata's quotaModeViolations) but never makes the request
+// OVER_LIMIT, as in envoyproxy/ratelimit.
+func (s *Server) quotaMode(l *rules.Limit) bool { return s.quota || l.QuotaMode }
 
 // hitsOf returns the descriptor's hits: its own hits_addend when present
 // (0 checks without counting), else the request's, where 0 means 1.

@@ -91,8 +91,9 @@ type Limit struct {
 	// DetailedMetric.
 	ValueToMetric bool
 	// QuotaMode is the descriptor's quota_mode: when over its limit, the
-	// descriptor is reported but does not alone make the request
-	// OVER_LIMIT. Package rules only carries it; the server applies it.
+	// descriptor is reported but never makes the request OVER_LIMIT, as in
+	// envoyproxy/ratelimit. Package rules only carries it; the server
+	// applies it.
 	QuotaMode bool
 	// Metadata is the descriptor's metadata, built once at load for a
 	// response's dynamic_metadata; nil when the descriptor has none. It is

@@ -33,13 +33,14 @@ type sidecarOptions struct {
 	// timeout (0.05 s in these tests) for the failure modes to answer
 	// before Envoy gives up.
 	RedisTimeout time.Duration
+	Args         []string // more flags
 }
 
 // startSidecar starts a sidecar, waits until GET /readyz answers 200 and
 // registers cleanups that stop it with SIGTERM, which must make it exit 0.
 func startSidecar(t *testing.T, name string, o sidecarOptions) *sidecar {
 	t.Helper()
-	p := startProc(t, name, o.Bin,
+	p := startProc(t, name, o.Bin, append([]string{
 		"-config", o.Rules,
 		"-grpc-addr", "127.0.0.1:0",
 		"-http-addr", "127.0.0.1:0",
@@ -48,7 +49,7 @@ func startSidecar(t *testing.T, name string, o sidecarOptions) *sidecar {
 		"-key-prefix", "e2e",
 		"-log-level", "info",
 		"-log-format", "json",
-	)
+	}, o.Args...)...)
 	// Runs before startProc's cleanup (LIFO), which then only logs.
 	t.Cleanup(func() {
 		if err := p.stop(); err != nil {
