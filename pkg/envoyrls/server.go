@@ -78,8 +78,8 @@ type Observer interface {
 	// Decision is called once per limit whose counter the store answered,
 	// with its outcome, and once per limit whose counter the store failed
 	// for, with OutcomeFailureMode. It is not called for unlimited limits,
-	// for limits whose counter was skipped (not read: another counter of
-	// the request was known full), for the answered limits of a request
+	// for limits whose counter was skipped (see window.Result.Skipped),
+	// for the answered limits of a request
 	// that gets Unavailable, or for invalid requests. value is the
 	// descriptor's last value when l.DetailedMetric, else "": raw client
 	// input reaches an observer only for rules that ask for it.

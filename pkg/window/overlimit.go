@@ -2,25 +2,34 @@ package window
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // OverLimitCache remembers fixed-window counters that are full and denies
-// requests that need one of them without asking the store, until the
-// window ends. It is exact for fixed windows, because a counter only grows
-// within its window: once count >= limit, no hit fits until the next window.
-// A key under attack therefore costs no Redis traffic.
+// requests that need one of them, until the window ends. It is exact for
+// fixed windows, because a counter only grows within its window: once
+// count >= limit, no hit fits until the next window. A key under attack
+// therefore costs no Redis traffic.
 //
 // Two cases are not cached: sliding windows (their estimate falls as time
 // passes) and shadow counters (they never deny). A refund (Envoy's
 // is_negative_hits) through this replica forgets the counter; a refund
-// through another replica is not seen, so this replica may deny until the
-// window ends although the refund made room.
+// through another replica is not seen, so this replica may deny a request of
+// that counter alone until the window ends although the refund made room.
 //
-// When a cached counter denies a request, the other counters of that
-// request are not read: their Results have Skipped set and Count 0.
+// A request whose counters are all known full is denied without a store
+// call. A request with other counters still gets their true state: the cache
+// reads them from the store in one read-only call (each sent with no hits,
+// so nothing is counted) and reports for each what the store reports for
+// the counters of a denied request, as if the request had been sent. If
+// that read finds every counter with room (a refund elsewhere emptied the
+// cached one), the cache forgets it and sends the request. If the read
+// fails, the request is still denied, and the counters it could not read
+// have Skipped set and Count 0.
 //
 // An OverLimitCache is safe for concurrent use and needs no goroutine:
 // entries of ended windows are never looked up again (the window start is
@@ -53,48 +62,127 @@ func NewOverLimitCache(next Store) *OverLimitCache {
 // Ping pings the wrapped store.
 func (c *OverLimitCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
 
-// Take denies at once if a non-shadow fixed-window counter of reqs is known
-// full for the current window; otherwise it asks the wrapped store and
-// remembers the counters that came back full.
+// Take denies if a non-shadow fixed-window counter of reqs is known full for
+// the current window, asking the store only for the state of the request's
+// other counters; otherwise it asks the wrapped store and remembers the
+// counters that came back full.
 func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
 	nowMs := now.UnixMilli()
 	c.sweep(nowMs)
-	for i := range reqs {
-		r := &reqs[i]
-		if !cacheable(r) {
-			continue
-		}
-		c.mu.RLock()
-		_, full := c.full[newFullKey(r, nowMs)]
-		c.mu.RUnlock()
-		if full {
-			for j := range reqs {
-				res[j] = Result{Skipped: true}
-			}
-			res[i] = Result{Count: r.Limit, Over: true}
-			return false, nil
-		}
+	if c.deny(ctx, now, reqs, res) {
+		return false, nil
 	}
 	allowed, err := c.next.Take(ctx, now, reqs, res)
 	if err != nil {
 		return allowed, err
 	}
 	for i := range reqs {
-		r := &reqs[i]
-		switch {
-		case r.Refund:
+		if r := &reqs[i]; r.Refund {
 			// A refund takes hits from the current window only, the one
 			// window of this counter that a lookup can ask for.
 			c.mu.Lock()
 			delete(c.full, newFullKey(r, nowMs))
 			c.mu.Unlock()
-		case cacheable(r) && res[i].Count >= r.Limit:
+		}
+	}
+	c.remember(reqs, res, nowMs)
+	return allowed, nil
+}
+
+// deny answers reqs if one of its counters is known full and reports
+// whether it did. The counters not known full are read with no hits (see
+// OverLimitCache); when that read finds room for every counter, the known
+// ones were stale: deny forgets them and leaves the request to the store.
+func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request, res []Result) bool {
+	nowMs := now.UnixMilli()
+	known, unknown := 0, 0
+	for i := range reqs {
+		if c.isFull(&reqs[i], nowMs) {
+			res[i] = Result{Count: reqs[i].Limit, Over: true}
+			known++
+		} else {
+			unknown++
+		}
+	}
+	if known == 0 {
+		return false
+	}
+	if unknown == 0 {
+		return true
+	}
+	peek := make([]Request, len(reqs))
+	for i, r := range reqs {
+		r.Hits, r.Refund = 0, false
+		peek[i] = r
+	}
+	read := make([]Result, len(reqs))
+	_, err := c.next.Take(ctx, now, peek, read)
+	var failed []int
+	if err != nil {
+		var partial *PartialError
+		if !errors.As(err, &partial) {
+			for i := range reqs {
+				if !res[i].Over {
+					res[i] = Result{Skipped: true}
+				}
+			}
+			return true
+		}
+		failed = partial.Failed
+	}
+	over := false
+	for i := range reqs {
+		r := &reqs[i]
+		if slices.Contains(failed, i) {
+			if !res[i].Over {
+				res[i] = Result{Skipped: true}
+			}
+			over = over || res[i].Over && !r.Shadow
+			continue
+		}
+		w := AtMillis(nowMs, r.Size.Milliseconds())
+		pending := pendingHits(reqs[:i], r.Key, w.Size)
+		got := read[i]
+		res[i] = Result{Count: got.Count, Previous: got.Previous, Over: r.over(got.Count+pending, got.Previous, r.Weight(w, nowMs))}
+		over = over || res[i].Over && !r.Shadow
+	}
+	if !over {
+		c.forget(reqs, nowMs)
+		return false
+	}
+	c.remember(reqs, res, nowMs)
+	return true
+}
+
+// isFull reports whether r's counter is cacheable and known full at nowMs.
+func (c *OverLimitCache) isFull(r *Request, nowMs int64) bool {
+	if !cacheable(r) {
+		return false
+	}
+	c.mu.RLock()
+	_, full := c.full[newFullKey(r, nowMs)]
+	c.mu.RUnlock()
+	return full
+}
+
+// remember adds the cacheable counters of reqs that res shows full.
+func (c *OverLimitCache) remember(reqs []Request, res []Result, nowMs int64) {
+	for i := range reqs {
+		if r := &reqs[i]; cacheable(r) && res[i].Count >= r.Limit {
 			c.mu.Lock()
 			c.full[newFullKey(r, nowMs)] = struct{}{}
 			c.mu.Unlock()
 		}
 	}
-	return allowed, nil
+}
+
+// forget drops the counters of reqs from the cache.
+func (c *OverLimitCache) forget(reqs []Request, nowMs int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range reqs {
+		delete(c.full, newFullKey(&reqs[i], nowMs))
+	}
 }
 
 func cacheable(r *Request) bool {
