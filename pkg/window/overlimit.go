@@ -18,18 +18,15 @@ import (
 // Two cases are not cached: sliding windows (their estimate falls as time
 // passes) and shadow counters (they never deny). A refund (Envoy's
 // is_negative_hits) through this replica forgets the counter; a refund
-// through another replica is not seen, so this replica may deny a request of
-// that counter alone until the window ends although the refund made room.
+// through another replica is not seen, so this replica may deny until the
+// window ends although the refund made room.
 //
 // A request whose counters are all known full is denied without a store
-// call. A request with other counters still gets their true state: the cache
-// reads them from the store in one read-only call (each sent with no hits,
-// so nothing is counted) and reports for each what the store reports for
-// the counters of a denied request, as if the request had been sent. If
-// that read finds every counter with room (a refund elsewhere emptied the
-// cached one), the cache forgets it and sends the request. If the read
-// fails, the request is still denied, and the counters it could not read
-// have Skipped set and Count 0.
+// call. A request with other counters is denied too, and still gets their
+// true state: the cache reads them from the store in one read-only call
+// (each sent with no hits, so nothing is counted) and reports for each what
+// the store reports for the counters of a denied request. If the read
+// fails, the counters it could not read have Skipped set and Count 0.
 //
 // An OverLimitCache is safe for concurrent use and needs no goroutine:
 // entries of ended windows are never looked up again (the window start is
@@ -90,67 +87,60 @@ func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request
 }
 
 // deny answers reqs if one of its counters is known full and reports
-// whether it did. The counters not known full are read with no hits (see
-// OverLimitCache); when that read finds room for every counter, the known
-// ones were stale: deny forgets them and leaves the request to the store.
+// whether it did. The other counters are read with no hits, in one store
+// call (see OverLimitCache).
 func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request, res []Result) bool {
 	nowMs := now.UnixMilli()
-	known, unknown := 0, 0
+	unread := 0
 	for i := range reqs {
 		if c.isFull(&reqs[i], nowMs) {
 			res[i] = Result{Count: reqs[i].Limit, Over: true}
-			known++
 		} else {
-			unknown++
+			res[i] = Result{Skipped: true}
+			unread++
 		}
 	}
-	if known == 0 {
+	if unread == len(reqs) {
 		return false
 	}
-	if unknown == 0 {
+	if unread == 0 {
 		return true
 	}
-	peek := make([]Request, len(reqs))
+	peek := make([]Request, 0, unread)
 	for i, r := range reqs {
-		r.Hits, r.Refund = 0, false
-		peek[i] = r
+		if res[i].Skipped {
+			r.Hits, r.Refund = 0, false
+			peek = append(peek, r)
+		}
 	}
-	read := make([]Result, len(reqs))
+	read := make([]Result, unread)
 	_, err := c.next.Take(ctx, now, peek, read)
-	var failed []int
+	var failed []int // indexes into peek
 	if err != nil {
 		var partial *PartialError
 		if !errors.As(err, &partial) {
-			for i := range reqs {
-				if !res[i].Over {
-					res[i] = Result{Skipped: true}
-				}
-			}
-			return true
+			return true // the unread counters stay Skipped
 		}
 		failed = partial.Failed
 	}
-	over := false
+	j := -1 // peek's index of reqs[i]
 	for i := range reqs {
-		r := &reqs[i]
-		if slices.Contains(failed, i) {
-			if !res[i].Over {
-				res[i] = Result{Skipped: true}
-			}
-			over = over || res[i].Over && !r.Shadow
+		if !res[i].Skipped {
 			continue
 		}
+		j++
+		if slices.Contains(failed, j) {
+			continue
+		}
+		// What a store reports for the counters of a denied request: the
+		// counts as they are and whether the hits fit, with those of
+		// earlier counters on the same key, as the stores add them up.
+		r, got := &reqs[i], read[j]
 		w := AtMillis(nowMs, r.Size.Milliseconds())
 		pending := pendingHits(reqs[:i], r.Key, w.Size)
-		got := read[i]
 		res[i] = Result{Count: got.Count, Previous: got.Previous, Over: r.over(got.Count+pending, got.Previous, r.Weight(w, nowMs))}
-		over = over || res[i].Over && !r.Shadow
+		c.remember(reqs[i:i+1], res[i:i+1], nowMs)
 	}
-	if !over {
-		c.forget(reqs, nowMs)
-		return false
-	}
-	c.remember(reqs, res, nowMs)
 	return true
 }
 
@@ -173,15 +163,6 @@ func (c *OverLimitCache) remember(reqs []Request, res []Result, nowMs int64) {
 			c.full[newFullKey(r, nowMs)] = struct{}{}
 			c.mu.Unlock()
 		}
-	}
-}
-
-// forget drops the counters of reqs from the cache.
-func (c *OverLimitCache) forget(reqs []Request, nowMs int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range reqs {
-		delete(c.full, newFullKey(&reqs[i], nowMs))
 	}
 }
 

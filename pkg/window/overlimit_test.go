@@ -205,67 +205,63 @@ func equal(a, b []uint64) bool {
 	return true
 }
 
-// TestOverLimitCacheStale: a cached counter that a refund through another
-// replica emptied is found with room by the read of a request with other
-// counters, which is then sent and allowed; one that fails to be read still
-// denies.
-func TestOverLimitCacheStale(t *testing.T) {
-	t.Parallel()
-	full, other := req("full", 2, 1), req("other", 10, 1)
-	for name, newStore := range stores() {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			inner := &countingStore{Store: newStore(t)}
-			c1, c2 := window.NewOverLimitCache(inner), window.NewOverLimitCache(inner)
-			take(t, c1, t0, full)
-			take(t, c1, t0, full) // c1 knows it full
-			back := full
-			back.Refund = true
-			take(t, c2, t0, back) // room for one, which c1 does not know
-			before := inner.calls.Load()
-			ok, res := take(t, c1, t0, other, full)
-			if !ok || res[0].Count != 1 || res[1].Count != 2 {
-				t.Errorf("after a refund elsewhere = %v %+v, want allowed, counts 1 and 2", ok, res)
-			}
-			if calls := inner.calls.Load() - before; calls != 2 {
-				t.Errorf("%d store calls, want 2 (the read, then the request)", calls)
-			}
-			// Full again, and known full again.
-			before = inner.calls.Load()
-			if ok, _ := take(t, c1, t0, full); ok || inner.calls.Load() != before {
-				t.Errorf("full counter alone: allowed %v, %d store calls; want a denial from the cache", ok, inner.calls.Load()-before)
-			}
-		})
-	}
-}
-
-// failingStore fails every Take once fail is set.
+// failingStore fails every Take once fail is set: wholly, or with partial
+// set for its first request only.
 type failingStore struct {
 	window.Store
-	fail atomic.Bool
+	fail, partial atomic.Bool
 }
 
-var errReadDown = errors.New("down")
+var errReadDown = errors.Join(window.ErrStore, errors.New("down"))
 
 func (f *failingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
-	if f.fail.Load() {
+	if !f.fail.Load() {
+		return f.Store.Take(ctx, now, reqs, res)
+	}
+	if !f.partial.Load() {
 		return false, errReadDown
 	}
-	return f.Store.Take(ctx, now, reqs, res)
+	ok, err := f.Store.Take(ctx, now, reqs[1:], res[1:])
+	if err != nil {
+		return ok, err
+	}
+	res[0] = window.Result{}
+	return ok, &window.PartialError{Failed: []int{0}, Err: errReadDown}
 }
 
 // TestOverLimitCachePeekFails: when the read of the other counters fails,
-// the cached counter still denies and the others are reported skipped.
+// wholly or in part, the cached counter still denies, the counters that
+// were read are reported and the others skipped.
 func TestOverLimitCachePeekFails(t *testing.T) {
 	t.Parallel()
-	inner := &failingStore{Store: window.NewMemory()}
-	c := window.NewOverLimitCache(inner)
-	full, other := req("full", 2, 1), req("other", 10, 1)
-	take(t, c, t0, full)
-	take(t, c, t0, full)
-	inner.fail.Store(true)
-	ok, res := take(t, c, t0, other, full)
-	if ok || !res[0].Skipped || res[1] != (window.Result{Count: 2, Over: true}) {
-		t.Errorf("denial with a failing read = %v %+v, want denied, other skipped, full over", ok, res)
+	full, a, b := req("full", 2, 1), req("a", 10, 1), req("b", 10, 1)
+	tests := []struct {
+		name    string
+		partial bool
+		want    []window.Result
+	}{
+		{"wholly", false, []window.Result{{Skipped: true}, {Count: 2, Over: true}, {Skipped: true}}},
+		{"in part", true, []window.Result{{Skipped: true}, {Count: 2, Over: true}, {Count: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			inner := &failingStore{Store: window.NewMemory()}
+			c := window.NewOverLimitCache(inner)
+			take(t, c, t0, full)
+			take(t, c, t0, full)
+			take(t, c, t0, b)
+			inner.fail.Store(true)
+			inner.partial.Store(tt.partial)
+			ok, res := take(t, c, t0, a, full, b)
+			if ok {
+				t.Error("allowed, want denied")
+			}
+			for i := range tt.want {
+				if res[i] != tt.want[i] {
+					t.Errorf("result %d = %+v, want %+v", i, res[i], tt.want[i])
+				}
+			}
+		})
 	}
 }
