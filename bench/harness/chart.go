@@ -17,7 +17,7 @@ import (
 // chartNames are the x-axis names: the table's labels are too long to sit under a bar.
 var chartNames = map[string]string{
 	"noop": "noop", "a": "a allowed", "b": "b hot", "c": "c 3 desc", "d": "d distinct", "e": "e memory",
-	"ref": "ref envoyproxy", "target": "target",
+	"f": "f one over", "fn": "fn no cache", "ref": "ref envoyproxy", "target": "target",
 }
 
 // chart draws two panels into one PNG: decisions/s per scenario with one bar per run (so the spread shows),

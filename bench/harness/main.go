@@ -78,10 +78,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of the whole scenario list; figures are medians over them")
 	fs.IntVar(&o.c, "c", 50, "load generator concurrency (calls in flight)")
 	fs.IntVar(&o.conns, "conns", 1, "load generator gRPC connections")
-	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e")
+	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e, f, fn")
 	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
-	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,ref", "scenarios to run, in order (noop, a-e, ref; -target adds target)")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,ref", "scenarios to run, in order (noop, a-f, fn, ref; -target adds target)")
 	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
 	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
 	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
@@ -148,17 +148,21 @@ type scenario struct {
 	Server string `json:"server"` // noop, sidecar, reference (envoyproxy/ratelimit) or target
 	Store  string `json:"store"`  // redis, memory or "" when the server keeps no counters
 	Load   string `json:"load"`   // loadgen -scenario
+	// Args are sidecar flags beyond the harness's own.
+	Args []string `json:"args,omitempty"`
 }
 
 var allScenarios = []scenario{
-	{"noop", "noop server (ceiling)", "noop", "", "allowed"},
-	{"a", "(a) allowed, 1 descriptor, Redis", "sidecar", "redis", "allowed"},
-	{"b", "(b) hot key over limit, Redis", "sidecar", "redis", "hot"},
-	{"c", "(c) 3 descriptors, Redis", "sidecar", "redis", "three"},
-	{"d", "(d) distinct keys, Redis", "sidecar", "redis", "distinct"},
-	{"e", "(e) allowed, in-memory store", "sidecar", "memory", "allowed"},
-	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed"},
-	{"target", "external server (-target)", "target", "", ""},
+	{"noop", "noop server (ceiling)", "noop", "", "allowed", nil},
+	{"a", "(a) allowed, 1 descriptor, Redis", "sidecar", "redis", "allowed", nil},
+	{"b", "(b) hot key over limit, Redis", "sidecar", "redis", "hot", nil},
+	{"c", "(c) 3 descriptors, Redis", "sidecar", "redis", "three", nil},
+	{"d", "(d) distinct keys, Redis", "sidecar", "redis", "distinct", nil},
+	{"e", "(e) allowed, in-memory store", "sidecar", "memory", "allowed", nil},
+	{"f", "(f) 3 descriptors, one over limit, Redis", "sidecar", "redis", "hotthree", nil},
+	{"fn", "(fn) as (f), without the over-limit cache", "sidecar", "redis", "hotthree", []string{"-over-limit-cache=false"}},
+	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed", nil},
+	{"target", "external server (-target)", "target", "", "", nil},
 }
 
 func scenarioByName(name string) (scenario, bool) {

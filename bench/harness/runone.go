@@ -301,6 +301,7 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
 		args := []string{"-config", b.rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
 			"-redis-url", redisURL, "-key-prefix", "bench:"}
+		args = append(args, sc.Args...)
 		t, err := b.startReady(ctx, log, "ratelimit-sidecar", nil, b.sidecar, args, "http://"+httpAddr+"/readyz")
 		t.addr, t.metricsURL = grpcAddr, "http://"+httpAddr+"/metrics"
 		return t, err

@@ -25,6 +25,15 @@ var scenarios = map[string]func(i int) [][]entry{
 			{{"api_key", key(i)}, {"path", fmt.Sprintf("/p%d", i%10)}},
 		}
 	},
+	// hotthree: three descriptors of which one, api_key=hot, is over its limit and the others have room: the
+	// request is denied, and the over-limit cache must still report the others truthfully.
+	"hotthree": func(i int) [][]entry {
+		return [][]entry{
+			{{"api_key", key(i)}},
+			{{"remote_address", ip(i)}},
+			{{"api_key", "hot"}},
+		}
+	},
 	// distinct: a value that does not repeat until -keys requests have gone by, so every call creates state.
 	"distinct": func(i int) [][]entry { return [][]entry{{{"api_key", fmt.Sprintf("d%d", i)}}} },
 }

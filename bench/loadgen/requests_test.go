@@ -57,6 +57,7 @@ func TestBuildRequests(t *testing.T) {
 		{"allowed", 100, 100, 1, 100},
 		{"hot", 100, 1, 1, 1},
 		{"three", 20, 20, 3, 20},
+		{"hotthree", 20, 20, 3, 20},
 		{"distinct", 500, 500, 1, 500},
 	}
 	for _, tt := range tests {

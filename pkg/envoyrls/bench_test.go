@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,4 +154,117 @@ type takeCounter struct {
 func (c *takeCounter) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	c.calls.Add(1)
 	return c.Store.Take(ctx, now, reqs, res)
+}
+
+// BenchmarkShouldRateLimitOneFull measures denials of requests of 2 or 3
+// descriptors of which one (api_key=hot, 10 an hour in the bench rules) is
+// full and the others have room: with the over-limit cache and without, so
+// the costs of the cache's answer for such requests can be compared. It
+// reports round trips (rt/op), Redis CPU (redis-cpu-us/op, from INFO cpu)
+// and this process's CPU (cpu-ns/op, the server without gRPC) per decision.
+func BenchmarkShouldRateLimitOneFull(b *testing.B) {
+	rules, err := rules.Load(benchRulesFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, batched := range []bool{false, true} {
+		for _, cached := range []bool{false, true} {
+			for _, n := range []int{2, 3} {
+				name := "redis"
+				if batched {
+					name += "-batched"
+				}
+				if cached {
+					name += "/cache"
+				} else {
+					name += "/nocache"
+				}
+				b.Run(name+"/"+strconv.Itoa(n)+"desc", func(b *testing.B) {
+					benchOneFull(b, rules, batched, cached, n)
+				})
+			}
+		}
+	}
+}
+
+func benchOneFull(b *testing.B, rs *rules.Set, batched, cached bool, n int) {
+	srv := redistest.Start(b)
+	client := srv.Client(b)
+	var rt roundTripper
+	var store Store
+	// A generous timeout: 50 unbatched callers on a busy machine can wait
+	// longer than the default, and a benchmark must not fail for it.
+	o := redisstore.Options{Timeout: 5 * time.Second}
+	if batched {
+		s, err := redisstore.NewBatched(client, o, redisstore.BatchOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		rt, store = s, s
+	} else {
+		s := redisstore.New(client, o)
+		rt, store = s, s
+	}
+	if cached {
+		store = window.NewOverLimitCache(store)
+	}
+	// A fixed clock: a run that crossed the hour would be allowed 10 again.
+	now := time.UnixMilli(1_763_800_020_000)
+	s, err := NewServer(Options{Store: store, Rules: rs, Now: func() time.Time { return now }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	hot := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "hot")}}
+	for range 11 { // the 10 allowed, then the first denial fills the cache
+		if _, err := s.ShouldRateLimit(ctx, hot); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reqs := make([]*rlsv3.RateLimitRequest, 1000)
+	for i := range reqs {
+		ds := []*rlv3.RateLimitDescriptor{desc("api_key", "k"+strconv.Itoa(i))}
+		if n == 3 {
+			ds = append(ds, desc("remote_address", "10.0.0."+strconv.Itoa(i%250)))
+		}
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: append(ds, desc("api_key", "hot"))}
+	}
+	redisCPU := func() float64 {
+		info, err := client.InfoMap(ctx, "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		user, _ := strconv.ParseFloat(info["CPU"]["used_cpu_user"], 64)
+		sys, _ := strconv.ParseFloat(info["CPU"]["used_cpu_sys"], 64)
+		return user + sys
+	}
+	rtBefore, redisBefore, cpuBefore := rt.RoundTrips(), redisCPU(), processCPU(b)
+	var i atomic.Int64
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := s.ShouldRateLimit(ctx, reqs[i.Add(1)%int64(len(reqs))])
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				b.Errorf("ShouldRateLimit = %v, %v", resp.GetOverallCode(), err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	decisions := float64(b.N)
+	b.ReportMetric(float64(rt.RoundTrips()-rtBefore)/decisions, "rt/op")
+	b.ReportMetric((redisCPU()-redisBefore)*1e6/decisions, "redis-cpu-us/op")
+	b.ReportMetric(float64(processCPU(b)-cpuBefore)/decisions, "cpu-ns/op")
+}
+
+// processCPU returns the CPU time (user and system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -48,10 +48,11 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			reset, over = window.At(now, l.Size).Until(now.UnixMilli()), true
 		case res.Skipped:
 			// Not read: another counter of this denied request was known
-			// full. The limit itself is configuration, so report it, as
-			// Envoy lists it in x-ratelimit-limit whether or not the cache
-			// answered; its count is unknown, so it states no remaining or
-			// reset of its own.
+			// full and the read of the others failed (see
+			// window.OverLimitCache). The limit itself is configuration, so
+			// report it, as Envoy lists it in x-ratelimit-limit whether or
+			// not the cache answered; its count is unknown, so it states no
+			// remaining or reset of its own.
 			if st := resp.Statuses[c.owner[k]]; st.CurrentLimit == nil {
 				st.CurrentLimit = l.Proto()
 			}

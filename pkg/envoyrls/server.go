@@ -97,12 +97,11 @@ type Observer interface {
 	// Decision is called once per limit whose counter the store answered,
 	// with its outcome, and once per limit whose counter the store failed
 	// for, with OutcomeFailureMode. It is not called for unlimited limits,
-	// for limits whose counter was skipped (not read: another counter of
-	// the request was known full), for the answered limits of a request
-	// that gets Unavailable, or for invalid requests. value carries
-	// request values only for rules that ask for them: with
-	// l.DetailedMetric, the descriptor's last value (the pattern, for a
-	// share_threshold wildcard); else with l.ValueToMetric, the whole
+	// for limits whose counter was skipped (see window.Result.Skipped), for
+	// the answered limits of a request that gets Unavailable, or for invalid
+	// requests. value carries request values only for rules that ask for
+	// them: with l.DetailedMetric, the descriptor's last value (the pattern,
+	// for a share_threshold wildcard); else with l.ValueToMetric, the whole
 	// label l.AppendMetricRule builds; else "".
 	Decision(domain string, l *rules.Limit, value string, outcome Outcome)
 	// StoreCall is called once per store call with its latency and error.

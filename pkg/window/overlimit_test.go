@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,12 +36,21 @@ func TestOverLimitCache(t *testing.T) {
 		t.Fatalf("Len = %d after filling, want 1", n)
 	}
 	before := inner.calls.Load()
-	ok, res := take(t, c, t0.Add(time.Second), other, full)
-	if ok || !res[1].Over || res[1].Count != 2 || !res[0].Skipped {
-		t.Errorf("cached denial = %v %+v, want denied, full over, other skipped", ok, res)
+	ok, res := take(t, c, t0.Add(time.Second), full)
+	if ok || !res[0].Over || res[0].Count != 2 {
+		t.Errorf("cached denial = %v %+v, want denied, full over", ok, res)
 	}
 	if got := inner.calls.Load() - before; got != 0 {
-		t.Errorf("a cached denial made %d store calls, want 0", got)
+		t.Errorf("a cached denial of one counter made %d store calls, want 0", got)
+	}
+	// With another counter, that one is read (one store call) and not counted.
+	before = inner.calls.Load()
+	ok, res = take(t, c, t0.Add(time.Second), other, full)
+	if ok || !res[1].Over || res[1].Count != 2 || res[0].Over || res[0].Skipped {
+		t.Errorf("cached denial = %v %+v, want denied, full over, other read with room", ok, res)
+	}
+	if got := inner.calls.Load() - before; got != 1 {
+		t.Errorf("a cached denial of two counters made %d store calls, want 1", got)
 	}
 	// The other counter was not consumed by the cached denial.
 	if _, res := take(t, c, t0, req("other", 10, 0)); res[0].Count != 0 {
@@ -97,5 +107,161 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 	}
 	if inner[0].calls.Load()+inner[1].calls.Load() == workers*each {
 		t.Error("no denial came from the cache")
+	}
+}
+
+// TestOverLimitCachePeek: a request that a cached full counter denies gets,
+// for its other counters, what the store itself reports for that denied
+// request, in one store call that counts nothing.
+func TestOverLimitCachePeek(t *testing.T) {
+	t.Parallel()
+	full := req("full", 2, 1)
+	sliding := req("sliding", 10, 1)
+	sliding.Algorithm = window.SlidingWindow
+	shadow := req("shadow", 1, 1)
+	shadow.Shadow = true
+	refund := req("a", 10, 1)
+	refund.Refund = true
+	tests := []struct {
+		name  string
+		prior []window.Request // each taken once, straight from the store, before full fills
+		reqs  []window.Request // the denied request; full is known full
+	}{
+		{"2 counters", []window.Request{req("a", 10, 3)}, []window.Request{req("a", 10, 1), full}},
+		{"3 counters", []window.Request{req("a", 10, 3), req("b", 5, 4)}, []window.Request{req("a", 10, 2), full, req("b", 5, 1)}},
+		{"another over too", []window.Request{req("b", 5, 5)}, []window.Request{req("a", 10, 1), req("b", 5, 1), full}},
+		{"sliding and shadow", []window.Request{sliding, shadow}, []window.Request{sliding, shadow, full}},
+		{"one counter twice", nil, []window.Request{req("a", 10, 6), req("a", 10, 6), full}},
+		{"a refund", []window.Request{req("a", 10, 4)}, []window.Request{refund, full}},
+	}
+	for name, newStore := range stores() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					inner := &countingStore{Store: newStore(t)}
+					c := window.NewOverLimitCache(inner)
+					at := t0.Add(-time.Minute) // the previous window, for the sliding counter
+					for _, r := range tt.prior {
+						take(t, inner, at, r)
+					}
+					at = t0.Add(10 * time.Second)
+					for _, r := range tt.prior {
+						take(t, inner, at, r)
+					}
+					take(t, c, at, full)
+					take(t, c, at, full) // full now, and cached
+					counts := peekCounts(t, inner, at, tt.reqs)
+
+					before := inner.calls.Load()
+					ok, got := take(t, c, at, tt.reqs...)
+					if calls := inner.calls.Load() - before; calls != 1 {
+						t.Errorf("cached denial made %d store calls, want 1", calls)
+					}
+					wantOK, want := take(t, inner, at, tt.reqs...) // denied by the store itself: counts nothing
+					if ok || wantOK {
+						t.Fatalf("allowed = %v (store: %v), want denied", ok, wantOK)
+					}
+					for i := range want {
+						if tt.reqs[i].Refund {
+							// Redis Cluster leaves a denied request's refunds
+							// unread; the cache reports their count.
+							want[i] = window.Result{Count: counts[i]}
+						}
+						if got[i] != want[i] {
+							t.Errorf("result %d = %+v, want %+v (the store's)", i, got[i], want[i])
+						}
+					}
+					if after := peekCounts(t, inner, at, tt.reqs); !equal(after, counts) {
+						t.Errorf("counts after the denial = %v, want %v (unchanged)", after, counts)
+					}
+				})
+			}
+		})
+	}
+}
+
+// peekCounts reads the current counts of reqs' counters without counting.
+func peekCounts(t *testing.T, s window.Store, now time.Time, reqs []window.Request) []uint64 {
+	t.Helper()
+	out := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		r.Hits, r.Refund = 0, false
+		_, res := take(t, s, now, r)
+		out[i] = res[0].Count
+	}
+	return out
+}
+
+func equal(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// failingStore fails every Take once fail is set: wholly, or with partial
+// set for its first request only.
+type failingStore struct {
+	window.Store
+	fail, partial atomic.Bool
+}
+
+var errReadDown = errors.Join(window.ErrStore, errors.New("down"))
+
+func (f *failingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+	if !f.fail.Load() {
+		return f.Store.Take(ctx, now, reqs, res)
+	}
+	if !f.partial.Load() {
+		return false, errReadDown
+	}
+	ok, err := f.Store.Take(ctx, now, reqs[1:], res[1:])
+	if err != nil {
+		return ok, err
+	}
+	res[0] = window.Result{}
+	return ok, &window.PartialError{Failed: []int{0}, Err: errReadDown}
+}
+
+// TestOverLimitCachePeekFails: when the read of the other counters fails,
+// wholly or in part, the cached counter still denies, the counters that
+// were read are reported and the others skipped.
+func TestOverLimitCachePeekFails(t *testing.T) {
+	t.Parallel()
+	full, a, b := req("full", 2, 1), req("a", 10, 1), req("b", 10, 1)
+	tests := []struct {
+		name    string
+		partial bool
+		want    []window.Result
+	}{
+		{"wholly", false, []window.Result{{Skipped: true}, {Count: 2, Over: true}, {Skipped: true}}},
+		{"in part", true, []window.Result{{Skipped: true}, {Count: 2, Over: true}, {Count: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			inner := &failingStore{Store: window.NewMemory()}
+			c := window.NewOverLimitCache(inner)
+			take(t, c, t0, full)
+			take(t, c, t0, full)
+			take(t, c, t0, b)
+			inner.fail.Store(true)
+			inner.partial.Store(tt.partial)
+			ok, res := take(t, c, t0, a, full, b)
+			if ok {
+				t.Error("allowed, want denied")
+			}
+			for i := range tt.want {
+				if res[i] != tt.want[i] {
+					t.Errorf("result %d = %+v, want %+v", i, res[i], tt.want[i])
+				}
+			}
+		})
 	}
 }

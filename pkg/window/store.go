@@ -112,9 +112,9 @@ type Result struct {
 	// Over reports that this counter had no room for the request's hits
 	// (for Shadow requests too).
 	Over bool
-	// Skipped reports that the counter was not read because another counter
-	// of the request was known to be full (see OverLimitCache); Count is
-	// then unknown and 0.
+	// Skipped reports that the counter was not read: another counter of the
+	// request was known to be full and reading the others failed (see
+	// OverLimitCache); Count is then unknown and 0.
 	Skipped bool
 }
 
