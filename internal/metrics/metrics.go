@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // Options configure a Recorder. Registerer is required; the other fields
@@ -55,6 +54,13 @@ type PoolStats struct {
 //	ratelimit_store_round_trips_total                counter, with RoundTrips
 //	ratelimit_redis_pool_*                           with PoolStats
 //
+// envoyproxy/ratelimit's, under the names and labels its Prometheus mapper
+// gives them (see docs/operations.md):
+//
+//	ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}{domain,key1[,key2]}
+//	ratelimit_service_should_rate_limit_error{err_type}
+//	ratelimit_service_config_load_{success,error}
+//
 // and the Go runtime and process collectors.
 type Recorder struct {
 	decisions     *prometheus.CounterVec
@@ -64,21 +70,41 @@ type Recorder struct {
 	reloadOK      prometheus.Counter
 	reloadError   prometheus.Counter
 	reloadSuccess prometheus.Gauge
+	ref           *refMetrics
 
-	// handles caches the decision counters of one (domain, rule, value),
-	// one per outcome, so the request path does no label hashing and, once
-	// warm, no allocation.
-	handles sync.Map // decisionKey -> *[numOutcomes]prometheus.Counter
+	// handles caches the counters of one label set, so the request path
+	// does no label hashing and, once warm, no allocation.
+	handles sync.Map // handleKey -> *handles
+	// detailed holds the handles of detailed_metric stats keys that differ
+	// from the first one seen for their handleKey.
+	detailed sync.Map // detailedKey -> *handles
 }
 
 var _ envoyrls.Observer = (*Recorder)(nil)
 
 const numOutcomes = int(envoyrls.OutcomeFailureMode) + 1
 
-// decisionKey identifies a decision's labels: value is "" unless the
-// limit asks for detailed metrics or value_to_metric.
-type decisionKey struct {
-	domain, rule, value string
+// handleKey identifies a limit's label sets. value is "" unless the limit
+// asks for detailed metrics or value_to_metric. (Few fields: sync.Map
+// hashes a struct key field by field, at a cost per field.)
+type handleKey struct {
+	domain, rule, path, value string
+}
+
+// detailedKey identifies the label sets of a detailed_metric limit whose
+// stats key (every entry's value) differs from the one its handleKey's
+// handles were made for.
+type detailedKey struct {
+	handleKey
+	statsKey string
+}
+
+// handles are the counters of one label set: the decisions by outcome,
+// and the reference's stats of statsKey (nil where its mapper maps none).
+type handles struct {
+	decisions [numOutcomes]prometheus.Counter
+	statsKey  string // the reference's stats key, domain included
+	stats     [numStats]prometheus.Counter
 }
 
 // StoreDurationBuckets are the buckets of ratelimit_store_duration_seconds,
@@ -122,11 +148,13 @@ func New(o Options) (*Recorder, error) {
 	m.reloadOK = reloads.WithLabelValues("ok")
 	m.reloadError = reloads.WithLabelValues("error")
 
-	cs := []prometheus.Collector{
+	ref, refCollectors := newRefMetrics()
+	m.ref = ref
+	cs := append([]prometheus.Collector{
 		m.decisions, m.storeDuration, m.storeErrors, m.failing, reloads, m.reloadSuccess,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	}
+	}, refCollectors...)
 	if o.RoundTrips != nil {
 		f := o.RoundTrips
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -146,37 +174,68 @@ func New(o Options) (*Recorder, error) {
 }
 
 // Decision counts one decision. It implements envoyrls.Observer. The rule
-// label is the limit's Rule; with DetailedMetric, Rule, "_" and value; else
-// with ValueToMetric, value (the label with request values, as
+// label is the limit's Rule; with DetailedMetric, Rule, "_" and d.Value;
+// else with ValueToMetric, d.Value (the label with request values, as
 // envoyproxy/ratelimit's value_to_metric makes it). Other limits ignore
-// value, so their labels stay bounded.
-func (m *Recorder) Decision(domain string, l *rules.Limit, value string, outcome envoyrls.Outcome) {
-	if !l.DetailedMetric && (!l.ValueToMetric || value == "") {
-		value = ""
+// d.Value, so their labels stay bounded. The reference's counters get
+// d.Hits as its limiter adds them (see add), labelled from its stats key
+// as its mapper labels them.
+func (m *Recorder) Decision(d envoyrls.Decision) {
+	l := d.Limit
+	k := handleKey{domain: d.Domain, rule: l.Rule, path: l.Path}
+	if l.DetailedMetric || l.ValueToMetric {
+		k.value = d.Value
 	}
-	k := decisionKey{domain, l.Rule, value}
 	h, ok := m.handles.Load(k)
 	if !ok {
-		h = m.newHandles(k, l.DetailedMetric)
+		h = m.newHandles(k, &d)
 	}
-	h.(*[numOutcomes]prometheus.Counter)[outcome].Inc()
+	hs := h.(*handles)
+	if l.DetailedMetric {
+		// Earlier entries show in the stats key too: check that they are
+		// the ones these handles were made for, on the stack.
+		var buf [128]byte
+		key := appendStatsKey(append(append(buf[:0], d.Domain...), '.'), &d)
+		if string(key) != hs.statsKey {
+			hs = m.detailedHandles(k, &d, string(key))
+		}
+	}
+	hs.decisions[d.Outcome].Inc()
+	add(&hs.stats, &d)
 }
 
-func (m *Recorder) newHandles(k decisionKey, detailed bool) any {
+// detailedHandles returns the handles of a detailed_metric limit whose
+// stats key is not that of its first handles.
+func (m *Recorder) detailedHandles(k handleKey, d *envoyrls.Decision, statsKey string) *handles {
+	dk := detailedKey{k, statsKey}
+	if h, ok := m.detailed.Load(dk); ok {
+		return h.(*handles)
+	}
+	got, _ := m.detailed.LoadOrStore(dk, m.makeHandles(k, d))
+	return got.(*handles)
+}
+
+func (m *Recorder) newHandles(k handleKey, d *envoyrls.Decision) *handles {
+	// Two first decisions may race here; both resolved the same children.
+	got, _ := m.handles.LoadOrStore(k, m.makeHandles(k, d))
+	return got.(*handles)
+}
+
+// makeHandles resolves the counters of d's label sets; k is d's handleKey.
+func (m *Recorder) makeHandles(k handleKey, d *envoyrls.Decision) *handles {
 	rule := k.rule
 	switch {
-	case detailed:
+	case d.Limit.DetailedMetric:
 		rule += "_" + k.value
 	case k.value != "":
 		rule = k.value // value_to_metric's label
 	}
-	var h [numOutcomes]prometheus.Counter
-	for o := range h {
-		h[o] = m.decisions.WithLabelValues(k.domain, rule, envoyrls.Outcome(o).String())
+	h := &handles{statsKey: string(appendStatsKey([]byte(k.domain+"."), d))}
+	for o := range h.decisions {
+		h.decisions[o] = m.decisions.WithLabelValues(k.domain, rule, envoyrls.Outcome(o).String())
 	}
-	// Two first decisions may race here; both resolved the same children.
-	got, _ := m.handles.LoadOrStore(k, &h)
-	return got
+	h.stats = m.ref.counters(h.statsKey)
+	return h
 }
 
 // StoreCall records a store call's latency and error, and whether failure
@@ -185,21 +244,28 @@ func (m *Recorder) StoreCall(d time.Duration, err error) {
 	m.storeDuration.Observe(d.Seconds())
 	if err != nil {
 		m.storeErrors.Inc()
+		m.ref.redisError.Inc()
 		m.failing.Set(1)
 		return
 	}
 	m.failing.Set(0)
 }
 
+// InvalidRequest counts a malformed request as the reference's
+// service_error. It implements envoyrls.Observer.
+func (m *Recorder) InvalidRequest() { m.ref.serviceError.Inc() }
+
 // ObserveReload counts a rules load: err is nil when the new rules are
 // being served. It fits reload.Options.OnReload.
 func (m *Recorder) ObserveReload(err error) {
 	if err != nil {
 		m.reloadError.Inc()
+		m.ref.loadError.Inc()
 		m.reloadSuccess.Set(0)
 		return
 	}
 	m.reloadOK.Inc()
+	m.ref.loadSuccess.Inc()
 	m.reloadSuccess.Set(1)
 }
 

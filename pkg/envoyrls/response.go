@@ -65,7 +65,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 				over = false
 				c.quotaOver = append(c.quotaOver, c.owner[k])
 			}
-			s.observe(req, c, k, res, remaining)
+			s.observe(req, c, k, res, remaining, now)
 		}
 		st := resp.Statuses[c.owner[k]]
 		if tighter(st, over, remaining, reset) {
@@ -159,23 +159,48 @@ func tighter(st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, remaining 
 	return reset > st.DurationUntilReset.AsDuration()
 }
 
-func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window.Result, remaining uint64) {
+func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window.Result, remaining uint64, now time.Time) {
 	if s.obs == nil {
 		return
 	}
-	l, owner := c.limits[k], c.owner[k]
-	outcome := OutcomeOK
+	l, r := c.limits[k], &c.reqs[c.slot[k]]
+	d := s.decision(req, c, k, OutcomeOK)
 	switch {
 	case res.Over && (l.Shadow || s.shadow && !s.quotaMode(l)):
 		// Over a quota-mode limit stays over_limit under global shadow
 		// mode, as envoyproxy/ratelimit's stats count it.
-		outcome = OutcomeShadowOverLimit
+		d.Outcome = OutcomeShadowOverLimit
 	case res.Over:
-		outcome = OutcomeOverLimit
-	case remaining < uint64(l.RequestsPerUnit) && float64(uint64(l.RequestsPerUnit)-remaining) > math.Floor(s.near*float64(l.RequestsPerUnit)):
-		outcome = OutcomeNearLimit
+		d.Outcome = OutcomeOverLimit
+	case uint64(l.RequestsPerUnit)-remaining > d.NearLimit:
+		d.Outcome = OutcomeNearLimit
 	}
-	s.obs.Decision(c.domain, l, metricValue(req, owner, l), outcome)
+	d.Used = res.Count
+	if r.Algorithm == window.SlidingWindow {
+		d.Used = uint64(math.Ceil(float64(res.Previous)*r.Weight(window.At(now, r.Size), now.UnixMilli()) + float64(res.Count)))
+	}
+	if c.counted && d.Hits > 0 {
+		d.Used -= min(d.Used, d.Hits)
+	}
+	s.obs.Decision(d)
+}
+
+// decision is what an Observer is told of limit k, less what the store
+// answered.
+func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome) Decision {
+	l, owner, r := c.limits[k], c.owner[k], &c.reqs[c.slot[k]]
+	d := Decision{
+		Domain:    c.domain,
+		Limit:     l,
+		Value:     metricValue(req, owner, l),
+		Entries:   req.Descriptors[owner].Entries,
+		Outcome:   o,
+		NearLimit: uint64(math.Floor(s.near * float64(l.RequestsPerUnit))),
+	}
+	if !r.Refund {
+		d.Hits = r.Hits
+	}
+	return d
 }
 
 // metricValue is the value an Observer is given, as Observer promises:
@@ -218,6 +243,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 			c.failed[i] = true
 		}
 	}
+	c.counted = allowed
 	var deny, unavailable bool
 	for k, l := range c.limits {
 		slot := c.slot[k]
@@ -231,7 +257,7 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 			unavailable = true
 		}
 		if s.obs != nil {
-			s.obs.Decision(c.domain, l, metricValue(req, c.owner[k], l), OutcomeFailureMode)
+			s.obs.Decision(s.decision(req, c, k, OutcomeFailureMode))
 		}
 	}
 	s.log.Debug("store failed", zap.String("domain", req.Domain), zap.Bool("deny", deny), zap.Bool("unavailable", unavailable), zap.Error(err))

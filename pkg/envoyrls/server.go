@@ -91,44 +91,6 @@ type Options struct {
 	DynamicMetadata bool
 }
 
-// Observer receives decisions and store calls. Implementations must be safe
-// for concurrent use and fast: they run on the request path.
-type Observer interface {
-	// Decision is called once per limit whose counter the store answered,
-	// with its outcome, and once per limit whose counter the store failed
-	// for, with OutcomeFailureMode. It is not called for unlimited limits,
-	// for limits whose counter was skipped (see window.Result.Skipped), for
-	// the answered limits of a request that gets Unavailable, or for invalid
-	// requests. value carries request values only for rules that ask for
-	// them: with l.DetailedMetric, the descriptor's last value (the pattern,
-	// for a share_threshold wildcard); else with l.ValueToMetric, the whole
-	// label l.AppendMetricRule builds; else "".
-	Decision(domain string, l *rules.Limit, value string, outcome Outcome)
-	// StoreCall is called once per store call with its latency and error.
-	StoreCall(d time.Duration, err error)
-}
-
-// Outcome is what a decision meant for one limit.
-type Outcome uint8
-
-// Outcomes, as metric label values by String.
-const (
-	OutcomeOK Outcome = iota
-	// OutcomeOverLimit: no room; also for a quota-mode limit, whose
-	// request may still be allowed, as envoyproxy/ratelimit's over_limit
-	// stat counts it.
-	OutcomeOverLimit
-	OutcomeNearLimit // allowed, with more than NearLimitRatio of the limit used
-	// OutcomeShadowOverLimit: no room, but the limit is in shadow mode
-	// (its rule's shadow_mode, or Options.ShadowMode).
-	OutcomeShadowOverLimit
-	OutcomeFailureMode // the store failed and the limit's failure mode answered
-)
-
-func (o Outcome) String() string {
-	return [...]string{"ok", "over_limit", "near_limit", "shadow_over_limit", "failure_mode"}[o]
-}
-
 // Server answers ShouldRateLimit. It is safe for concurrent use; rules can be
 // swapped while it serves.
 type Server struct {
@@ -206,14 +168,15 @@ func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 // and res hold only the counted ones, slot[k] being limit k's index in them
 // or -1 for an unlimited limit.
 type call struct {
-	domain string // metric label: the domain, or "unknown" when no rules name it
-	failed []bool // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
-	limits []*rules.Limit
-	owner  []int
-	slot   []int
-	reqs   []window.Request
-	res    []window.Result
-	key    []byte
+	domain  string // metric label: the domain, or "unknown" when no rules name it
+	failed  []bool // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
+	counted bool   // the store counted the request's hits (it was allowed)
+	limits  []*rules.Limit
+	owner   []int
+	slot    []int
+	reqs    []window.Request
+	res     []window.Result
+	key     []byte
 	// quotaOver lists, in increasing order and possibly repeated, the
 	// descriptors of which a quota-mode limit was over.
 	quotaOver []int
@@ -229,6 +192,7 @@ func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key = c.reqs[:0], c.res[:0], c.key[:0]
 	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
+	c.counted = false
 }
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
@@ -239,6 +203,9 @@ func (c *call) reset() {
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.now()
 	if err := s.validate(req); err != nil {
+		if s.obs != nil {
+			s.obs.InvalidRequest()
+		}
 		return nil, grpcError(err)
 	}
 	dom := s.rules.Load().Domain(req.Domain)
@@ -300,6 +267,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		c.res = append(c.res, window.Result{})
 	}
 	allowed, err := s.take(ctx, now, c)
+	c.counted = allowed
 	if err != nil {
 		resp, err := s.failureResponse(ctx, req, c, now, allowed, err)
 		return resp, grpcError(err)

@@ -654,12 +654,13 @@ type recorder struct {
 	decisions []string // "domain/rule/value/outcome"
 }
 
-func (r *recorder) Decision(domain string, l *rules.Limit, value string, o Outcome) {
+func (r *recorder) Decision(d Decision) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.decisions = append(r.decisions, domain+"/"+l.Rule+"/"+value+"/"+o.String())
+	r.decisions = append(r.decisions, d.Domain+"/"+d.Limit.Rule+"/"+d.Value+"/"+d.Outcome.String())
 }
 func (r *recorder) StoreCall(time.Duration, error) {}
+func (r *recorder) InvalidRequest()                {}
 
 func TestObserverLabels(t *testing.T) {
 	t.Parallel()

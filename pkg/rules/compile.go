@@ -301,11 +301,13 @@ func (c *compiler) limit(r *RateLimit, d *Descriptor, path string, steps []step,
 		l.Algorithm = c.algorithm(r.Pos, r.Algorithm)
 	}
 	c.window(r, l)
-	l.Rule = path
+	l.Path = path
+	if index > 0 {
+		l.Path = fmt.Sprintf("%s[%d]", path, index)
+	}
+	l.Rule = l.Path
 	if l.Name != "" {
 		l.Rule = l.Name
-	} else if index > 0 {
-		l.Rule = fmt.Sprintf("%s[%d]", path, index)
 	}
 	l.pb = l.Proto()
 	if len(c.problems) > before {

@@ -40,15 +40,15 @@ descriptors:
 		t.Fatalf("api_key node = %+v", key)
 	}
 	l := key.limits[0]
-	if l.RequestsPerUnit != 100 || l.Unit != window.Minute || l.Size != time.Minute || l.Name != "per_key" || l.Rule != "per_key" || l.FailureMode != FailAllow {
+	if l.RequestsPerUnit != 100 || l.Unit != window.Minute || l.Size != time.Minute || l.Name != "per_key" || l.Rule != "per_key" || l.Path != "api_key" || l.FailureMode != FailAllow {
 		t.Errorf("api_key limit = %+v", l)
 	}
 	p := key.keyOnly["path"].limits[0]
-	if p.Size != 90*time.Second || p.Multiplier != 90 || p.FailureMode != FailDeny || p.Rule != "api_key.path" {
+	if p.Size != 90*time.Second || p.Multiplier != 90 || p.FailureMode != FailDeny || p.Rule != "api_key.path" || p.Path != p.Rule {
 		t.Errorf("path limit = %+v", p)
 	}
 	ra := d.root.keyOnly["remote_address"].limits
-	if len(ra) != 2 || !ra[0].Shadow || !ra[1].Shadow || ra[1].Algorithm != window.SlidingWindow || ra[0].Algorithm != window.FixedWindow || ra[1].Rule != "remote_address[1]" {
+	if len(ra) != 2 || !ra[0].Shadow || !ra[1].Shadow || ra[1].Algorithm != window.SlidingWindow || ra[0].Algorithm != window.FixedWindow || ra[1].Rule != "remote_address[1]" || ra[1].Path != ra[1].Rule {
 		t.Errorf("remote_address limits = %+v %+v", ra[0], ra[1])
 	}
 	if u := d.root.keyOnly["internal"].limits[0]; !u.Unlimited {

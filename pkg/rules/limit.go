@@ -105,6 +105,12 @@ type Limit struct {
 	// "api_key.path" or "user_bot*", with "[i]" after the path of the i-th
 	// (from 0) of a descriptor's rate_limits when i > 0.
 	Rule string
+	// Path is where the limit sits in its domain as envoyproxy/ratelimit's
+	// stats keys name it, less the domain: the descriptor keys and values
+	// as written ("key_value.key2"), with "[i]" after it for the i-th (from
+	// 0) of a descriptor's rate_limits when i > 0. It is Rule for a limit
+	// without a name; "" for an override.
+	Path string
 
 	// Override marks Envoy's per-request limit override, which a server
 	// builds per request and keys apart from configured limits. Loaded
