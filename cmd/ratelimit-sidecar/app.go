@@ -134,6 +134,12 @@ func newRegistry(clockOffset prometheus.Gauge, breakerOpen func() bool) (*promet
 // buildListeners opens the gRPC, HTTP and debug listeners and builds the
 // gRPC server with its health service. Nothing is served until serve.
 func (a *app) buildListeners() error {
+	// The certificates load before the port opens: TLS that cannot be
+	// served stops the start.
+	creds, err := a.o.grpcTLS.serverOption(a.log)
+	if err != nil {
+		return err
+	}
 	lis, err := listen.Listen(a.o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("-grpc-addr: %w", err)
@@ -143,7 +149,7 @@ func (a *app) buildListeners() error {
 	// of a listener (Serve closes it) and Stop after GracefulStop do
 	// nothing.
 	a.closers = append(a.closers, func() { lis.Close() })
-	a.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		// A pool of stream workers reuses goroutines whose stacks have
 		// already grown to what a decision needs; a new goroutine per call
 		// spends CPU growing and copying its stack.
@@ -155,7 +161,11 @@ func (a *app) buildListeners() error {
 			MaxConnectionAge:      a.o.grpcMaxAge,
 			MaxConnectionAgeGrace: a.o.grpcMaxAgeGrace,
 		}),
-	)
+	}
+	if creds != nil {
+		opts = append(opts, creds)
+	}
+	a.grpc = grpc.NewServer(opts...)
 	a.closers = append(a.closers, a.grpc.Stop)
 	rlsv3.RegisterRateLimitServiceServer(a.grpc, a.srv)
 	a.health = newHealthService()
@@ -216,6 +226,7 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 		zap.String("http_addr", httpAddr),
 		zap.String("debug_addr", addrOf(a.debugLis)),
 		zap.String("metrics_addr", addrOf(a.metricsLis)),
+		zap.Bool("grpc_tls", a.o.grpcTLS.enabled()),
 		zap.Bool("redis", a.o.usesRedis()))
 	if !envoyrls.GeneratedEncoder() {
 		a.log.Warn("built without -tags vtprotobuf: responses are encoded by proto's reflection, which costs more CPU; build with make or the Dockerfile")

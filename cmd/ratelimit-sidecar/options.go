@@ -33,6 +33,7 @@ type options struct {
 	metricsPath     string
 	grpcMaxAge      time.Duration // 0: connections live for ever
 	grpcMaxAgeGrace time.Duration // 0: for ever
+	grpcTLS         grpcTLSConfig // see tls.go
 	nearLimitRatio  float64
 	shadowMode      bool
 	quotaMode       bool
@@ -102,6 +103,7 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
+	errs = append(errs, c.grpcTLS.check()...)
 	if c.configPath == "" {
 		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
 	}
@@ -118,6 +120,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.metricsPath, "metrics-path", config.DefaultMetricsPath, "path of the metrics on -metrics-addr")
 	fs.DurationVar(&c.grpcMaxAge, "grpc-max-connection-age", 0, "close gRPC connections after about this long (GOAWAY), so clients rebalance; 0 never")
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
+	c.grpcTLS.addFlags(fs)
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
 	c.redis.addFlags(fs)

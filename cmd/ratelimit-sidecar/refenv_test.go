@@ -107,7 +107,30 @@ func TestReferenceEnv(t *testing.T) {
 		{"bad duration", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_MAX_CONNECTION_AGE": "24"}, nil, `GRPC_MAX_CONNECTION_AGE="24"`},
 		{"bad log level", nil, map[string]string{"RLS_CONFIG": "r", "LOG_LEVEL": "loud"}, nil, `LOG_LEVEL="loud"`},
 		{"bad ratio", nil, map[string]string{"RLS_CONFIG": "r", "NEAR_LIMIT_RATIO": "lots"}, nil, "NEAR_LIMIT_RATIO"},
-		{"grpc tls", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true"}, nil, "GRPC_SERVER_USE_TLS=true"},
+		{"grpc tls of envoy gateway", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt"}, func(o *options) string {
+			g := o.grpcTLS
+			return want(g.enabled() && g.cert == "/certs/tls.crt" && g.key == "/certs/tls.key" && g.clientCA == "/certs/ca.crt" && g.clientSAN == "", "mutual TLS from /certs", o)
+		}, ""},
+		{"grpc tls of the reference", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c",
+			"GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "ca", "GRPC_CLIENT_TLS_SAN": "envoy"}, func(o *options) string {
+			g := o.grpcTLS
+			return want(g.cert == "c" && g.key == "k" && g.clientCA == "ca" && g.clientSAN == "envoy", "mutual TLS with a SAN", o)
+		}, ""},
+		{"grpc tls off", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "false", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k"}, func(o *options) string {
+			return want(!o.grpcTLS.enabled() && hasNote(o, "GRPC_SERVER_TLS_CERT", "plaintext"), "plaintext, as the reference, and a note", o)
+		}, ""},
+		{"RLS_GRPC_TLS_CERT beats GRPC_SERVER_TLS_CERT", nil, map[string]string{"RLS_CONFIG": "r", "RLS_GRPC_TLS_CERT": "mine", "GRPC_SERVER_USE_TLS": "true",
+			"GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k"}, func(o *options) string {
+			return want(o.grpcTLS.cert == "mine" && o.grpcTLS.key == "k", "RLS_GRPC_TLS_CERT and GRPC_SERVER_TLS_KEY", o)
+		}, ""},
+		{"grpc tls without certificate", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true"}, nil, "needs -grpc-tls-cert and -grpc-tls-key"},
+		{"grpc tls without key", []string{"-grpc-tls-cert", "c"}, map[string]string{"RLS_CONFIG": "r"}, nil, "needs -grpc-tls-cert and -grpc-tls-key"},
+		{"grpc tls san without ca", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c",
+			"GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_SAN": "envoy"}, nil, "GRPC_CLIENT_TLS_SAN) needs"},
+		{"grpc tls two CAs", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c",
+			"GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "a", "GRPC_SERVER_TLS_CA_CERT": "b"}, nil, "GRPC_CLIENT_TLS_CACERT=\"a\" and GRPC_SERVER_TLS_CA_CERT=\"b\""},
+		{"bad grpc tls bool", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "yes"}, nil, `GRPC_SERVER_USE_TLS="yes"`},
 		{"xds", nil, map[string]string{"RLS_CONFIG": "r", "CONFIG_TYPE": "GRPC_XDS_SOTW"}, nil, "CONFIG_TYPE=GRPC_XDS_SOTW"},
 	}
 	for _, tt := range tests {

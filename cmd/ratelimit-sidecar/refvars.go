@@ -18,7 +18,6 @@ const (
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
 	noteTracing    = "not used: tracing is not supported"
 	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
-	noteGRPCTLS    = "not used: the gRPC server does not serve TLS; use a unix socket (GRPC_UDS) or the mesh's mTLS"
 	noteJitter     = "not used: a counter expires when its window ends, with no jitter"
 	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
 	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
@@ -35,8 +34,8 @@ var refVars = []refVar{
 	{names: []string{"GRPC_UDS", "GRPC_HOST", "GRPC_PORT"}, defs: []string{"", "0.0.0.0", "8081"}, to: refGRPCAddr},
 	refFlag("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", refDuration, false),
 	refFlag("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", refDuration, false),
-	{names: []string{"GRPC_SERVER_USE_TLS"}, to: refGRPCTLS},
-	{names: []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}, note: noteGRPCTLS},
+	{names: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
+		"GRPC_SERVER_TLS_CA_CERT", "GRPC_CLIENT_TLS_SAN"}, defs: []string{"false"}, to: refGRPCTLS},
 	refFlag("LOG_LEVEL", "log-level", refLogLevel, false),
 	refFlag("LOG_FORMAT", "log-format", refLogFormat, false),
 	{names: []string{"CONFIG_TYPE"}, to: refConfigType},
@@ -99,15 +98,44 @@ func refGRPCAddr(m *refMapping, v []string) error {
 	return hostPort("grpc-addr", "GRPC_PORT")(m, v[1:])
 }
 
-// refGRPCTLS refuses GRPC_SERVER_USE_TLS=true: clients configured for TLS
-// could not talk to a plaintext server, so it is better not to start.
-func refGRPCTLS(_ *refMapping, v []string) error {
+// refGRPCTLS maps the gRPC server's TLS variables onto the -grpc-tls*
+// flags when GRPC_SERVER_USE_TLS is true; otherwise the reference serves
+// plaintext and ignores them. The CA of the client certificates is
+// GRPC_CLIENT_TLS_CACERT for the reference, GRPC_SERVER_TLS_CA_CERT in
+// Envoy Gateway's Deployment: either asks for mutual TLS.
+func refGRPCTLS(m *refMapping, v []string) error {
 	on, err := refBool("GRPC_SERVER_USE_TLS", v[0])
 	if err != nil {
 		return err
 	}
-	if on {
-		return fmt.Errorf("GRPC_SERVER_USE_TLS=true: the gRPC server does not serve TLS; use a unix socket (GRPC_UDS) or the mesh's mTLS")
+	if !on {
+		for _, n := range []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_SERVER_TLS_CA_CERT", "GRPC_CLIENT_TLS_SAN"} {
+			if m.getenv(n) != "" {
+				m.note(n, "not used without GRPC_SERVER_USE_TLS=true: the gRPC server serves plaintext", true)
+			}
+		}
+		return nil
+	}
+	ca, caFrom := v[3], []string{"GRPC_CLIENT_TLS_CACERT"}
+	switch {
+	case ca == "":
+		ca, caFrom = v[4], []string{"GRPC_SERVER_TLS_CA_CERT"}
+	case v[4] != "" && v[4] != ca:
+		return fmt.Errorf("GRPC_CLIENT_TLS_CACERT=%q and GRPC_SERVER_TLS_CA_CERT=%q: both name the CA of the client certificates; set one", ca, v[4])
+	}
+	m.set([]string{"GRPC_SERVER_USE_TLS"}, nil, "grpc-tls", "true")
+	for _, f := range []struct {
+		from      []string
+		flag, val string
+	}{
+		{[]string{"GRPC_SERVER_TLS_CERT"}, "grpc-tls-cert", v[1]},
+		{[]string{"GRPC_SERVER_TLS_KEY"}, "grpc-tls-key", v[2]},
+		{caFrom, "grpc-tls-client-ca", ca},
+		{[]string{"GRPC_CLIENT_TLS_SAN"}, "grpc-tls-client-san", v[5]},
+	} {
+		if f.val != "" {
+			m.set(f.from, nil, f.flag, f.val)
+		}
 	}
 	return nil
 }
