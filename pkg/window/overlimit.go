@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,11 @@ import (
 //
 // When a cached counter denies a request, the other counters of that
 // request are not read: their Results have Skipped set and Count 0.
+//
+// A request with a charge (Request.Charge) always goes to the wrapped
+// store, even when a counter of it is known full, that counter included:
+// the store counts the charge whatever the answer, and the cache must not
+// drop what was spent.
 //
 // An OverLimitCache is safe for concurrent use and needs no goroutine:
 // entries of ended windows are never looked up again (the window start is
@@ -54,11 +60,14 @@ func NewOverLimitCache(next Store) *OverLimitCache {
 func (c *OverLimitCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
 
 // Take denies at once if a non-shadow fixed-window counter of reqs is known
-// full for the current window; otherwise it asks the wrapped store and
-// remembers the counters that came back full.
+// full for the current window and no request is a charge; otherwise it asks
+// the wrapped store and remembers the counters that came back full.
 func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
 	nowMs := now.UnixMilli()
 	c.sweep(nowMs)
+	if slices.ContainsFunc(reqs, func(r Request) bool { return r.charges() }) {
+		return c.take(ctx, now, nowMs, reqs, res)
+	}
 	for i := range reqs {
 		r := &reqs[i]
 		if !cacheable(r) {
@@ -75,6 +84,12 @@ func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request
 			return false, nil
 		}
 	}
+	return c.take(ctx, now, nowMs, reqs, res)
+}
+
+// take asks the wrapped store and remembers the counters that came back
+// full, and forgets those that a refund gave room to.
+func (c *OverLimitCache) take(ctx context.Context, now time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
 	allowed, err := c.next.Take(ctx, now, reqs, res)
 	if err != nil {
 		return allowed, err
