@@ -270,6 +270,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			Hits:      hits,
 			Refund:    refund,
 			Shadow:    l.Shadow,
+			Charge:    l.OverLimit == rules.OverLimitCharge && statesCost(req, d),
 			Algorithm: l.Algorithm,
 		})
 	}
@@ -299,6 +300,16 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 	return uint64(req.HitsAddend), d.IsNegativeHits
 }
 
+// statesCost reports whether a descriptor's hits are a cost the request
+// states, which a limit that charges counts even when it does not fit: a
+// hits_addend of the descriptor (Envoy's route hits_addend, such as the
+// tokens of a response at stream end, or 0 for a check), or one of the
+// request above 1. A request that states none, or 1, is one hit, Envoy's
+// default cost of a request, which is counted only when it fits.
+func statesCost(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) bool {
+	return d.HitsAddend != nil || req.HitsAddend > 1
+}
+
 // appendKey builds a counter key (see window.AppendKeyHead) straight from
 // Envoy's entries, so no copy is made per request, for the counters of l, a
 // limit the entries matched: an entry that matched a share_threshold
@@ -317,9 +328,9 @@ func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitD
 
 // overrideLimit is Envoy's per-descriptor limit override, which replaces the
 // configured limits. It is keyed apart from them and, as in
-// envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode and
-// algorithm of the rule the descriptor matches (its limits are matched), else
-// the domain's.
+// envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode,
+// algorithm and over_limit of the rule the descriptor matches (its limits
+// are matched), else the domain's, else charges.
 func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rules.Limit, dom *rules.Domain) *rules.Limit {
 	unit, _ := overrideUnit(o.Unit) // validated
 	mult := uint32(1)
@@ -327,12 +338,13 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 		mult = o.UnitMultiplier.Value
 	}
 	size, _ := window.Size(unit, uint64(mult)) // validated
-	l := &rules.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override", FailureMode: rules.FailError, Override: true}
+	l := &rules.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override",
+		FailureMode: rules.FailError, OverLimit: rules.OverLimitCharge, Override: true}
 	switch {
 	case len(matched) > 0:
-		l.FailureMode, l.Algorithm = matched[0].FailureMode, matched[0].Algorithm
+		l.FailureMode, l.Algorithm, l.OverLimit = matched[0].FailureMode, matched[0].Algorithm, matched[0].OverLimit
 	case dom != nil:
-		l.FailureMode, l.Algorithm = dom.FailureMode, dom.Algorithm
+		l.FailureMode, l.Algorithm, l.OverLimit = dom.FailureMode, dom.Algorithm, dom.OverLimit
 	}
 	return l
 }
@@ -425,7 +437,8 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
 	var back []window.Request
 	for i, r := range c.reqs {
-		if !c.isFailed(i) && !c.res[i].Skipped && r.Hits > 0 && !r.Refund {
+		// A charge stays counted: it was spent whatever the answer.
+		if !c.isFailed(i) && !c.res[i].Skipped && r.Hits > 0 && !r.Refund && !r.Charge {
 			r.Refund = true
 			back = append(back, r)
 		}
