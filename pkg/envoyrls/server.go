@@ -300,16 +300,6 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 	return uint64(req.HitsAddend), d.IsNegativeHits
 }
 
-// statesCost reports whether a descriptor's hits are a cost the request
-// states, which a limit that charges counts even when it does not fit: a
-// hits_addend of the descriptor (Envoy's route hits_addend, such as the
-// tokens of a response at stream end, or 0 for a check), or one of the
-// request above 1. A request that states none, or 1, is one hit, Envoy's
-// default cost of a request, which is counted only when it fits.
-func statesCost(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) bool {
-	return d.HitsAddend != nil || req.HitsAddend > 1
-}
-
 // appendKey builds a counter key (see window.AppendKeyHead) straight from
 // Envoy's entries, so no copy is made per request, for the counters of l, a
 // limit the entries matched: an entry that matched a share_threshold
