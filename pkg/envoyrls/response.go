@@ -179,7 +179,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 	if r.Algorithm == window.SlidingWindow {
 		d.Used = uint64(math.Ceil(float64(res.Previous)*r.Weight(window.At(now, r.Size), now.UnixMilli()) + float64(res.Count)))
 	}
-	if c.counted && d.Hits > 0 {
+	if (c.counted || r.Charge) && d.Hits > 0 { // a charge is counted, allowed or not
 		d.Used -= min(d.Used, d.Hits)
 	}
 	s.obs.Decision(d)

@@ -257,6 +257,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			// Global shadow and quota-mode limits never deny, so the store
 			// counts them, over or not, whenever the request is allowed.
 			Shadow:    l.Shadow || s.shadow || s.quotaMode(l),
+			Charge:    l.OverLimit == rules.OverLimitCharge && statesCost(req, d),
 			Algorithm: l.Algorithm,
 		})
 	}
@@ -311,9 +312,9 @@ func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitD
 
 // overrideLimit is Envoy's per-descriptor limit override, which replaces the
 // configured limits. It is keyed apart from them and, as in
-// envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode and
-// algorithm of the rule the descriptor matches (its limits are matched), else
-// the domain's.
+// envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode,
+// algorithm and over_limit of the rule the descriptor matches (its limits
+// are matched), else the domain's, else charges.
 func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rules.Limit, dom *rules.Domain) *rules.Limit {
 	unit, _ := overrideUnit(o.Unit) // validated
 	mult := uint32(1)
@@ -321,12 +322,13 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 		mult = o.UnitMultiplier.Value
 	}
 	size, _ := window.Size(unit, uint64(mult)) // validated
-	l := &rules.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override", FailureMode: rules.FailError, Override: true}
+	l := &rules.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override",
+		FailureMode: rules.FailError, OverLimit: rules.OverLimitCharge, Override: true}
 	switch {
 	case len(matched) > 0:
-		l.FailureMode, l.Algorithm = matched[0].FailureMode, matched[0].Algorithm
+		l.FailureMode, l.Algorithm, l.OverLimit = matched[0].FailureMode, matched[0].Algorithm, matched[0].OverLimit
 	case dom != nil:
-		l.FailureMode, l.Algorithm = dom.FailureMode, dom.Algorithm
+		l.FailureMode, l.Algorithm, l.OverLimit = dom.FailureMode, dom.Algorithm, dom.OverLimit
 	}
 	return l
 }
@@ -419,7 +421,8 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
 	var back []window.Request
 	for i, r := range c.reqs {
-		if !c.isFailed(i) && !c.res[i].Skipped && r.Hits > 0 && !r.Refund {
+		// A charge stays counted: it was spent whatever the answer.
+		if !c.isFailed(i) && !c.res[i].Skipped && r.Hits > 0 && !r.Refund && !r.Charge {
 			r.Refund = true
 			back = append(back, r)
 		}

@@ -35,6 +35,8 @@ const testRules = `
 domain: api
 descriptors:
   - key: api_key
+    # Admission: a stated cost that does not fit is refused and counts nothing.
+    over_limit: refuse
     rate_limit: {unit: minute, requests_per_unit: 3, name: per_key}
     descriptors:
       - key: path

@@ -86,6 +86,10 @@ func (b *builder) merge(into, dom *Domain, f *File, first Problem) {
 		fail(f.at("failure_mode"), "failure_mode", "domain %q has failure_mode %s here and %s in %s: files merged into one domain must agree",
 			dom.Name, dom.FailureMode, into.FailureMode, first.File)
 	}
+	if dom.OverLimit != into.OverLimit {
+		fail(f.at("over_limit"), "over_limit", "domain %q has over_limit %s here and %s in %s: files merged into one domain must agree",
+			dom.Name, dom.OverLimit, into.OverLimit, first.File)
+	}
 	if dom.Algorithm != into.Algorithm {
 		fail(f.at("algorithm"), "algorithm", "domain %q has algorithm %s here and %s in %s: files merged into one domain must agree",
 			dom.Name, dom.Algorithm, into.Algorithm, first.File)
@@ -146,6 +150,15 @@ func (c *compiler) failureMode(p Pos, s string) (m FailureMode, ok bool) {
 	return m, ok
 }
 
+// overLimit parses p's over_limit; ok is false, and the problem reported,
+// for an unknown one.
+func (c *compiler) overLimit(p Pos, s string) (o OverLimit, ok bool) {
+	if o, ok = parseOverLimit(s); !ok {
+		c.fail(p.at("over_limit"), p.field("over_limit"), "unknown over_limit %q (want charge or refuse)", s)
+	}
+	return o, ok
+}
+
 // algorithm parses p's algorithm, reporting an unknown one.
 func (c *compiler) algorithm(p Pos, s string) window.Algorithm {
 	a, ok := parseAlgorithm(s)
@@ -156,7 +169,7 @@ func (c *compiler) algorithm(p Pos, s string) window.Algorithm {
 }
 
 func (c *compiler) domain(f *File) *Domain {
-	dom := &Domain{Name: f.Domain, FailureMode: FailError, root: &node{}, files: []*File{f}}
+	dom := &Domain{Name: f.Domain, FailureMode: FailError, OverLimit: OverLimitCharge, root: &node{}, files: []*File{f}}
 	if setting(f.Pos, "failure_mode", f.FailureMode) {
 		if m, ok := c.failureMode(f.Pos, f.FailureMode); ok {
 			dom.FailureMode = m
@@ -165,24 +178,47 @@ func (c *compiler) domain(f *File) *Domain {
 	if setting(f.Pos, "algorithm", f.Algorithm) {
 		dom.Algorithm = c.algorithm(f.Pos, f.Algorithm)
 	}
+	if setting(f.Pos, "over_limit", f.OverLimit) {
+		if o, ok := c.overLimit(f.Pos, f.OverLimit); ok {
+			dom.OverLimit = o
+		}
+	}
 	c.alg = dom.Algorithm
 	c.required(f.Pos, "domain", f.Domain)
 	for i := range f.Descriptors {
-		if n := c.descriptor(&f.Descriptors[i], dom.root, nil, "", dom.FailureMode); n != nil {
+		if n := c.descriptor(&f.Descriptors[i], dom.root, nil, "", inherited{dom.FailureMode, dom.OverLimit}); n != nil {
 			dom.top = append(dom.top, n)
 		}
 	}
 	return dom
 }
 
+// inherited is what a descriptor's limits take from the nearest enclosing
+// descriptor or domain that sets it.
+type inherited struct {
+	mode FailureMode
+	over OverLimit
+}
+
 // descriptor compiles d and what is below it into a child of parent, and
 // returns the child, or nil when it could not be filed there; steps, path
-// and mode are the parent's.
-func (c *compiler) descriptor(d *Descriptor, parent *node, steps []step, path string, mode FailureMode) *node {
+// and in are the parent's.
+func (c *compiler) descriptor(d *Descriptor, parent *node, steps []step, path string, in inherited) *node {
 	if setting(d.Pos, "failure_mode", d.FailureMode) {
 		if m, ok := c.failureMode(d.Pos, d.FailureMode); ok {
-			mode = m
+			in.mode = m
 		}
+	}
+	// The node's limits: its own over_limit, else a budget (quota_mode)
+	// charges, else the inherited one. Its children inherit only what the
+	// node sets itself, not what quota_mode implies.
+	over := in.over
+	if setting(d.Pos, "over_limit", d.OverLimit) {
+		if o, ok := c.overLimit(d.Pos, d.OverLimit); ok {
+			in.over, over = o, o
+		}
+	} else if d.QuotaMode {
+		over = OverLimitCharge
 	}
 	c.required(d.Pos, "key", d.Key)
 	fileable := d.Key != "" && !d.bad("value")
@@ -225,20 +261,22 @@ func (c *compiler) descriptor(d *Descriptor, parent *node, steps []step, path st
 	path = step
 	meta := c.metadata(d)
 	if d.RateLimit != nil {
-		if l := c.limit(d.RateLimit, d, path, steps, mode, 0); l != nil {
+		if l := c.limit(d.RateLimit, d, path, steps, in.mode, 0); l != nil {
+			l.OverLimit = over
 			l.Metadata = meta
 			n.limits = append(n.limits, l)
 		}
 	}
 	for i := range d.RateLimits {
-		if l := c.limit(&d.RateLimits[i], d, path, steps, mode, i); l != nil {
+		if l := c.limit(&d.RateLimits[i], d, path, steps, in.mode, i); l != nil {
+			l.OverLimit = over
 			l.Metadata = meta
 			n.limits = append(n.limits, l)
 		}
 	}
 	c.selfReplaces(d)
 	for i := range d.Descriptors {
-		c.descriptor(&d.Descriptors[i], n, steps, path, mode)
+		c.descriptor(&d.Descriptors[i], n, steps, path, in)
 	}
 	if !fileable {
 		return nil

@@ -105,3 +105,64 @@ func TestCompileWithoutPositions(t *testing.T) {
 		})
 	}
 }
+
+// TestCompileOverLimit: over_limit is inherited like failure_mode, charge
+// when no one sets it; quota_mode makes a descriptor's own limits charge
+// unless it sets over_limit itself, and its children do not inherit that.
+func TestCompileOverLimit(t *testing.T) {
+	t.Parallel()
+	r := mustRules(t, `
+domain: d
+over_limit: refuse
+descriptors:
+  - key: admission
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: budget
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+    descriptors:
+      - key: model
+        rate_limit: {unit: hour, requests_per_unit: 500}
+  - key: strict_budget
+    quota_mode: true
+    over_limit: refuse
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: tokens
+    over_limit: CHARGE
+    descriptors:
+      - key: user
+        rate_limit: {unit: day, requests_per_unit: 5000, algorithm: sliding_window}
+`)
+	d := r.Domain("d")
+	if d.OverLimit != OverLimitRefuse {
+		t.Errorf("domain OverLimit = %v, want refuse", d.OverLimit)
+	}
+	tests := []struct {
+		path []string
+		want OverLimit
+	}{
+		{[]string{"admission"}, OverLimitRefuse},
+		{[]string{"budget"}, OverLimitCharge},
+		{[]string{"budget", "model"}, OverLimitRefuse},
+		{[]string{"strict_budget"}, OverLimitRefuse},
+		{[]string{"tokens", "user"}, OverLimitCharge},
+	}
+	for _, tt := range tests {
+		n := d.root
+		for _, k := range tt.path {
+			n = n.keyOnly[k]
+		}
+		if got := n.limits[0].OverLimit; got != tt.want {
+			t.Errorf("%v: OverLimit = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+	if got := mustRules(t, "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n").Domain("x"); got.OverLimit != OverLimitCharge || got.root.keyOnly["k"].limits[0].OverLimit != OverLimitCharge {
+		t.Errorf("default OverLimit = %v, want charge", got.OverLimit)
+	}
+	_, err := parseOne(t, "domain: x\nover_limit: spend\ndescriptors:\n  - key: k\n    over_limit: 3\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	for _, w := range []string{`rules.yaml:2: over_limit: unknown over_limit "spend" (want charge or refuse)`, `rules.yaml:5: descriptors[0].over_limit: unknown over_limit "3"`} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("Parse = %v, want a problem %q", err, w)
+		}
+	}
+}

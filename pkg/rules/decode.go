@@ -21,7 +21,10 @@ type File struct {
 	FailureMode string `json:"failure_mode,omitempty"`
 	// Algorithm ("fixed_window" or "sliding_window") is the default of the
 	// domain's limits; "" is fixed_window.
-	Algorithm   string       `json:"algorithm,omitempty"`
+	Algorithm string `json:"algorithm,omitempty"`
+	// OverLimit ("charge" or "refuse") is the default of the domain's
+	// limits; "" is charge (see OverLimit).
+	OverLimit   string       `json:"over_limit,omitempty"`
 	Descriptors []Descriptor `json:"descriptors,omitempty"`
 	Pos         `json:"-"`
 }
@@ -55,7 +58,10 @@ type Descriptor struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// FailureMode, when set, applies to the node's limits and those below
 	// it; "" inherits.
-	FailureMode string       `json:"failure_mode,omitempty"`
+	FailureMode string `json:"failure_mode,omitempty"`
+	// OverLimit, when set, applies to the node's limits and those below it;
+	// "" inherits, except that quota_mode makes the node's limits charge.
+	OverLimit   string       `json:"over_limit,omitempty"`
 	Descriptors []Descriptor `json:"descriptors,omitempty"`
 	Pos         `json:"-"`
 }
@@ -179,6 +185,8 @@ func (d *decoder) decode(data []byte) *File {
 			f.FailureMode = d.name(v, key)
 		case "algorithm":
 			f.Algorithm = d.name(v, key)
+		case "over_limit":
+			f.OverLimit = d.name(v, key)
 		default:
 			return false
 		}
@@ -224,6 +232,8 @@ func (d *decoder) descriptors(n *yaml.Node, where string) []Descriptor {
 				ds.Metadata = d.metadata(v, f)
 			case "failure_mode":
 				ds.FailureMode = d.name(v, f)
+			case "over_limit":
+				ds.OverLimit = d.name(v, f)
 			default:
 				return false
 			}

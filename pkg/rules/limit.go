@@ -54,6 +54,48 @@ func parseFailureMode(s string) (FailureMode, bool) {
 	return failUnset, false
 }
 
+// OverLimit says what a limit does with hits that do not fit: count them
+// anyway or refuse them. The zero OverLimit is unset and inherits from the
+// enclosing descriptor or domain (a descriptor with quota_mode and no
+// over_limit of its own charges); a domain that sets none charges.
+type OverLimit uint8
+
+const (
+	overLimitUnset OverLimit = iota
+	// OverLimitCharge counts the hits of a request that states its cost (a
+	// hits_addend on the descriptor or the request) whether or not they fit:
+	// the cost was already spent, as the tokens of a response that Envoy
+	// reports when the stream is done. The counter may pass the limit; the
+	// answer is then OVER_LIMIT. A request that states no cost (one hit,
+	// Envoy's default) is counted only when it fits, so a client hammering
+	// a full counter never pushes it further.
+	OverLimitCharge
+	// OverLimitRefuse counts nothing of a request that does not fit: it is
+	// denied and consumes no quota, whatever its cost.
+	OverLimitRefuse
+)
+
+// String returns the setting as written in rules: "charge" or "refuse".
+func (o OverLimit) String() string {
+	switch o {
+	case OverLimitCharge:
+		return "charge"
+	case OverLimitRefuse:
+		return "refuse"
+	}
+	return ""
+}
+
+func parseOverLimit(s string) (OverLimit, bool) {
+	switch strings.ToLower(s) {
+	case "charge":
+		return OverLimitCharge, true
+	case "refuse":
+		return OverLimitRefuse, true
+	}
+	return overLimitUnset, false
+}
+
 func parseAlgorithm(s string) (window.Algorithm, bool) {
 	switch strings.ToLower(s) {
 	case "fixed_window":
@@ -79,6 +121,9 @@ type Limit struct {
 	Replaces        []string
 	Algorithm       window.Algorithm
 	FailureMode     FailureMode // resolved: never unset
+	// OverLimit is what the limit does with a stated cost that does not
+	// fit; resolved: never unset.
+	OverLimit OverLimit
 	// DetailedMetric asks for the descriptor's last value (for a
 	// share_threshold wildcard, its pattern) in the metric label, after
 	// Rule. It takes precedence over ValueToMetric.

@@ -23,6 +23,8 @@ type Domain struct {
 	FailureMode FailureMode
 	// Algorithm is the domain's default, for the same.
 	Algorithm window.Algorithm
+	// OverLimit is the domain's default, for the same; never unset.
+	OverLimit OverLimit
 
 	root  *node
 	top   []*node // root's children in file order, for merging

@@ -10,7 +10,9 @@
 // Functions take now as a parameter and read no clock of their own.
 //
 // A Store's Take checks every counter of a request and counts them only if
-// every non-shadow counter has room, so a denied request consumes no quota.
+// every non-shadow counter has room, so a denied request consumes no quota;
+// a charge (Request.Charge), a cost already spent, is counted whatever the
+// answer and may take its counter past the limit.
 // Every store decides alike: the same room rule (hits, or one when a request
 // only checks), the same sliding estimate (Request.Weight) and the same
 // counter lifetime (Request.TTL). A store that cannot answer returns an

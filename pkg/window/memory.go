@@ -41,7 +41,8 @@ func NewMemory() *Memory {
 func (m *Memory) Ping(ctx context.Context) error { return nil }
 
 // Take checks every request against its counter at now and, only if every
-// non-shadow request has room, counts them all. It writes one Result per
+// non-shadow request has room, counts them all; when one has none, it
+// counts only the charges (Request.Charge). It writes one Result per
 // request into res (len(res) >= len(reqs)) and reports whether the requests
 // were allowed. It never fails; ctx is unused.
 func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
@@ -68,12 +69,9 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 			allowed = false
 		}
 	}
-	if !allowed {
-		return false, nil
-	}
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Hits == 0 {
+		if r.Hits == 0 || !allowed && !r.charges() {
 			continue
 		}
 		w := AtMillis(nowMs, r.Size.Milliseconds())
@@ -90,7 +88,7 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 		m.cells[id] = c
 		res[i].Count = c.count
 	}
-	return true, nil
+	return allowed, nil
 }
 
 func (m *Memory) get(id cellID, nowMs int64) uint64 {

@@ -28,6 +28,11 @@ import (
 // the store reports for the counters of a denied request. If the read
 // fails, the counters it could not read have Skipped set and Count 0.
 //
+// A request with a charge (Request.Charge) always goes to the wrapped
+// store, even when a counter of it is known full, that counter included:
+// the store counts the charge whatever the answer, and the cache must not
+// drop what was spent.
+//
 // An OverLimitCache is safe for concurrent use and needs no goroutine:
 // entries of ended windows are never looked up again (the window start is
 // part of the key) and are swept at most once a second.
@@ -60,15 +65,23 @@ func NewOverLimitCache(next Store) *OverLimitCache {
 func (c *OverLimitCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
 
 // Take denies if a non-shadow fixed-window counter of reqs is known full for
-// the current window, asking the store only for the state of the request's
-// other counters; otherwise it asks the wrapped store and remembers the
-// counters that came back full.
+// the current window and no request is a charge, asking the store only for
+// the state of the request's other counters; otherwise it asks the wrapped
+// store and remembers the counters that came back full. A charge always
+// goes to the store: a counter known full still receives it.
 func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
 	nowMs := now.UnixMilli()
 	c.sweep(nowMs)
-	if c.deny(ctx, now, reqs, res) {
+	charges := slices.ContainsFunc(reqs, func(r Request) bool { return r.charges() })
+	if !charges && c.deny(ctx, now, reqs, res) {
 		return false, nil
 	}
+	return c.take(ctx, now, nowMs, reqs, res)
+}
+
+// take asks the wrapped store and remembers the counters that came back
+// full, and forgets those that a refund gave room to.
+func (c *OverLimitCache) take(ctx context.Context, now time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
 	allowed, err := c.next.Take(ctx, now, reqs, res)
 	if err != nil {
 		return allowed, err

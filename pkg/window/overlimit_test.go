@@ -90,6 +90,55 @@ func TestOverLimitCache(t *testing.T) {
 	}
 }
 
+// TestOverLimitCacheCountsCharges: a request with a charge reaches the store
+// even when a counter of it is known full, that counter included, so the
+// charge is counted; the admission counters of the denied request are not.
+func TestOverLimitCacheCountsCharges(t *testing.T) {
+	t.Parallel()
+	inner := &countingStore{Store: window.NewMemory()}
+	c := window.NewOverLimitCache(inner)
+	budget := req("budget", 1000, 600)
+	budget.Charge = true
+	check := req("budget", 1000, 0)
+	take(t, c, t0, budget)
+	if ok, res := take(t, c, t0, budget); ok || res[0].Count != 1200 {
+		t.Fatalf("second charge = %v %+v, want denied with 1200 counted", ok, res)
+	}
+	if n := c.Len(); n != 1 {
+		t.Fatalf("Len = %d after the budget was spent, want 1", n)
+	}
+	before := inner.calls.Load()
+	if ok, res := take(t, c, t0, check); ok || !res[0].Over {
+		t.Errorf("check of a spent budget = %v %+v, want denied", ok, res)
+	}
+	if got := inner.calls.Load() - before; got != 0 {
+		t.Errorf("a check of a cached budget made %d store calls, want 0", got)
+	}
+	// A late charge of a stream admitted before the budget ran out.
+	before = inner.calls.Load()
+	ok, res := take(t, c, t0, budget)
+	if ok || !res[0].Over || res[0].Count != 1800 || res[0].Skipped {
+		t.Errorf("charge of a cached-full budget = %v %+v, want denied with 1800 counted", ok, res)
+	}
+	if got := inner.calls.Load() - before; got != 1 {
+		t.Errorf("a charge made %d store calls, want 1", got)
+	}
+	// Known full through another counter: the charge still counts, the
+	// admission counter of the denied request does not.
+	full := req("full", 1, 1)
+	take(t, c, t0, full)
+	take(t, c, t0, full)
+	other := req("other-budget", 100, 7)
+	other.Charge = true
+	rate := req("rate", 10, 1)
+	if ok, res := take(t, c, t0, rate, other, full); ok || res[1].Count != 7 || !res[2].Over || res[0].Count != 0 {
+		t.Errorf("charge beside a cached-full counter = %v %+v, want denied, 7 charged, rate untouched", ok, res)
+	}
+	if _, res := take(t, c, t0, req("rate", 10, 0)); res[0].Count != 0 {
+		t.Errorf("rate = %d after a denied request, want 0", res[0].Count)
+	}
+}
+
 // TestOverLimitCacheStaysExact: two replicas, each with its own cache, over
 // one Redis still admit exactly the limit.
 func TestOverLimitCacheStaysExact(t *testing.T) {

@@ -58,13 +58,15 @@ var (
 // Results of every other request are valid, and Take's allowed reports
 // whether all of those non-shadow counters had room. When allowed is true
 // the answered counters have been counted, as if the failed ones had
-// allowed; when it is false nothing answered was counted.
+// allowed; when it is false only the answered charges (Request.Charge) were
+// counted.
 //
 // A server applies each failed request's failure mode and decides. If it
 // then denies a request that Take allowed (a failed counter fails closed),
 // the answered counters hold hits of a denied request; to give them back,
 // call Take again with the same now and the answered requests that had
-// Hits > 0 and no Refund, each with Refund set.
+// Hits > 0 and neither Refund nor Charge, each with Refund set (a charge
+// stays counted: it was spent whatever the answer).
 type PartialError struct {
 	// Failed holds request indexes in increasing order.
 	Failed []int
@@ -97,6 +99,13 @@ type Request struct {
 	Refund bool
 	// Shadow counters are checked and counted but never deny the request.
 	Shadow bool
+	// Charge counts Hits even when the request is denied, whether by this
+	// counter or another: they were already spent (the tokens of a
+	// response, reported when its stream is done), so the counter may pass
+	// Limit. Over still reports whether they fit. Without Charge a counter
+	// is counted only when the whole request is allowed. Charge means
+	// nothing for a Refund or zero Hits.
+	Charge bool
 	// Algorithm picks the fixed or the sliding window.
 	Algorithm Algorithm
 }
@@ -104,7 +113,8 @@ type Request struct {
 // Result is a store's answer for one Request.
 type Result struct {
 	// Count is the current window's counter after the decision: raised by
-	// Hits when the request was allowed, unchanged when it was denied.
+	// Hits when the request was allowed or the counter a charge, unchanged
+	// otherwise.
 	Count uint64
 	// Previous is the previous window's counter, read for SlidingWindow
 	// only.
@@ -143,6 +153,9 @@ func (r *Request) Weight(w Window, nowMs int64) float64 {
 	}
 	return float64(w.End()-nowMs) / float64(w.Size)
 }
+
+// charges reports whether r counts its hits even when denied.
+func (r *Request) charges() bool { return r.Charge && r.Hits > 0 && !r.Refund }
 
 // need is the room a request must find: its hits, or one when it only checks.
 func (r *Request) need() uint64 {

@@ -79,6 +79,7 @@ func TestStoreSemantics(t *testing.T) {
 	sliding := func(r window.Request) window.Request { r.Algorithm = window.SlidingWindow; return r }
 	shadow := func(r window.Request) window.Request { r.Shadow = true; return r }
 	refund := func(r window.Request) window.Request { r.Refund = true; return r }
+	charge := func(r window.Request) window.Request { r.Charge = true; return r }
 	tests := []struct {
 		name  string
 		steps []step
@@ -129,6 +130,45 @@ func TestStoreSemantics(t *testing.T) {
 		{"different window sizes count apart", []step{
 			{0, []window.Request{req("sz", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
 			{0, []window.Request{{Key: "test:{sz}", Limit: 1, Size: time.Hour, Hits: 1}}, true, []uint64{1}, []bool{false}, nil},
+		}},
+		// A budget of 1000 tokens with responses of 600: the second charge
+		// does not fit and is counted all the same; checks then deny.
+		{"a charge that does not fit is counted", []step{
+			{0, []window.Request{req("c", 1000, 0)}, true, []uint64{0}, []bool{false}, []uint64{1000}},
+			{0, []window.Request{charge(req("c", 1000, 600))}, true, []uint64{600}, []bool{false}, []uint64{400}},
+			{0, []window.Request{req("c", 1000, 0)}, true, []uint64{600}, []bool{false}, []uint64{400}},
+			{0, []window.Request{charge(req("c", 1000, 600))}, false, []uint64{1200}, []bool{true}, []uint64{0}},
+			{0, []window.Request{req("c", 1000, 0)}, false, []uint64{1200}, []bool{true}, []uint64{0}},
+			{0, []window.Request{charge(req("c", 1000, 1))}, false, []uint64{1201}, []bool{true}, []uint64{0}},
+			{0, []window.Request{req("c", 1000, 1)}, false, []uint64{1201}, []bool{true}, []uint64{0}},
+			{time.Minute, []window.Request{req("c", 1000, 0)}, true, []uint64{0}, []bool{false}, []uint64{1000}},
+		}},
+		// Admission counters stay all or nothing; charges count whatever
+		// the answer, whichever counter denied, on one slot or several.
+		{"a denied request counts its charges alone", []step{
+			{0, []window.Request{charge(req("budget", 10, 8)), req("rate", 2, 1)}, true, []uint64{8, 1}, []bool{false, false}, nil},
+			{0, []window.Request{charge(req("budget", 10, 8)), req("rate", 2, 1)}, false, []uint64{16, 1}, []bool{true, false}, nil},
+			{0, []window.Request{req("rate", 2, 1)}, true, []uint64{2}, []bool{false}, nil},
+			{0, []window.Request{req("other", 5, 1), charge(req("budget2", 100, 5)), req("rate", 2, 1)}, false, []uint64{0, 5, 2}, []bool{false, false, true}, nil},
+			{0, []window.Request{req("other", 5, 0), req("budget2", 100, 0)}, true, []uint64{0, 5}, []bool{false, false}, nil},
+		}},
+		{"a charge on the same counter twice counts both", []step{
+			{0, []window.Request{charge(req("dup", 3, 2)), charge(req("dup", 3, 2))}, false, []uint64{2, 4}, []bool{false, true}, nil},
+		}},
+		{"a shadow charge counts and never denies", []step{
+			{0, []window.Request{shadow(charge(req("sc", 1, 5)))}, true, []uint64{5}, []bool{true}, nil},
+		}},
+		{"a refund marked as a charge is a refund", []step{
+			{0, []window.Request{charge(req("rc", 10, 4))}, true, []uint64{4}, []bool{false}, nil},
+			{0, []window.Request{charge(refund(req("rc", 10, 3)))}, true, []uint64{1}, []bool{false}, nil},
+		}},
+		{"a sliding charge weighs into the next window", []step{
+			{30 * time.Second, []window.Request{sliding(charge(req("slc", 10, 8)))}, true, []uint64{8}, []bool{false}, nil},
+			{30 * time.Second, []window.Request{sliding(charge(req("slc", 10, 8)))}, false, []uint64{16}, []bool{true}, nil},
+			// 15 s into the next window: 16*3/4 = 12, over until it falls.
+			{75 * time.Second, []window.Request{sliding(req("slc", 10, 0))}, false, []uint64{0}, []bool{true}, nil},
+			// 45 s in: 16/4 = 4, room again.
+			{105 * time.Second, []window.Request{sliding(req("slc", 10, 0))}, true, []uint64{0}, []bool{false}, []uint64{6}},
 		}},
 		{"sliding window weighs the previous window", []step{
 			{30 * time.Second, []window.Request{sliding(req("sl", 10, 10))}, true, []uint64{10}, []bool{false}, nil},

@@ -50,10 +50,18 @@ func renderEnvoyConfig(p envoyParams) ([]byte, error) {
 // `envoy --mode validate`.
 func writeEnvoyConfig(t *testing.T, envoyBin, dir string, p envoyParams) string {
 	t.Helper()
-	cfg, err := renderEnvoyConfig(p)
-	if err != nil {
+	return writeEnvoyTemplate(t, envoyBin, dir, envoyTemplate, p)
+}
+
+// writeEnvoyTemplate renders tmpl with p into dir/envoy.yaml and checks it
+// with `envoy --mode validate`.
+func writeEnvoyTemplate(t *testing.T, envoyBin, dir string, tmpl *template.Template, p envoyParams) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, p); err != nil {
 		t.Fatalf("render envoy config: %v", err)
 	}
+	cfg := b.Bytes()
 	path := filepath.Join(dir, "envoy.yaml")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		t.Fatal(err)

@@ -59,9 +59,9 @@ func (r *request) at(j int) *window.Request {
 }
 
 // plain reports whether r is a plain counter, which the script's short form
-// can carry: a fixed window, not a shadow, not a refund, hits >= 1.
+// can carry: a fixed window, not a shadow, a refund or a charge, hits >= 1.
 func plain(r *window.Request) bool {
-	return r.Algorithm != window.SlidingWindow && !r.Shadow && !r.Refund && r.Hits >= 1
+	return r.Algorithm != window.SlidingWindow && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1
 }
 
 // callBuf is the memory script calls are built in: the argument list, the
@@ -212,11 +212,12 @@ func appendKeys(dst []any, arena []byte, r *request) ([]any, []byte) {
 }
 
 // The flags of a full-form counter, added up; take.lua names the same
-// values SHADOW, REFUND and SLIDING.
+// values SHADOW, REFUND, SLIDING and CHARGE.
 const (
 	flagShadow  = 1 // checked and counted, but never denies
 	flagRefund  = 2 // hits are given back instead of taken
 	flagSliding = 4 // estimate = previous*weight + current
+	flagCharge  = 8 // hits are counted even when the request is denied
 )
 
 // appendArgs appends r's script arguments to dst: in the short form minus
@@ -244,6 +245,9 @@ func appendArgs(dst []any, t *triples, r *request) []any {
 		}
 		if c.Algorithm == window.SlidingWindow {
 			flags |= flagSliding
+		}
+		if c.Charge && !c.Refund {
+			flags |= flagCharge
 		}
 		dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, c.Weight(w, r.nowMs))
 	}

@@ -30,6 +30,7 @@ func TestShortCallOnlyForPlainCounters(t *testing.T) {
 		{"the same counter twice", []window.Request{base, other, base}, false, 0},
 		{"shadow", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
 		{"refund request", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0},
+		{"charge", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 600, Charge: true}}, false, 0},
 		{"check only (hits 0)", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0},
 		{"sliding window", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: window.SlidingWindow}}, false, 0},
 		{"a plain counter and a shadow", []window.Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},

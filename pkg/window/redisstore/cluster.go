@@ -62,6 +62,7 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 		// Undo the slots that counted: each counted request again as a
 		// refund of its hits on its current window (floored at zero,
 		// keeping the TTL), which gives back only what this call added.
+		// Charges stay: every slot counts them whatever the answer.
 		undo := make([]window.Request, len(reqs))
 		for i, r := range reqs {
 			r.Refund, r.Algorithm = true, window.FixedWindow
@@ -74,14 +75,16 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 			}
 			var idx []int
 			for _, i := range g.take {
-				if reqs[i].Hits > 0 {
+				if reqs[i].Hits > 0 && !reqs[i].Charge {
 					idx = append(idx, i)
 				}
 			}
 			return idx
 		}, func(g *slotGroup, _ bool) {
 			for _, i := range g.take {
-				res[i].Count = back[i].Count // the count as it was before this call
+				if !reqs[i].Charge {
+					res[i].Count = back[i].Count // the count as it was before this call
+				}
 			}
 		})
 		return false, partial(groups, len(reqs))

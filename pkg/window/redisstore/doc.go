@@ -7,7 +7,8 @@
 //
 // Each Take is one EVALSHA of an embedded Lua script, take.lua, which checks
 // every counter of a request and counts them only if every non-shadow
-// counter has room; a denied request writes nothing. The script is loaded
+// counter has room; a denied request writes nothing but its charges
+// (window.Request.Charge), which count whatever the answer. The script is loaded
 // by Ping and sent again as EVAL after NOSCRIPT (a restarted or flushed
 // Redis), when nothing ran. Counter keys are the request's Key plus its
 // window (window.AppendWindow); a counter expires its window plus one second
@@ -35,11 +36,12 @@
 // share a slot (always the case with one descriptor) is still one EVALSHA.
 // A request over several slots runs one script per slot, all in parallel.
 // If any slot denies, the slots that allowed, and so counted, are given
-// their hits back in a second parallel step: a denied request still
-// consumes no quota once Take returns. In between, other requests can see
-// those hits and be denied, so under concurrency a multi-slot counter may
-// admit fewer than its limit (never more); a counter whose request's other
-// counters never deny admits exactly its limit. Refunds
+// their hits back in a second parallel step, charges excepted: a denied
+// request still consumes no quota but its charges once Take returns. In
+// between, other requests can see those hits and be denied, so under
+// concurrency a multi-slot counter may admit fewer than its limit (never
+// more); a counter whose request's other counters never deny admits exactly
+// its limit. Refunds
 // (window.Request.Refund) of a multi-slot request are applied after every
 // slot has allowed, in one more parallel step. Every window.Request.Key must
 // hold a hash tag (window.AppendKeyHead's keys do); an untagged

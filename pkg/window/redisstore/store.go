@@ -127,7 +127,8 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 
 // Take checks every request against its counter at now and, only if every
-// non-shadow request has room, counts them all. It writes one window.Result
+// non-shadow request has room, counts them all; when one has none, it
+// counts only the charges (window.Request.Charge). It writes one window.Result
 // per request into res (len(res) >= len(reqs)) and reports whether the
 // requests were allowed. now should be the time the replicas agree on (see
 // window.Clock); Redis's own clock only runs the TTLs. Errors wrap

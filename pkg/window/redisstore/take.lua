@@ -3,7 +3,8 @@
 -- The requests come one after another, each decided on its own: a request
 -- is allowed only if every one of its non-shadow counters has room, and then
 -- all its counters are counted; a denied request writes nothing, so it
--- consumes no quota. Several requests in one call (coalesced by the store)
+-- consumes no quota, except to its charge counters (CHARGE below), which
+-- count their hits whatever the answer: they were already spent. Several requests in one call (coalesced by the store)
 -- cost Redis one script invocation instead of one each.
 --
 -- KEYS: per counter, its current window's key; for a sliding window also the
@@ -11,15 +12,17 @@
 -- ARGV: the number of triples at the end; then the requests; then the
 --       triples, each limit, hits, ttl (ms), which short-form counters name.
 --       Per request: n, then per counter five values: limit, hits,
---       ttl (ms), flags (SHADOW, REFUND, SLIDING below, added up), weight.
+--       ttl (ms), flags (SHADOW, REFUND, SLIDING, CHARGE below, added up),
+--       weight.
 --       A negative n, -c, heads the short form of the most common request:
---       c fixed-window counters on distinct keys, none a shadow, each
---       taking hits >= 1. One value per counter follows: the number (from
+--       c fixed-window counters on distinct keys, none a shadow or a
+--       charge, each taking hits >= 1. One value per counter follows: the number (from
 --       1) of its triple. Under load most counters of a call share a rule,
 --       so Redis reads one argument per counter instead of three, and Lua
 --       converts each limit and hits to a number once per call.
 -- Returns, per request: status (1 allowed, 0 denied, -1 a counter holds a
--- non-integer: nothing written), then per counter: current, previous, over.
+-- non-integer: nothing written), then per counter: current (after counting,
+-- for an allowed request or a charge), previous, over.
 -- A short-form request gets one value per counter instead: when allowed,
 -- its count after counting; when denied, its count if it had room and -1
 -- minus its count if it had not; when failed, 0.
@@ -39,6 +42,7 @@
 local SHADOW = 1  -- checked and counted, but never denies
 local REFUND = 2  -- hits are given back instead of taken
 local SLIDING = 4 -- estimate = previous * weight + current
+local CHARGE = 8  -- hits are counted even when the request is denied
 
 -- has reports whether flags holds flag, one of the values above.
 local function has(flags, flag)
@@ -104,7 +108,7 @@ end
 
 -- full decides a request of n counters whose values start at ARGV[a] and
 -- whose first key is KEYS[ki]: it reads every counter, decides, and only
--- then writes, so a denial writes nothing.
+-- then writes, so a denial writes nothing but its charges.
 local function full(n, a, ki)
   local cur, prev, over, keyOf = {}, {}, {}, {}
   local status = 1
@@ -139,13 +143,14 @@ local function full(n, a, ki)
       pending[k] = (pending[k] or 0) + hits
     end
   end
-  if status == 1 then
+  if status ~= -1 then
     for i = 1, n do
       local b = a + (i - 1) * COUNTER_ARGS
       local hits = tonumber(ARGV[b + HITS])
+      local flags = tonumber(ARGV[b + FLAGS])
       local k = keyOf[i]
-      if hits > 0 then
-        if has(tonumber(ARGV[b + FLAGS]), REFUND) then
+      if hits > 0 and (status == 1 or has(flags, CHARGE) and not has(flags, REFUND)) then
+        if has(flags, REFUND) then
           local c = counter(k)
           if c > 0 then
             local v = c - hits
