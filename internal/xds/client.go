@@ -324,7 +324,7 @@ func (c *Client) compile(resources []*anypb.Any) (*rules.Set, []Resource, error)
 		if name == "" {
 			name = cfg.GetDomain()
 		}
-		f := rules.FromProto(Source(name), &cfg)
+		f := rules.FromProto(source(name), &cfg)
 		c.o.Defaults.Apply(f)
 		files = append(files, f)
 		res = append(res, Resource{Name: name, Domain: cfg.GetDomain()})
@@ -339,7 +339,7 @@ func (c *Client) compile(resources []*anypb.Any) (*rules.Set, []Resource, error)
 	return set, res, err
 }
 
-// Source is the name of a resource's File, which GET /rules shows as the
+// source is the name of a resource's File, which GET /rules shows as the
 // domain's "file": "xds:" and the resource's name (its domain when it has
 // none).
-func Source(name string) string { return "xds:" + name }
+func source(name string) string { return "xds:" + name }
