@@ -20,7 +20,9 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/reload"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
 // app is one run of the service. newApp builds it (store, metrics, server,
@@ -33,7 +35,8 @@ type app struct {
 	counters   *counters
 	reg        *prometheus.Registry
 	srv        *envoyrls.Server
-	reloader   *reload.Watcher
+	reloader   *reload.Watcher // nil with -config-type grpc-xds-sotw
+	xds        *xds.Client     // nil with -config-type file
 	health     *healthService
 	grpc       *grpc.Server
 	grpcLis    net.Listener
@@ -64,7 +67,8 @@ func newApp(ctx context.Context, o *options, log *zap.Logger) (*app, error) {
 }
 
 // buildServer builds the counter store, the metrics, the server and its
-// reloader, and loads the rules.
+// reloader, and loads the rules; or, with -config-type grpc-xds-sotw, the
+// xDS client that serve runs.
 func (a *app) buildServer(ctx context.Context) error {
 	clockOffset := newClockOffsetGauge()
 	c, err := newCounters(ctx, a.o, a.log, clockOffset)
@@ -94,6 +98,13 @@ func (a *app) buildServer(ctx context.Context) error {
 		DynamicMetadata: a.o.dynamicMetadata,
 	})
 	if err != nil {
+		return err
+	}
+	if a.o.xds.configType == configXDS {
+		a.xds, err = newXDSClient(a.o, a.log, func(s *rules.Set) {
+			a.srv.SetRules(s)
+			a.health.rulesReady() // built before serve runs the client
+		}, recorder.ObserveReload)
 		return err
 	}
 	a.reloader, err = reload.New(reload.Options{
@@ -168,7 +179,7 @@ func (a *app) buildListeners() error {
 	a.grpc = grpc.NewServer(opts...)
 	a.closers = append(a.closers, a.grpc.Stop)
 	rlsv3.RegisterRateLimitServiceServer(a.grpc, a.srv)
-	a.health = newHealthService()
+	a.health = newHealthService(a.o.xds.rulesAtStart())
 	a.health.register(a.grpc)
 	a.closers = append(a.closers, a.http.stop)
 
@@ -216,6 +227,10 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	defer func() { stopBG(); bg.Wait() }()
 	bg.Go(func() { a.reloadOnSignal(bgCtx, hup) })
 	bg.Go(func() {
+		if a.xds != nil {
+			a.xds.Run(bgCtx) // returns nil when bgCtx ends
+			return
+		}
 		if err := a.reloader.Run(bgCtx); err != nil {
 			a.log.Error("not watching the rules for changes; send SIGHUP to reload", zap.Error(err))
 		}
@@ -263,11 +278,17 @@ func addrOf(lis net.Listener) string {
 func (a *app) serveHTTP() {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
 	rules := func() any { return a.srv.Rules() }
+	var status func() map[string]any
+	if a.xds != nil {
+		status = a.xds.RulesStatus
+	} else {
+		status = a.reloader.RulesStatus
+	}
 	if a.httpLis != nil {
 		a.http.serve(a.httpLis, httpapi.New(httpapi.Options{
 			Rules:           rules,
 			Ready:           a.health.ready.Ready,
-			RulesStatus:     a.reloader.RulesStatus,
+			RulesStatus:     status,
 			Metrics:         metrics,
 			ShouldRateLimit: a.srv.ShouldRateLimit,
 		}))
@@ -289,6 +310,10 @@ func (a *app) reloadOnSignal(ctx context.Context, hup <-chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			if a.reloader == nil {
+				a.log.Info("SIGHUP: the rules come from xDS; nothing to reload")
+				continue
+			}
 			a.log.Debug("SIGHUP: reloading rules")
 			a.reloader.Reload(ctx) // logged and recorded
 		}

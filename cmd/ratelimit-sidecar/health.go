@@ -21,15 +21,36 @@ type healthService struct {
 	hs       *health.Server
 	draining chan struct{}
 	ready    *readiness
+	mu       sync.Mutex // orders the status published
+	serving  bool       // published; under mu
 }
 
 // newHealthService returns a health service that says NOT_SERVING until its
-// loop finds the store answering.
-func newHealthService() *healthService {
+// loop finds the store answering and, unless rulesLoaded, until
+// rulesReady is called (the first good xDS push).
+func newHealthService(rulesLoaded bool) *healthService {
 	h := &healthService{hs: health.NewServer(), draining: make(chan struct{})}
 	h.ready = &readiness{draining: h.draining}
+	h.ready.rules.Store(rulesLoaded)
 	h.setServing(false)
 	return h
+}
+
+// rulesReady records that rules are loaded, for good.
+func (h *healthService) rulesReady() {
+	if !h.ready.rules.Swap(true) {
+		h.publish()
+	}
+}
+
+// publish sets the gRPC status to the readiness of the store and rules.
+func (h *healthService) publish() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok := h.ready.store.Load() && h.ready.rules.Load(); ok != h.serving {
+		h.serving = ok
+		h.setServing(ok)
+	}
 }
 
 // register serves the health service on gs.
@@ -52,8 +73,7 @@ func (h *healthService) setServing(ok bool) {
 const refHealthService = "ratelimit"
 
 // loop pings the store every interval until ctx ends: SERVING while it
-// answers (rules are loaded before the loop starts), NOT_SERVING while it
-// does not. Each ping is bounded by half the interval, at least 100ms.
+// answers and rules are loaded, NOT_SERVING while it does not. Each ping is bounded by half the interval, at least 100ms.
 func (h *healthService) loop(ctx context.Context, ping func(context.Context) error, interval time.Duration, log *zap.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -65,8 +85,10 @@ func (h *healthService) loop(ctx context.Context, ping func(context.Context) err
 			return
 		}
 		if ok := err == nil; h.ready.set(ok) {
-			h.setServing(ok)
-			if ok {
+			h.publish()
+			if ok && !h.ready.rules.Load() {
+				log.Info("store reachable: not serving until the first rules come")
+			} else if ok {
 				log.Info("store reachable: serving")
 			} else {
 				log.Warn("store unreachable: not ready", zap.Error(err))
@@ -90,24 +112,25 @@ func (h *healthService) drain() {
 }
 
 // readiness is what GET /readyz reports: the health loop's last word on the
-// store, until draining is closed; from then on false for good. Safe for
-// concurrent use.
+// store, once rules are loaded, until draining is closed; from then on
+// false for good. Safe for concurrent use.
 type readiness struct {
-	ok       atomic.Bool
+	store    atomic.Bool
+	rules    atomic.Bool
 	draining <-chan struct{}
 }
 
 // set records whether the store answered and reports whether that changed.
-func (r *readiness) set(ok bool) (changed bool) { return r.ok.Swap(ok) != ok }
+func (r *readiness) set(ok bool) (changed bool) { return r.store.Swap(ok) != ok }
 
-// Ready reports whether the store answered the last ping and draining has
-// not begun.
+// Ready reports whether rules are loaded, the store answered the last
+// ping and draining has not begun.
 func (r *readiness) Ready() bool {
 	select {
 	case <-r.draining:
 		return false
 	default:
-		return r.ok.Load()
+		return r.store.Load() && r.rules.Load()
 	}
 }
 

@@ -8,6 +8,7 @@ func TestReadinessEndsWithDraining(t *testing.T) {
 	t.Parallel()
 	draining := make(chan struct{})
 	r := &readiness{draining: draining}
+	r.rules.Store(true)
 	if r.Ready() {
 		t.Fatal("Ready() before any ping = true, want false")
 	}

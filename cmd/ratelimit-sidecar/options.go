@@ -40,6 +40,7 @@ type options struct {
 	dynamicMetadata bool
 	mergeDomains    bool
 	limits          envoyrls.InputLimits
+	xds             xdsConfig // -config-type and the xDS client: see xds.go
 	// refNotes are what the reference's environment asked that this
 	// project does differently, one log line each at start; see refenv.go.
 	refNotes []refNote
@@ -104,8 +105,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
 	errs = append(errs, c.grpcTLS.check()...)
-	if c.configPath == "" {
-		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
+	errs = append(errs, c.xds.check(c.configPath)...)
+	if c.xds.configType == configXDS && c.configPath != "" {
+		c.refNotes = append(c.refNotes, refNote{name: "-config", text: "not used: -config-type grpc-xds-sotw takes the rules from xDS (" + c.configPath + ")"})
 	}
 	return c, errors.Join(errs...)
 }
@@ -113,7 +115,8 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 // addFlags registers the flags on fs with their defaults; parseOptions
 // gives each its RLS_ environment variable.
 func (c *options) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required)")
+	fs.StringVar(&c.configPath, "config", "", "rules file, or directory of *.yaml/*.yml rule files (required with -config-type file)")
+	c.xds.addFlags(fs)
 	fs.StringVar(&c.grpcAddr, "grpc-addr", config.DefaultGRPCAddr, "gRPC listen address for ratelimit.v3 and grpc.health.v1: host:port or unix:///path")
 	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthcheck, /json, /rlconfig, /healthz, /readyz, /rules and /metrics; empty disables")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, at -metrics-path; empty serves them only at /metrics on -http-addr")

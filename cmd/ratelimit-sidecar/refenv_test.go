@@ -131,7 +131,21 @@ func TestReferenceEnv(t *testing.T) {
 		{"grpc tls two CAs", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c",
 			"GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "a", "GRPC_SERVER_TLS_CA_CERT": "b"}, nil, "GRPC_CLIENT_TLS_CACERT=\"a\" and GRPC_SERVER_TLS_CA_CERT=\"b\""},
 		{"bad grpc tls bool", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_SERVER_USE_TLS": "yes"}, nil, `GRPC_SERVER_USE_TLS="yes"`},
-		{"xds", nil, map[string]string{"RLS_CONFIG": "r", "CONFIG_TYPE": "GRPC_XDS_SOTW"}, nil, "CONFIG_TYPE=GRPC_XDS_SOTW"},
+		{"xds", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+			"CONFIG_GRPC_XDS_NODE_METADATA": "a=b", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x:y", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+			"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.2",
+			"XDS_CLIENT_BACKOFF_JITTER": "false", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1000", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3s"}, func(o *options) string {
+			x := o.xds
+			return want(x.configType == configXDS && x.serverURL == "eg:18001" && x.nodeID == "envoy-ratelimit" && x.nodeMetadata == "a=b" &&
+				x.headers == "x:y" && x.forceStart && x.backoffInitial == time.Second && x.backoffMax == 5*time.Second && x.backoffRandom == 0.2 &&
+				!x.backoffJitter && x.maxMsgSize == 1000 && hasNote(o, "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF"), "every xDS variable applied", o)
+		}, ""},
+		{"xds ignores the rules directory", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, func(o *options) string {
+			return want(o.xds.configType == configXDS && hasNote(o, "-config", "from xDS"), "xDS, and a note on -config", o)
+		}, ""},
+		{"file", nil, map[string]string{"CONFIG_TYPE": "FILE"}, nil, "-config (or RLS_CONFIG) is required"},
+		{"bad config type", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, nil, `CONFIG_TYPE="GRPC_XDS_DELTA": want FILE or GRPC_XDS_SOTW`},
+		{"bad backoff", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2"}, nil, "-xds-backoff-random-factor 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

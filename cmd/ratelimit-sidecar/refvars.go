@@ -12,7 +12,8 @@ const refDefaultRuntimeRoot = "/srv/runtime_data/current"
 // the same words.
 const (
 	noteStats      = "not used: statsd is replaced by Prometheus metrics at /metrics on -http-addr (docs/operations.md#metrics)"
-	noteXDS        = "not used: rules come from files only (RUNTIME_ROOT or -config); xDS configuration is not supported"
+	noteXDSRetry   = "not used: reconnections to the xDS server are spaced by XDS_CLIENT_BACKOFF_* alone"
+	noteXDSTLS     = "not used: TLS to the xDS server is not supported yet (CONFIG_GRPC_XDS_SERVER_USE_TLS=true stops the start)"
 	noteMemcache   = "not used: memcached is not supported; counters are in Redis (REDIS_URL) or in memory"
 	notePerSecond  = "not used: one Redis holds every window; per-second limits are not sent to a second Redis"
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
@@ -22,7 +23,6 @@ const (
 	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
 	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
 	noteHealthRule = "not used: health is SERVING only once rules are loaded and the store answers"
-	noteForceStart = "not used: the sidecar does not serve until its rules load"
 	noteMapper     = "not used: metric names are fixed (docs/operations.md#metrics)"
 )
 
@@ -39,13 +39,20 @@ var refVars = []refVar{
 	refFlag("LOG_LEVEL", "log-level", refLogLevel, false),
 	refFlag("LOG_FORMAT", "log-format", refLogFormat, false),
 	{names: []string{"CONFIG_TYPE"}, to: refConfigType},
-	{names: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG"}, note: noteForceStart},
-	{names: []string{"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
-		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
-		"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-		"XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"}, note: noteXDS},
+	refFlag("FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start", boolConv, false),
+	refFlag("CONFIG_GRPC_XDS_NODE_ID", "xds-node-id", nil, false),
+	refFlag("CONFIG_GRPC_XDS_NODE_METADATA", "xds-node-metadata", nil, false),
+	refFlag("CONFIG_GRPC_XDS_SERVER_URL", "xds-server-url", nil, false),
+	{names: []string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"}, note: noteXDSRetry},
+	refFlag("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "xds-headers", nil, false),
+	refFlag("CONFIG_GRPC_XDS_SERVER_USE_TLS", "xds-tls", boolConv, false),
+	{names: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}, note: noteXDSTLS},
+	refFlag("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "xds-backoff-initial", refDuration, false),
+	refFlag("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "xds-backoff-max", refDuration, false),
+	refFlag("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "xds-backoff-random-factor", nil, false),
+	refFlag("XDS_CLIENT_BACKOFF_JITTER", "xds-backoff-jitter", boolConv, false),
+	refFlag("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "xds-max-msg-size", intConv, false),
 	{names: []string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_STATSD", "STATSD_HOST", "STATSD_PORT",
 		"EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS"}, note: noteStats},
 	{names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, defs: []string{"false", ":9090", "/metrics"}, to: refPrometheus},
@@ -166,14 +173,17 @@ func refLogFormat(name, v string) (string, error) {
 	return "", fmt.Errorf("%s=%q: want text or json", name, v)
 }
 
+// refConfigType maps FILE and GRPC_XDS_SOTW onto -config-type.
 func refConfigType(m *refMapping, v []string) error {
 	switch v[0] {
 	case "FILE":
+		m.set([]string{"CONFIG_TYPE"}, nil, "config-type", configFile)
 		return nil
 	case "GRPC_XDS_SOTW":
-		return fmt.Errorf("CONFIG_TYPE=GRPC_XDS_SOTW: rules from xDS are not supported; mount them as files under RUNTIME_ROOT")
+		m.set([]string{"CONFIG_TYPE"}, nil, "config-type", configXDS)
+		return nil
 	}
-	return fmt.Errorf("CONFIG_TYPE=%q: want FILE", v[0])
+	return fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", v[0])
 }
 
 // refPrometheus serves metrics on PROMETHEUS_ADDR when USE_PROMETHEUS is

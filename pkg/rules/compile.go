@@ -9,17 +9,16 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// compile checks decoded files and builds their Set with the zero Options:
-// each file one domain, its limits resolved (inherited failure modes and
-// algorithms, window sizes, rule names) into the match tree. It returns
-// every problem of every file at once as an *Error. The Set keeps the files
-// for MarshalJSON: callers must not modify them afterwards. A decoder of
-// another form (an xDS RateLimitConfig) is meant to end here; it stays
-// unexported until one does.
-func compile(files []*File) (*Set, error) { return Options{}.compile(files) }
+// compile is Options.Compile with the zero Options.
+func compile(files []*File) (*Set, error) { return Options{}.Compile(files) }
 
-// compile is compile with o.
-func (o Options) compile(files []*File) (*Set, error) {
+// Compile checks decoded files, from Decode or another decoder (FromProto
+// for an xDS RateLimitConfig), and builds their Set with o: each file one
+// domain, its limits resolved (inherited failure modes and algorithms,
+// window sizes, rule names) into the match tree. It returns every problem
+// of every file at once as an *Error. The Set keeps the files for
+// MarshalJSON: callers must not modify them afterwards.
+func (o Options) Compile(files []*File) (*Set, error) {
 	names := make([]string, len(files))
 	for i, f := range files {
 		names[i] = f.Name

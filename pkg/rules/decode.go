@@ -11,11 +11,14 @@ import (
 // File is one rules file as decoded: one domain and its descriptor tree, as
 // written, with where each value was written. Decode builds it from YAML;
 // any other source of envoyproxy/ratelimit's configuration (such as an xDS
-// RateLimitConfig) can build it too and leave Pos zero. compile checks it and
-// builds the match tree. Its JSON is the rules as GET /rules shows them.
+// RateLimitConfig, FromProto) can build it too and leave lines zero.
+// Options.Compile checks it and builds the match tree. Its JSON is the
+// rules as GET /rules shows them.
 type File struct {
 	Domain string `json:"domain"`
-	Name   string `json:"file"` // the file's path, as given to Decode
+	// Name is the file's path, as given to Decode, or the source of
+	// another decoder's File, such as "xds:<resource name>".
+	Name string `json:"file"`
 	// FailureMode ("error", "allow" or "deny") is the default of the
 	// domain's limits; "" is error.
 	FailureMode string `json:"failure_mode,omitempty"`
