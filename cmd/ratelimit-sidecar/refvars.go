@@ -13,7 +13,6 @@ const refDefaultRuntimeRoot = "/srv/runtime_data/current"
 const (
 	noteStats      = "not used: statsd is replaced by Prometheus metrics at /metrics on -http-addr (docs/operations.md#metrics)"
 	noteXDSRetry   = "not used: reconnections to the xDS server are spaced by XDS_CLIENT_BACKOFF_* alone"
-	noteXDSTLS     = "not used: TLS to the xDS server is not supported yet (CONFIG_GRPC_XDS_SERVER_USE_TLS=true stops the start)"
 	noteMemcache   = "not used: memcached is not supported; counters are in Redis (REDIS_URL) or in memory"
 	notePerSecond  = "not used: one Redis holds every window; per-second limits are not sent to a second Redis"
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
@@ -46,8 +45,10 @@ var refVars = []refVar{
 	{names: []string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"}, note: noteXDSRetry},
 	refFlag("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "xds-headers", nil, false),
 	refFlag("CONFIG_GRPC_XDS_SERVER_USE_TLS", "xds-tls", boolConv, false),
-	{names: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}, note: noteXDSTLS},
+	refFlag("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds-tls-cert", nil, false),
+	refFlag("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds-tls-key", nil, false),
+	refFlag("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds-tls-ca", nil, false),
+	refFlag("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds-tls-san", nil, false),
 	refFlag("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "xds-backoff-initial", refDuration, false),
 	refFlag("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "xds-backoff-max", refDuration, false),
 	refFlag("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "xds-backoff-random-factor", nil, false),

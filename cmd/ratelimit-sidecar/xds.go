@@ -29,6 +29,10 @@ type xdsConfig struct {
 	nodeMetadata   string
 	headers        string
 	tls            bool
+	tlsCert        string // client certificate presented to the xDS server
+	tlsKey         string
+	tlsCA          string // CA the server's certificate must chain to; empty: the system's roots
+	tlsSAN         string // name the server's certificate must carry; empty: the -xds-server-url host
 	backoffInitial time.Duration
 	backoffMax     time.Duration
 	backoffRandom  float64
@@ -54,7 +58,11 @@ func (c *xdsConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.nodeID, "xds-node-id", "default", "the xDS node id, which the server keys its snapshots by")
 	fs.StringVar(&c.nodeMetadata, "xds-node-metadata", "", "the xDS node's metadata: key=value,key=value, or a JSON object")
 	fs.StringVar(&c.headers, "xds-headers", "", "gRPC metadata sent on the xDS stream: name:value,name:value")
-	fs.BoolVar(&c.tls, "xds-tls", false, "connect to the xDS server with TLS")
+	fs.BoolVar(&c.tls, "xds-tls", false, "connect to the xDS server with TLS (never plaintext when set)")
+	fs.StringVar(&c.tlsCert, "xds-tls-cert", "", "with -xds-tls: client certificate file presented to the xDS server (reloaded when it changes)")
+	fs.StringVar(&c.tlsKey, "xds-tls-key", "", "with -xds-tls: the client certificate's key file")
+	fs.StringVar(&c.tlsCA, "xds-tls-ca", "", "with -xds-tls: CA file the xDS server's certificate must chain to (default: the system's roots)")
+	fs.StringVar(&c.tlsSAN, "xds-tls-san", "", "with -xds-tls: name the xDS server's certificate must carry (default: the -xds-server-url host)")
 	fs.DurationVar(&c.backoffInitial, "xds-backoff-initial", 10*time.Second, "wait before the first reconnection to the xDS server; doubled on each failure")
 	fs.DurationVar(&c.backoffMax, "xds-backoff-max", 60*time.Second, "longest wait between reconnections to the xDS server")
 	fs.Float64Var(&c.backoffRandom, "xds-backoff-random-factor", 0.5, "with -xds-backoff-jitter, each wait is spread by up to this fraction of itself")
@@ -87,21 +95,29 @@ func (c *xdsConfig) check(configPath string) []error {
 func (c *xdsConfig) rulesAtStart() bool { return c.configType == configFile || c.forceStart }
 
 // xdsDialOptions returns the dial options of the xDS server's connection:
-// its transport credentials. It is the one place that chooses them, so
-// that TLS to the server plugs in here. With -xds-tls it fails until TLS
-// is implemented: a server that expects TLS must never get plaintext.
-func xdsDialOptions(c *xdsConfig) ([]grpc.DialOption, error) {
-	if c.tls {
-		return nil, errors.New("-xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS=true): TLS to the xDS server is not supported yet; refusing to connect in plaintext")
+// its transport credentials, the one place that chooses them. With
+// -xds-tls the connection is TLS (the client certificate presented, the
+// server's verified, files reloaded when they change) or the start fails:
+// a server that expects TLS never gets plaintext.
+func xdsDialOptions(c *xdsConfig, log *zap.Logger) ([]grpc.DialOption, error) {
+	if !c.tls {
+		if c.tlsCert != "" || c.tlsKey != "" || c.tlsCA != "" || c.tlsSAN != "" {
+			log.Info("-xds-tls-* set without -xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS): connecting to the xDS server in plaintext, as envoyproxy/ratelimit does")
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	creds, err := xdsClientCredentials(c.tlsCert, c.tlsKey, c.tlsCA, c.tlsSAN, log)
+	if err != nil {
+		return nil, fmt.Errorf("-xds-tls: %w", err)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nil
 }
 
 // newXDSClient builds the xDS client of -config-type grpc-xds-sotw, which
 // applies each good push with apply and reports it to onUpdate.
 func newXDSClient(o *options, log *zap.Logger, apply func(*rules.Set), onUpdate func(error)) (*xds.Client, error) {
 	c := &o.xds
-	dial, err := xdsDialOptions(c)
+	dial, err := xdsDialOptions(c, log)
 	if err != nil {
 		return nil, err
 	}

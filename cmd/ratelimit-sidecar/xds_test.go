@@ -182,14 +182,21 @@ func toJSON(v any) string {
 	return string(b)
 }
 
-// TestXDSTLSRefused: TLS to the xDS server is asked for and not built:
-// the start fails, never connecting in plaintext.
+// TestXDSTLSRefused: TLS to the xDS server is asked for and its files
+// cannot be loaded: the start fails naming the variable, never connecting
+// in plaintext.
 func TestXDSTLSRefused(t *testing.T) {
 	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "ca.crt")
+	var stderr strings.Builder
 	err := run(context.Background(), nil, env(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
-		"RLS_GRPC_ADDR": "127.0.0.1:0", "RLS_HTTP_ADDR": "127.0.0.1:0"}), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "refusing to connect in plaintext") {
-		t.Fatalf("run = %v, want a refusal of plaintext", err)
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": missing,
+		"RLS_GRPC_ADDR": "127.0.0.1:0", "RLS_HTTP_ADDR": "127.0.0.1:0"}), io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "CONFIG_GRPC_XDS_SERVER_TLS_CACERT") {
+		t.Fatalf("run = %v, want a start error naming CONFIG_GRPC_XDS_SERVER_TLS_CACERT", err)
+	}
+	if strings.Contains(stderr.String(), `"msg":"serving"`) {
+		t.Errorf("served although TLS to the xDS server could not be set up:\n%s", stderr.String())
 	}
 }
 
