@@ -12,6 +12,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
@@ -84,6 +85,10 @@ type Options struct {
 	// metadata to the response's dynamic_metadata, as envoyproxy/ratelimit's
 	// RESPONSE_DYNAMIC_METADATA.
 	DynamicMetadata bool
+	// Tracer makes a span of each ShouldRateLimit call (see trace.go),
+	// the child of any span ctx carries, and hands the store the context
+	// holding it. Nil (the default) makes none and costs nothing.
+	Tracer trace.Tracer
 }
 
 // Observer receives decisions and store calls. Implementations must be safe
@@ -132,8 +137,9 @@ type Server struct {
 	limits  InputLimits
 	log     *zap.Logger
 	obs     Observer
-	near    float64     // NearLimitRatio
-	failing atomic.Bool // the last store call failed; for transition logs
+	near    float64      // NearLimitRatio
+	tracer  trace.Tracer // nil: no spans
+	failing atomic.Bool  // the last store call failed; for transition logs
 	calls   sync.Pool
 }
 
@@ -168,6 +174,7 @@ func NewServer(o Options) (*Server, error) {
 		log:    o.Logger,
 		obs:    o.Observer,
 		near:   o.NearLimitRatio,
+		tracer: o.Tracer,
 	}
 	s.calls.New = func() any { return new(call) }
 	if o.Rules != nil {
@@ -217,8 +224,16 @@ func (c *call) reset() {
 // Malformed requests get InvalidArgument and count nothing; a failed store
 // gets each limit's failure mode. Responses share read-only parts with each
 // other and with the rules (current_limit, the 429 body and headers):
-// callers must not modify a response.
+// callers must not modify a response. With Options.Tracer it makes a span.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.tracer != nil {
+		return s.tracedDecide(ctx, req)
+	}
+	return s.decide(ctx, req)
+}
+
+// decide is ShouldRateLimit without its span.
+func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.now()
 	if err := s.validate(req); err != nil {
 		return nil, grpcError(err)
