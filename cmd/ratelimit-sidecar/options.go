@@ -21,6 +21,7 @@ type options struct {
 	redisURL        string
 	redisTimeout    time.Duration
 	redis           redisConfig // topology, credentials, TLS, breaker: see redis.go
+	tracing         tracingConfig
 	keyPrefix       string
 	logLevel        string
 	logFormat       string
@@ -102,6 +103,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
+	if err := c.tracing.check(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.configPath == "" {
 		errs = append(errs, errors.New("-config (or RLS_CONFIG) is required"))
 	}
@@ -121,6 +125,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
 	c.redis.addFlags(fs)
+	c.tracing.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
 	fs.StringVar(&c.logLevel, "log-level", config.DefaultLogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")
