@@ -56,10 +56,10 @@ func newTracing(ctx context.Context, c *tracingConfig, log *zap.Logger) (*tracin
 	return t, nil
 }
 
-// otelLogger sends the OpenTelemetry SDK's errors (failed exports) through
-// zap, so -log-format json holds for every stderr line. The SDK has one
-// error handler per process; newTracing points it at the newest run's
-// logger.
+// otelErrorLogger sends the OpenTelemetry SDK's errors (failed exports)
+// through zap, so -log-format json holds for every stderr line. The SDK has
+// one error handler per process, otelLogger; newTracing points it at the
+// newest run's logger.
 type otelErrorLogger struct{ log atomic.Pointer[zap.Logger] }
 
 var otelLogger = func() *otelErrorLogger {
