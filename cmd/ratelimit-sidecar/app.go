@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -20,6 +21,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/reload"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
@@ -35,8 +37,9 @@ type app struct {
 	counters   *counters
 	reg        *prometheus.Registry
 	srv        *envoyrls.Server
-	reloader   *reload.Watcher // nil with -config-type grpc-xds-sotw
-	xds        *xds.Client     // nil with -config-type file
+	tracing    *tracing.Tracing // nil without -tracing
+	reloader   *reload.Watcher  // nil with -config-type grpc-xds-sotw
+	xds        *xds.Client      // nil with -config-type file
 	health     *healthService
 	grpc       *grpc.Server
 	grpcLis    net.Listener
@@ -66,12 +69,21 @@ func newApp(ctx context.Context, o *options, log *zap.Logger) (*app, error) {
 	return a, nil
 }
 
-// buildServer builds the counter store, the metrics, the server and its
-// reloader, and loads the rules; or, with -config-type grpc-xds-sotw, the
-// xDS client that serve runs.
+// buildServer builds the tracing, the counter store, the metrics, the
+// server and its reloader, and loads the rules; or, with -config-type
+// grpc-xds-sotw, the xDS client that serve runs.
 func (a *app) buildServer(ctx context.Context) error {
+	var err error
+	if a.tracing, err = newTracing(ctx, &a.o.tracing, a.log); err != nil {
+		return err
+	}
+	var tracer trace.Tracer // nil: no spans, and no cost, anywhere
+	if a.tracing != nil {
+		tracer = a.tracing.Tracer()
+		a.closers = append(a.closers, a.flushTraces) // after a failed build; shutdown flushes first
+	}
 	clockOffset := newClockOffsetGauge()
-	c, err := newCounters(ctx, a.o, a.log, clockOffset)
+	c, err := newCounters(ctx, a.o, a.log, clockOffset, tracer)
 	if err != nil {
 		return err
 	}
@@ -91,6 +103,7 @@ func (a *app) buildServer(ctx context.Context) error {
 		Limits:    a.o.limits,
 		Logger:    a.log,
 		Observer:  recorder,
+		Tracer:    tracer,
 
 		NearLimitRatio:  a.o.nearLimitRatio,
 		ShadowMode:      a.o.shadowMode,
@@ -175,6 +188,10 @@ func (a *app) buildListeners() error {
 	}
 	if creds != nil {
 		opts = append(opts, creds)
+	}
+	if a.tracing != nil {
+		// Only with tracing: without it, calls pass no interceptor.
+		opts = append(opts, a.tracing.ServerOption())
 	}
 	a.grpc = grpc.NewServer(opts...)
 	a.closers = append(a.closers, a.grpc.Stop)
@@ -322,11 +339,13 @@ func (a *app) reloadOnSignal(ctx context.Context, hup <-chan os.Signal) {
 
 // shutdown says NOT_SERVING first, so probes and Envoy move away at once,
 // then lets in-flight calls finish within -shutdown-timeout, cancels the
-// rest, and stops the HTTP servers.
+// rest, stops the HTTP servers, and exports the spans still buffered in
+// what is left of -shutdown-timeout.
 func (a *app) shutdown() {
 	a.health.drain()
 	a.stopHealth()
 	a.log.Info("shutting down: draining in-flight calls", zap.Duration("timeout", a.o.shutdownTimeout))
+	deadline := time.Now().Add(a.o.shutdownTimeout)
 	stopped := make(chan struct{})
 	go func() { a.grpc.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(a.o.shutdownTimeout)
@@ -339,7 +358,26 @@ func (a *app) shutdown() {
 		<-stopped
 	}
 	a.http.stop()
+	if a.tracing != nil {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		a.flushTracesCtx(ctx)
+		cancel()
+	}
 	a.log.Info("stopped")
+}
+
+// flushTraces exports the spans still buffered and stops the exporter,
+// within -shutdown-timeout; after shutdown it does nothing.
+func (a *app) flushTraces() {
+	ctx, cancel := context.WithTimeout(context.Background(), a.o.shutdownTimeout)
+	defer cancel()
+	a.flushTracesCtx(ctx)
+}
+
+func (a *app) flushTracesCtx(ctx context.Context) {
+	if err := a.tracing.Shutdown(ctx); err != nil {
+		a.log.Warn("spans not exported", zap.Error(err))
+	}
 }
 
 // close releases what newApp built, last first: the HTTP servers, the gRPC

@@ -21,6 +21,7 @@ type options struct {
 	redisURL        string
 	redisTimeout    time.Duration
 	redis           redisConfig // topology, credentials, TLS, breaker: see redis.go
+	tracing         tracingConfig
 	keyPrefix       string
 	logLevel        string
 	logFormat       string
@@ -105,6 +106,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
 	errs = append(errs, c.grpcTLS.check()...)
+	if err := c.tracing.check(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.xds.check(c.configPath)...)
 	if c.xds.configType == configXDS && c.configPath != "" {
 		c.refNotes = append(c.refNotes, refNote{name: "-config", text: "not used: -config-type grpc-xds-sotw takes the rules from xDS (" + c.configPath + ")"})
@@ -127,6 +131,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
 	c.redis.addFlags(fs)
+	c.tracing.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
 	fs.StringVar(&c.logLevel, "log-level", config.DefaultLogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")

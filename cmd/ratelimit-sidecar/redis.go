@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -324,10 +325,11 @@ func (r *redisConfig) batchOptions() redisstore.BatchOptions {
 }
 
 // newRedisStore returns the store over client; see redisStore. The
-// breaker's changes are logged.
-func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger) *redisStore {
+// breaker's changes are logged; tracer, when not nil, makes a span of each
+// Redis call.
+func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tracer trace.Tracer) *redisStore {
 	rs := &redisStore{}
-	ro := redisstore.Options{Timeout: c.redisTimeout}
+	ro := redisstore.Options{Timeout: c.redisTimeout, Tracer: tracer}
 	if c.redis.batchWorkers > 0 {
 		var err error
 		rs.redis, err = redisstore.NewBatched(client, ro, c.redis.batchOptions())

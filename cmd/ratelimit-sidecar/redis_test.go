@@ -232,7 +232,7 @@ func TestRedisStoreOverCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	store := newRedisStore(c, client, zaptest.NewLogger(t))
+	store := newRedisStore(c, client, zaptest.NewLogger(t), nil)
 	t.Cleanup(func() { store.Close() })
 	if store.batched || store.breaker == nil {
 		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.batched, store.breaker)
@@ -274,7 +274,7 @@ func TestRedisStoreLayers(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = client.Close() })
-		store := newRedisStore(c, client, zaptest.NewLogger(t))
+		store := newRedisStore(c, client, zaptest.NewLogger(t), nil)
 		t.Cleanup(func() { store.Close() })
 		_, cached := store.Store.(*window.OverLimitCache)
 		if store.batched != tt.batcher || (store.breaker != nil) != tt.breaker || cached != tt.cached {

@@ -87,16 +87,35 @@ func TestReferenceEnv(t *testing.T) {
 			return want(o.metricsAddr == "" && hasNote(o, "PROMETHEUS_ADDR", "USE_PROMETHEUS"), "no metrics listener, a note", o)
 		}, ""},
 		{"replaced variables", nil, map[string]string{"RLS_CONFIG": "r", "USE_STATSD": "false", "STATSD_HOST": "s", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211",
-			"REDIS_PERSECOND": "true", "REDIS_PIPELINE_WINDOW": "150us", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "TRACING_ENABLED": "true", "RUNTIME_IGNOREDOTFILES": "false"}, func(o *options) string {
+			"REDIS_PERSECOND": "true", "REDIS_PIPELINE_WINDOW": "150us", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "RUNTIME_IGNOREDOTFILES": "false"}, func(o *options) string {
 			for name, w := range map[string]string{"USE_STATSD": "Prometheus", "STATSD_HOST": "Prometheus", "BACKEND_TYPE": "memcached", "MEMCACHE_HOST_PORT": "memcached",
 				"REDIS_PERSECOND": "one Redis", "REDIS_PIPELINE_WINDOW": "batch", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "never counts",
-				"TRACING_ENABLED": "tracing", "RUNTIME_IGNOREDOTFILES": "always skipped"} {
+				"RUNTIME_IGNOREDOTFILES": "always skipped"} {
 				if !hasNote(o, name, w) {
 					return "a note on " + name + " saying " + w
 				}
 			}
 			return ""
 		}, ""},
+		{"tracing", nil, map[string]string{"RLS_CONFIG": "r", "TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "rl", "TRACING_SERVICE_NAMESPACE": "gw",
+			"TRACING_SERVICE_INSTANCE_ID": "pod-1", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.25"}, func(o *options) string {
+			t := o.tracing
+			return want(t.enabled && t.opts.ServiceName == "rl" && t.opts.ServiceNamespace == "gw" && t.opts.ServiceInstanceID == "pod-1" &&
+				t.opts.Protocol == "grpc" && t.opts.SamplingRate == 0.25, "every tracing variable applied", o)
+		}, ""},
+		{"tracing defaults", nil, map[string]string{"RLS_CONFIG": "r", "TRACING_ENABLED": "true"}, func(o *options) string {
+			t := o.tracing
+			return want(t.enabled && t.opts.ServiceName == "RateLimit" && t.opts.Protocol == "http" && t.opts.SamplingRate == 1, "the reference's tracing defaults", o)
+		}, ""},
+		{"tracing flag wins", []string{"-tracing-sampling-rate", "0.5"}, map[string]string{"RLS_CONFIG": "r", "TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "0.1"}, func(o *options) string {
+			return want(o.tracing.opts.SamplingRate == 0.5, "the flag's sampling rate", o)
+		}, ""},
+		{"tracing off ignores protocol", nil, map[string]string{"RLS_CONFIG": "r", "TRACING_EXPORTER_PROTOCOL": "zipkin"}, func(o *options) string {
+			return want(!o.tracing.enabled, "tracing off", o)
+		}, ""},
+		{"bad tracing protocol", nil, map[string]string{"RLS_CONFIG": "r", "TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "zipkin"}, nil, `exporter protocol "zipkin"`},
+		{"bad sampling rate", nil, map[string]string{"RLS_CONFIG": "r", "TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "2"}, nil, "sampling rate 2"},
+		{"bad sampling number", nil, map[string]string{"RLS_CONFIG": "r", "TRACING_SAMPLING_RATE": "all"}, nil, "TRACING_SAMPLING_RATE"},
 		{"bad port", nil, map[string]string{"RLS_CONFIG": "r", "PORT": "http"}, nil, `PORT="http": want a port number`},
 		{"bad grpc port", nil, map[string]string{"RLS_CONFIG": "r", "GRPC_PORT": "70000"}, nil, `GRPC_PORT="70000"`},
 		{"bad redis type", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "a:1", "REDIS_TYPE": "ring"}, nil, `REDIS_TYPE="ring"`},

@@ -16,7 +16,6 @@ const (
 	noteMemcache   = "not used: memcached is not supported; counters are in Redis (REDIS_URL) or in memory"
 	notePerSecond  = "not used: one Redis holds every window; per-second limits are not sent to a second Redis"
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
-	noteTracing    = "not used: tracing is not supported"
 	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
 	noteJitter     = "not used: a counter expires when its window ends, with no jitter"
 	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
@@ -92,8 +91,12 @@ var refVars = []refVar{
 	refFlag("QUOTA_MODE", "quota-mode", boolConv, false),
 	refFlag("RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", boolConv, false),
 	refFlag("MERGE_DOMAIN_CONFIG", "merge-domains", boolConv, false),
-	{names: []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
-		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}, note: noteTracing},
+	refFlag("TRACING_ENABLED", "tracing", boolConv, false),
+	refFlag("TRACING_SERVICE_NAME", "tracing-service-name", nil, false),
+	refFlag("TRACING_SERVICE_NAMESPACE", "tracing-service-namespace", nil, false),
+	refFlag("TRACING_SERVICE_INSTANCE_ID", "tracing-service-instance-id", nil, false),
+	refFlag("TRACING_EXPORTER_PROTOCOL", "tracing-exporter-protocol", nil, false),
+	refFlag("TRACING_SAMPLING_RATE", "tracing-sampling-rate", nil, false),
 }
 
 // refGRPCAddr: GRPC_UDS, else GRPC_HOST and GRPC_PORT.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -30,8 +31,9 @@ type counters struct {
 
 // newCounters returns the in-memory store, or, when a -redis-* flag is
 // given, the Redis store with its clock synced to the Redis server's;
-// clockOffset is set at every sync.
-func newCounters(ctx context.Context, o *options, log *zap.Logger, clockOffset prometheus.Gauge) (*counters, error) {
+// clockOffset is set at every sync. tracer, when not nil, makes a span of
+// each Redis call.
+func newCounters(ctx context.Context, o *options, log *zap.Logger, clockOffset prometheus.Gauge, tracer trace.Tracer) (*counters, error) {
 	goRedisLogger.log.Store(log)
 	if !o.usesRedis() {
 		log.Warn("using the in-memory store: counters are not shared with other replicas; set -redis-url for a global limit")
@@ -51,7 +53,7 @@ func newCounters(ctx context.Context, o *options, log *zap.Logger, clockOffset p
 		client.Close()
 		return nil, err
 	}
-	rs := newRedisStore(o, client, log)
+	rs := newRedisStore(o, client, log, tracer)
 	return &counters{
 		store:       rs.Store, // the server calls the outermost layer itself, not through rs
 		now:         now,

@@ -67,4 +67,14 @@ const (
 	DefaultRedisBreakerOpenFor = time.Second
 	// DefaultRedisBatchWorkers is -redis-batch-workers'.
 	DefaultRedisBatchWorkers = 1
+
+	// DefaultTracingServiceName is -tracing-service-name's,
+	// envoyproxy/ratelimit's TRACING_SERVICE_NAME default.
+	DefaultTracingServiceName = "RateLimit"
+	// DefaultTracingSamplingRate is -tracing-sampling-rate's: every trace
+	// that starts here, as envoyproxy/ratelimit's TRACING_SAMPLING_RATE.
+	DefaultTracingSamplingRate = 1.0
+	// DefaultTracingExporterProtocol is -tracing-exporter-protocol's,
+	// envoyproxy/ratelimit's TRACING_EXPORTER_PROTOCOL default.
+	DefaultTracingExporterProtocol = "http"
 )

@@ -11,6 +11,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
@@ -28,7 +30,33 @@ type roundTripper interface{ RoundTrips() uint64 }
 // BenchmarkShouldRateLimit measures one decision on the hot path, allowed,
 // over 1,000 API keys: allocations per decision and, for Redis, round trips
 // per decision (rt/op).
-func BenchmarkShouldRateLimit(b *testing.B) {
+func BenchmarkShouldRateLimit(b *testing.B) { benchShouldRateLimit(b, nil) }
+
+// BenchmarkShouldRateLimitTraced is BenchmarkShouldRateLimit with tracing
+// on, its spans batched to an exporter that drops them: what making the
+// spans costs, with every trace sampled and with none (rate 0).
+func BenchmarkShouldRateLimitTraced(b *testing.B) {
+	for _, sm := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{{"sampled", sdktrace.AlwaysSample()}, {"unsampled", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))}} {
+		b.Run(sm.name, func(b *testing.B) {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sm.sampler), sdktrace.WithBatcher(discardExporter{}))
+			b.Cleanup(func() { tp.Shutdown(context.Background()) })
+			benchShouldRateLimit(b, tp.Tracer("bench"))
+		})
+	}
+}
+
+// discardExporter drops every span.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// benchShouldRateLimit runs BenchmarkShouldRateLimit's cases, with tracer
+// (nil for none) handed to the server and the Redis stores.
+func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
 	rules, err := rules.Load(benchRulesFile)
 	if err != nil {
 		b.Fatal(err)
@@ -39,14 +67,14 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	}{
 		{"memory", func(b *testing.B) Store { return window.NewMemory() }},
 		{"redis", func(b *testing.B) Store {
-			s := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{})
+			s := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{Tracer: tracer})
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
 		{"redis-batched", func(b *testing.B) Store {
-			s, err := redisstore.NewBatched(redistest.Start(b).Client(b), redisstore.Options{}, redisstore.BatchOptions{})
+			s, err := redisstore.NewBatched(redistest.Start(b).Client(b), redisstore.Options{Tracer: tracer}, redisstore.BatchOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -61,7 +89,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		for _, n := range []int{1, 3} {
 			b.Run(st.name+"/"+strconv.Itoa(n)+"desc", func(b *testing.B) {
 				store := st.make(b)
-				srv, err := NewServer(Options{Store: store, Rules: rules})
+				srv, err := NewServer(Options{Store: store, Rules: rules, Tracer: tracer})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -6,6 +6,8 @@
 // Files: server.go answers ShouldRateLimit, response.go builds Envoy's
 // response, errors.go maps errors to gRPC codes (the one place that does),
 // codec.go is the gRPC codec (it decodes requests that are not valid UTF-8),
-// and wire.go decodes the usual request by hand; responses go through
-// go-control-plane's generated encoder when built with -tags vtprotobuf.
+// wire.go decodes the usual request by hand, and trace.go makes the
+// OpenTelemetry span of a call when the server is given a tracer; responses
+// go through go-control-plane's generated encoder when built with -tags
+// vtprotobuf.
 package envoyrls

@@ -12,6 +12,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
@@ -89,6 +90,10 @@ type Options struct {
 	// the rules that applied merged in (see dynamicMetadata). Off, nothing
 	// is built.
 	DynamicMetadata bool
+	// Tracer makes a span of each ShouldRateLimit call (see trace.go),
+	// the child of any span ctx carries, and hands the store the context
+	// holding it. Nil (the default) makes none and costs nothing.
+	Tracer trace.Tracer
 }
 
 // Server answers ShouldRateLimit. It is safe for concurrent use; rules can be
@@ -103,11 +108,12 @@ type Server struct {
 	limits  InputLimits
 	log     *zap.Logger
 	obs     Observer
-	near    float64     // NearLimitRatio
-	shadow  bool        // Options.ShadowMode
-	quota   bool        // Options.QuotaMode
-	meta    bool        // Options.DynamicMetadata
-	failing atomic.Bool // the last store call failed; for transition logs
+	near    float64      // NearLimitRatio
+	shadow  bool         // Options.ShadowMode
+	quota   bool         // Options.QuotaMode
+	meta    bool         // Options.DynamicMetadata
+	tracer  trace.Tracer // nil: no spans
+	failing atomic.Bool  // the last store call failed; for transition logs
 	calls   sync.Pool
 }
 
@@ -145,6 +151,7 @@ func NewServer(o Options) (*Server, error) {
 		shadow: o.ShadowMode,
 		quota:  o.QuotaMode,
 		meta:   o.DynamicMetadata,
+		tracer: o.Tracer,
 	}
 	s.calls.New = func() any { return new(call) }
 	if o.Rules != nil {
@@ -199,8 +206,16 @@ func (c *call) reset() {
 // Malformed requests get InvalidArgument and count nothing; a failed store
 // gets each limit's failure mode. Responses share read-only parts with each
 // other and with the rules (current_limit, the 429 body and headers):
-// callers must not modify a response.
+// callers must not modify a response. With Options.Tracer it makes a span.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.tracer != nil {
+		return s.tracedDecide(ctx, req)
+	}
+	return s.decide(ctx, req)
+}
+
+// decide is ShouldRateLimit without its span.
+func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.now()
 	if err := s.validate(req); err != nil {
 		if s.obs != nil {

@@ -114,13 +114,23 @@ type batchCall struct {
 	vals     []any     // its part of the reply
 	err      error
 	done     chan struct{}
+	// Set by the worker for a traced store's span (see callInfo): when
+	// the call was sent, how many requests it carried, how long it took.
+	sent      time.Time
+	size      int
+	roundTrip time.Duration
 }
 
 // take queues one Take that must end by deadline and waits for its part of
 // a batch's reply. The wait is bounded: first by the call in flight, whose
 // deadline came before this Take's (see send), then by this Take's batch,
-// whose deadline is the earliest of its Takes'.
-func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result) (bool, error) {
+// whose deadline is the earliest of its Takes'. It fills info, when not
+// nil, with the batch the Take went in.
+func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result, info *callInfo) (bool, error) {
+	var queued time.Time
+	if info != nil {
+		queued = time.Now()
+	}
 	c := b.calls.Get().(*batchCall)
 	c.ctx, c.deadline, c.request, c.vals, c.err = ctx, deadline, newRequest(nowMs, reqs, nil), nil, nil
 	b.mu.RLock()
@@ -132,8 +142,12 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 	b.queue <- c
 	b.mu.RUnlock()
 	<-c.done
+	if info != nil && c.size > 0 {
+		info.batch, info.queued, info.roundTrip = c.size, c.sent.Sub(queued), c.roundTrip
+	}
 	vals, err := c.vals, c.err
 	c.ctx, c.request, c.vals, c.err = nil, request{}, nil, nil
+	c.size = 0
 	b.calls.Put(c)
 	if err != nil {
 		return false, err
@@ -303,7 +317,17 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	var sent time.Time
+	if b.s.tracer != nil {
+		sent = time.Now()
+	}
 	v, err := b.s.script(ctx, args)
+	if b.s.tracer != nil {
+		rt := time.Since(sent)
+		for _, c := range live {
+			c.sent, c.size, c.roundTrip = sent, len(live), rt
+		}
+	}
 	var vals []any
 	if err == nil {
 		vals, err = replyValues(v)

@@ -49,6 +49,13 @@
 // down) and others answer, Take returns a *window.PartialError naming the
 // failed requests.
 //
+// # Tracing
+//
+// Given Options.Tracer, each Take is an OpenTelemetry span under its
+// caller's; a batched script call, which serves many traces, has no span of
+// its own, and each Take's span carries its batch's size, queueing time and
+// round trip instead (see trace.go).
+//
 // # Client settings
 //
 // The store bounds every Take by its Options.Timeout and marks script calls

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -52,7 +53,8 @@ type Store struct {
 	shards     sharded // nil unless the client is a cluster client
 	timeout    time.Duration
 	roundTrips atomic.Uint64
-	batch      *batcher // nil unless made by NewBatched
+	batch      *batcher     // nil unless made by NewBatched
+	tracer     trace.Tracer // nil: no spans
 }
 
 // Options configure a Store. Zero fields take their defaults.
@@ -61,6 +63,9 @@ type Options struct {
 	// it below its callers' own timeout (Envoy's filter waits 20 ms by
 	// default), so that a failure mode is applied before they give up.
 	Timeout time.Duration
+	// Tracer makes a span of each Take (see trace.go), the child of any
+	// span its ctx carries. Nil (the default) makes none and costs nothing.
+	Tracer trace.Tracer
 }
 
 // New returns an unbatched Store over client: a redis.UniversalClient
@@ -71,7 +76,7 @@ func New(client scripter, o Options) *Store {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	s := &Store{client: client, timeout: o.Timeout}
+	s := &Store{client: client, timeout: o.Timeout, tracer: o.Tracer}
 	s.shards, _ = client.(sharded)
 	return s
 }
@@ -137,17 +142,28 @@ func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, 
 	if len(reqs) == 0 {
 		return true, nil
 	}
+	if s.tracer != nil {
+		return s.tracedTake(ctx, now, reqs, res)
+	}
+	return s.take(ctx, now, reqs, res, nil)
+}
+
+// take is Take without its span; it fills info, when not nil, for the span.
+func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result, info *callInfo) (bool, error) {
 	nowMs := now.UnixMilli()
 	res = res[:len(reqs)]
 	dl := callDeadline(ctx, time.Now(), s.timeout)
 	if s.batch != nil {
 		// No context per Take here: the batch's call gets one.
-		return s.batch.take(ctx, dl, nowMs, reqs, res)
+		return s.batch.take(ctx, dl, nowMs, reqs, res, info)
 	}
 	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
 	if s.shards != nil {
 		if groups := groupBySlot(nowMs, reqs); len(groups) > 1 {
+			if info != nil {
+				info.slots = len(groups)
+			}
 			return s.takeSlots(ctx, nowMs, reqs, res, groups)
 		}
 	}
