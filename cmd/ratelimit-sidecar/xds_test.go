@@ -191,7 +191,7 @@ func TestXDSTLSRefused(t *testing.T) {
 	var stderr strings.Builder
 	err := run(context.Background(), nil, env(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": missing,
-		"RLS_GRPC_ADDR": "127.0.0.1:0", "RLS_HTTP_ADDR": "127.0.0.1:0"}), io.Discard, &stderr)
+		"RLS_GRPC_ADDR":                     "127.0.0.1:0", "RLS_HTTP_ADDR": "127.0.0.1:0"}), io.Discard, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "CONFIG_GRPC_XDS_SERVER_TLS_CACERT") {
 		t.Fatalf("run = %v, want a start error naming CONFIG_GRPC_XDS_SERVER_TLS_CACERT", err)
 	}
