@@ -1,12 +1,16 @@
 // Package xdstest runs a real go-control-plane xDS server with a snapshot
 // cache, as Envoy Gateway's rate limit runner does, for tests of rules
 // over xDS: it pushes RateLimitConfig snapshots and records what clients
-// ACK and NACK.
+// ACK and NACK. It serves in plaintext, or with mutual TLS as Envoy
+// Gateway's server does (StartTLS).
 package xdstest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"math/big"
 	"net"
 	"sync"
 	"testing"
@@ -19,7 +23,11 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tlstest"
 )
 
 // Server is an xDS server on the loopback serving one node's snapshots.
@@ -42,6 +50,7 @@ type Server struct {
 	nacks   map[string]string // version -> error_detail message
 	headers []metadata.MD     // of each stream opened
 	nodes   []string          // node ids of the requests
+	serials []*big.Int        // of the client certificates of the streams opened
 }
 
 // Start starts a Server on a free port of 127.0.0.1 for nodeID.
@@ -51,6 +60,38 @@ func Start(tb testing.TB, nodeID string) *Server { return StartAt(tb, "127.0.0.1
 // restart it; its snapshot versions count from 1 again, as a restarted
 // control plane's do.
 func StartAt(tb testing.TB, addr, nodeID string) *Server {
+	tb.Helper()
+	return start(tb, addr, nodeID, nil)
+}
+
+// StartTLS starts a Server on a free port of 127.0.0.1 for nodeID that
+// serves only mutual TLS, as Envoy Gateway's rate limit xDS server does:
+// TLS 1.3, cert its certificate, and every client must present a
+// certificate that clientCA issued.
+func StartTLS(tb testing.TB, nodeID string, cert *tlstest.Leaf, clientCA *tlstest.CA) *Server {
+	tb.Helper()
+	return StartTLSAt(tb, "127.0.0.1:0", nodeID, cert, clientCA)
+}
+
+// StartTLSAt is StartTLS on addr, such as a stopped Server's Addr.
+func StartTLSAt(tb testing.TB, addr, nodeID string, cert *tlstest.Leaf, clientCA *tlstest.CA) *Server {
+	tb.Helper()
+	kp, err := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+	if err != nil {
+		tb.Fatalf("xdstest: key pair: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(clientCA.Cert)
+	return start(tb, addr, nodeID, &tls.Config{
+		Certificates: []tls.Certificate{kp},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+		MinVersion:   tls.VersionTLS13,
+	})
+}
+
+// start starts a Server on addr, plaintext when cfg is nil.
+func start(tb testing.TB, addr, nodeID string, cfg *tls.Config) *Server {
 	tb.Helper()
 	var lis net.Listener
 	var err error
@@ -67,7 +108,11 @@ func StartAt(tb testing.TB, addr, nodeID string) *Server {
 	s := &Server{Addr: lis.Addr().String(), tb: tb, nodeID: nodeID, cancel: cancel, done: make(chan struct{}),
 		nonces: map[string]string{}, acks: map[string]bool{}, nacks: map[string]string{}}
 	s.cache = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	s.grpc = grpc.NewServer()
+	var opts []grpc.ServerOption
+	if cfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(s.grpc, serverv3.NewServer(ctx, s.cache, serverv3.CallbackFuncs{
 		StreamOpenFunc:     s.onOpen,
 		StreamRequestFunc:  s.onRequest,
@@ -90,6 +135,11 @@ func (s *Server) onOpen(ctx context.Context, _ int64, _ string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.headers = append(s.headers, md)
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			s.serials = append(s.serials, ti.State.PeerCertificates[0].SerialNumber)
+		}
+	}
 	return nil
 }
 
@@ -173,6 +223,14 @@ func (s *Server) Header(key string) []string {
 		out = append(out, md.Get(key)...)
 	}
 	return out
+}
+
+// ClientSerials returns the serial numbers of the client certificates
+// presented on the streams opened so far, in order; none in plaintext.
+func (s *Server) ClientSerials() []*big.Int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*big.Int(nil), s.serials...)
 }
 
 // Nodes returns the node ids of the requests so far.
