@@ -22,8 +22,8 @@ import (
 
 // envoyGatewayEnv is the environment Envoy Gateway's rate limit
 // Deployment sets, pointed at the loopback, without the TLS variables
-// (TLS to and from the sidecar is not built yet), and with reconnections
-// spaced for a test.
+// (TestEnvoyGatewayDeployment has them), and with reconnections spaced for
+// a test.
 func envoyGatewayEnv(xdsAddr, redisAddr, forceStart string) map[string]string {
 	return refEnv(map[string]string{
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
