@@ -247,8 +247,6 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		}
 	}
 	c.dropReplaced()
-	var key string // the last counter key built, for limits of the same descriptor
-	keyOwner := -1
 	for k, l := range c.limits {
 		if l.Unlimited {
 			c.slot = append(c.slot, -1)
@@ -257,14 +255,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		c.slot = append(c.slot, len(c.reqs))
 		d := req.Descriptors[c.owner[k]]
 		hits, refund := hitsOf(req, d)
-		if c.owner[k] != keyOwner {
-			// Several limits of one descriptor (rate_limits) share its key.
-			// (A descriptor with an override has that one limit alone.)
-			c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l)
-			key, keyOwner = string(c.key), c.owner[k]
-		}
+		c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l)
 		c.reqs = append(c.reqs, window.Request{
-			Key:    key,
+			Key:    string(c.key),
 			Limit:  uint64(l.RequestsPerUnit),
 			Size:   l.Size,
 			Hits:   hits,
@@ -309,11 +302,13 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 	return uint64(req.HitsAddend), d.IsNegativeHits
 }
 
-// appendKey builds a counter key (see window.AppendKeyHead) straight from
-// Envoy's entries, so no copy is made per request, for the counters of l, a
-// limit the entries matched: an entry that matched a share_threshold
+// appendKey builds the key of l's counter (see window.AppendKeyHead)
+// straight from Envoy's entries, so no copy is made per request; l is a
+// limit the entries matched. An entry that matched a share_threshold
 // wildcard is keyed by its pattern (Limit.KeyValue), so all the values it
-// matches share the counter.
+// matches share the counter. Each limit of a descriptor has its own counter
+// (window.AppendKeyCounter), so a descriptor's limits of one length never
+// count a request twice in one counter.
 func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *rules.Limit) []byte {
 	dst = window.AppendKeyHead(dst, s.prefix, domain)
 	for i, e := range entries {
@@ -322,7 +317,7 @@ func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitD
 	if l.Override {
 		dst = window.AppendKeyQualifier(dst, "override")
 	}
-	return window.AppendKeyEnd(dst)
+	return window.AppendKeyCounter(window.AppendKeyEnd(dst), l.Index(), l.Algorithm)
 }
 
 // overrideLimit is Envoy's per-descriptor limit override, which replaces the

@@ -171,6 +171,10 @@ type Limit struct {
 	index int                                // the limit's place in its descriptor's rate_limits
 }
 
+// Index returns the limit's place (from 0) in its descriptor's
+// rate_limits: 0 for a descriptor's single rate_limit and for an override.
+func (l *Limit) Index() int { return l.index }
+
 // Denial is the body and headers that Envoy sends with an HTTP 429 for one
 // limit's denial with one retry-after. It is shared by every response that
 // carries it: nothing may modify it once it is stored in Limit.Denial.

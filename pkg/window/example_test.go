@@ -25,6 +25,21 @@ func ExampleAppendKeyHead() {
 	// Output: ratelimit:{edge|api_key=alice|path=/v1%7Cx}:60000:1763800020000
 }
 
+// Each limit of a descriptor counts in its own counter; the first, when it
+// is a fixed window, keeps the descriptor's key.
+func ExampleAppendKeyCounter() {
+	head := window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "ratelimit", "edge"), "api_key", "alice"))
+	w := window.Window{Start: 1763800020000, Size: 60000}
+	for i, a := range []window.Algorithm{window.FixedWindow, window.FixedWindow, window.SlidingWindow} {
+		key := window.AppendKeyCounter(head, i, a)
+		fmt.Println(string(window.AppendWindow(key, w)))
+	}
+	// Output:
+	// ratelimit:{edge|api_key=alice}:60000:1763800020000
+	// ratelimit:{edge|api_key=alice}!1:60000:1763800020000
+	// ratelimit:{edge|api_key=alice}!2,sliding_window:60000:1763800020000
+}
+
 func ExampleMemory_Take() {
 	m := window.NewMemory()
 	now := time.UnixMilli(1763800020000)

@@ -20,20 +20,22 @@ func CheckPrefix(prefix string) error {
 }
 
 // AppendKeyHead appends to dst the start of the identity of a descriptor's
-// counters; AppendKeyEntry, AppendKeyQualifier and AppendKeyEnd complete
-// it: head, then each entry in request order, then at most one qualifier,
-// then the end. The whole key is
+// counters; AppendKeyEntry, AppendKeyQualifier, AppendKeyEnd and
+// AppendKeyCounter complete it: head, then each entry in request order, then
+// at most one qualifier, then the end, then the limit's counter. The whole
+// key is
 //
-//	<prefix>:{<domain>|<key1>=<value1>|<key2>=<value2>...[|!<qualifier>]}
+//	<prefix>:{<domain>|<key1>=<value1>|<key2>=<value2>...[|!<qualifier>]}[!<counter>]
 //
 // Stores complete it with ":<window size ms>:<window start ms>" (see
-// AppendWindow). The braces are a Redis Cluster hash tag, so every window of
-// one descriptor lands on one slot. Parts are copied verbatim except the bytes
-// % { } | = : and control bytes, which become %XX, so the encoding is
-// injective: two different (domain, entries, qualifier) never share a key, and
-// an operator still finds "alice" with redis-cli --scan --pattern '*alice*'.
-// A qualifier (for example "override") keys the same descriptor separately;
-// it is empty for configured limits. prefix must pass CheckPrefix.
+// AppendWindow). The braces are a Redis Cluster hash tag, so every window and
+// every limit's counter of one descriptor lands on one slot. Parts are copied
+// verbatim except the bytes % { } | = : and control bytes, which become %XX,
+// so the encoding is injective: two different (domain, entries, qualifier,
+// counter) never share a key, and an operator still finds "alice" with
+// redis-cli --scan --pattern '*alice*'. A qualifier (for example "override")
+// keys the same descriptor separately; it is empty for configured limits.
+// prefix must pass CheckPrefix.
 func AppendKeyHead(dst []byte, prefix, domain string) []byte {
 	dst = append(dst, prefix...)
 	dst = append(dst, ":{"...)
@@ -59,9 +61,34 @@ func AppendKeyQualifier(dst []byte, qualifier string) []byte {
 // AppendKeyEnd closes the hash tag; see AppendKeyHead.
 func AppendKeyEnd(dst []byte) []byte { return append(dst, '}') }
 
-// AppendWindow appends ":<size ms>:<start ms>" to a key from AppendKeyEnd. The
-// size is part of the key so that two limits of different lengths on one
-// descriptor, or a rule whose window changed on reload, never share a counter.
+// AppendKeyCounter appends, after AppendKeyEnd, what keys the counter of one
+// limit of a descriptor apart from the descriptor's other limits: the
+// limit's index (from 0) in the descriptor's list of limits, and its
+// algorithm, so two limits never share a counter, whatever their lengths
+// and algorithms. It appends nothing for the first limit when it counts with
+// FixedWindow, so the key of a descriptor with one fixed-window limit is the
+// descriptor's alone; else '!', then the index when it is not 0 and the
+// algorithm (Algorithm.String) when it is not FixedWindow, joined by ',':
+// "!1", "!sliding_window", "!1,sliding_window". It sits after the hash tag,
+// so all counters of a descriptor share a slot. index must be >= 0.
+func AppendKeyCounter(dst []byte, index int, a Algorithm) []byte {
+	if index == 0 && a == FixedWindow {
+		return dst
+	}
+	dst = append(dst, '!')
+	if index != 0 {
+		dst = strconv.AppendInt(dst, int64(index), 10)
+		if a == FixedWindow {
+			return dst
+		}
+		dst = append(dst, ',')
+	}
+	return append(dst, a.String()...)
+}
+
+// AppendWindow appends ":<size ms>:<start ms>" to a key from AppendKeyEnd
+// and AppendKeyCounter. The size is part of the key so that a rule whose
+// window changed on reload never shares a counter with its old window.
 func AppendWindow(key []byte, w Window) []byte {
 	key = append(key, ':')
 	key = strconv.AppendInt(key, w.Size, 10)

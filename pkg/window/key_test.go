@@ -86,13 +86,51 @@ func hashTag(key string) string {
 	return key[i+1 : i+1+j]
 }
 
-// parseKey inverts AppendKey+AppendWindow; the round trip in FuzzKey proves
-// the encoding injective.
-func parseKey(key string) (domain string, entries []entry, qualifier string, w Window, err error) {
+// algorithms are every Algorithm, for the fuzz tests to pick from.
+var algorithms = []Algorithm{FixedWindow, SlidingWindow}
+
+// parseCounter inverts AppendKeyCounter: c is what follows the hash tag up to
+// the window, with its '!'.
+func parseCounter(c string) (index int, a Algorithm, err error) {
+	if c == "" {
+		return 0, FixedWindow, nil
+	}
+	rest, ok := strings.CutPrefix(c, "!")
+	if !ok || rest == "" {
+		return 0, 0, fmt.Errorf("bad counter %q", c)
+	}
+	if head, tail, ok := strings.Cut(rest, ","); ok || rest[0] >= '0' && rest[0] <= '9' {
+		if !ok {
+			head, tail = rest, FixedWindow.String()
+		}
+		if head == "" || head[0] == '0' || head[0] == '-' {
+			return 0, 0, fmt.Errorf("counter %q has a non-canonical index", c)
+		}
+		if index, err = strconv.Atoi(head); err != nil {
+			return 0, 0, err
+		}
+		if ok && tail == FixedWindow.String() {
+			return 0, 0, fmt.Errorf("counter %q names the fixed window", c)
+		}
+		rest = tail
+	} else if rest == FixedWindow.String() {
+		return 0, 0, fmt.Errorf("counter %q names the fixed window alone", c)
+	}
+	for _, a := range algorithms {
+		if a.String() == rest {
+			return index, a, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("counter %q names no algorithm", c)
+}
+
+// parseKey inverts AppendKey+AppendKeyCounter+AppendWindow; the round trip
+// in FuzzKey and FuzzKeyCounter proves the encoding injective.
+func parseKey(key string) (domain string, entries []entry, qualifier string, index int, a Algorithm, w Window, err error) {
 	open := strings.IndexByte(key, '{')
 	end := strings.IndexByte(key, '}')
 	if open < 0 || end < open {
-		return "", nil, "", w, fmt.Errorf("no hash tag in %q", key)
+		return "", nil, "", 0, 0, w, fmt.Errorf("no hash tag in %q", key)
 	}
 	parts := strings.Split(key[open+1:end], "|")
 	unesc := func(s string) (string, error) {
@@ -126,7 +164,7 @@ func parseKey(key string) (domain string, entries []entry, qualifier string, w W
 		}
 		k, v, ok := strings.Cut(p, "=")
 		if !ok {
-			return "", nil, "", w, fmt.Errorf("part %q has no '='", p)
+			return "", nil, "", 0, 0, w, fmt.Errorf("part %q has no '='", p)
 		}
 		var e entry
 		if e.Key, err = unesc(k); err != nil {
@@ -138,8 +176,11 @@ func parseKey(key string) (domain string, entries []entry, qualifier string, w W
 		entries = append(entries, e)
 	}
 	nums := strings.Split(key[end+1:], ":")
-	if len(nums) != 3 || nums[0] != "" {
-		return "", nil, "", w, fmt.Errorf("bad window suffix %q", key[end+1:])
+	if len(nums) != 3 {
+		return "", nil, "", 0, 0, w, fmt.Errorf("bad window suffix %q", key[end+1:])
+	}
+	if index, a, err = parseCounter(nums[0]); err != nil {
+		return
 	}
 	if w.Size, err = strconv.ParseInt(nums[1], 10, 64); err != nil {
 		return
@@ -164,9 +205,12 @@ func FuzzKey(f *testing.F) {
 		}
 		w := Window{Start: start, Size: size}
 		key := string(AppendWindow(appendKey(nil, "ratelimit", domain, entries, qualifier), w))
-		gd, ge, gq, gw, err := parseKey(key)
+		gd, ge, gq, gi, ga, gw, err := parseKey(key)
 		if err != nil {
 			t.Fatalf("parseKey(%q): %v", key, err)
+		}
+		if gi != 0 || ga != FixedWindow {
+			t.Fatalf("parseKey(%q) = counter %d %v, want none", key, gi, ga)
 		}
 		if gd != domain || gq != qualifier || gw != w || fmt.Sprint(ge) != fmt.Sprint(entries) || len(ge) != len(entries) {
 			t.Fatalf("parseKey(%q) = %q %q %q %+v, want %q %q %q %+v", key, gd, ge, gq, gw, domain, entries, qualifier, w)
@@ -186,4 +230,56 @@ func FuzzKey(f *testing.F) {
 			t.Fatalf("value %q not verbatim in %q", v1, key)
 		}
 	})
+}
+
+// FuzzKeyCounter checks that the counters of a descriptor's limits decode
+// back to the limit's index and algorithm (so two limits of one descriptor
+// never share a counter), that the first fixed-window limit keeps the
+// descriptor's key, and that every counter of a descriptor has its hash
+// tag, so one script call takes them all on Redis Cluster.
+func FuzzKeyCounter(f *testing.F) {
+	f.Add("edge", "api_key", "alice", "", uint16(0), uint8(0), int64(60_000), int64(1_763_800_020_000))
+	f.Add("edge", "api_key", "alice", "", uint16(1), uint8(0), int64(60_000), int64(1_763_800_020_000))
+	f.Add("edge", "k", "!1", "override", uint16(0), uint8(1), int64(60_000), int64(0))
+	f.Add("d", "k", "v", "!2,sliding_window", uint16(12), uint8(1), int64(1000), int64(-1000))
+	f.Fuzz(func(t *testing.T, domain, k, v, qualifier string, index uint16, alg uint8, size, start int64) {
+		a := algorithms[int(alg)%len(algorithms)]
+		head := appendKey(nil, "ratelimit", domain, []entry{{k, v}}, qualifier)
+		w := Window{Start: start, Size: size}
+		key := string(AppendWindow(AppendKeyCounter(head, int(index), a), w))
+		gd, ge, gq, gi, ga, gw, err := parseKey(key)
+		if err != nil {
+			t.Fatalf("parseKey(%q): %v", key, err)
+		}
+		if gd != domain || len(ge) != 1 || ge[0] != (entry{k, v}) || gq != qualifier || gi != int(index) || ga != a || gw != w {
+			t.Fatalf("parseKey(%q) = %q %q %q %d %v %+v, want %q %q %q %d %v %+v",
+				key, gd, ge, gq, gi, ga, gw, domain, entry{k, v}, qualifier, index, a, w)
+		}
+		if index == 0 && a == FixedWindow && key != string(AppendWindow(head, w)) {
+			t.Fatalf("first fixed-window limit keyed %q, want the descriptor's key %q", key, AppendWindow(head, w))
+		}
+		if tag := hashTag(key); tag != string(head[len("ratelimit:{"):len(head)-1]) {
+			t.Fatalf("hash tag %q of %q is not the descriptor's %q", tag, key, head)
+		}
+	})
+}
+
+func TestAppendKeyCounter(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		index int
+		a     Algorithm
+		want  string
+	}{
+		{0, FixedWindow, ""},
+		{1, FixedWindow, "!1"},
+		{12, FixedWindow, "!12"},
+		{0, SlidingWindow, "!sliding_window"},
+		{2, SlidingWindow, "!2,sliding_window"},
+	}
+	for _, tt := range tests {
+		if got := string(AppendKeyCounter([]byte("k"), tt.index, tt.a)); got != "k"+tt.want {
+			t.Errorf("AppendKeyCounter(%d, %v) = %q, want %q", tt.index, tt.a, got, "k"+tt.want)
+		}
+	}
 }

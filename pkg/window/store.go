@@ -83,8 +83,8 @@ func (e *PartialError) Unwrap() error { return e.Err }
 
 // Request asks a store to check and count hits on one counter.
 type Request struct {
-	// Key identifies the descriptor's counters (see AppendKeyHead); the store
-	// appends the window.
+	// Key identifies one limit's counters of a descriptor (see
+	// AppendKeyHead and AppendKeyCounter); the store appends the window.
 	Key string
 	// Limit is the number of hits a window admits. 0 admits none.
 	Limit uint64
