@@ -3,8 +3,11 @@
 // rules, and asks a counter store from package window to check and count the
 // matched limits in one atomic step.
 //
-// Files: server.go answers ShouldRateLimit, response.go builds Envoy's
-// response, errors.go maps errors to gRPC codes (the one place that does),
+// Files: server.go answers ShouldRateLimit, validate.go refuses malformed
+// requests, key.go names each limit's counter, override.go applies Envoy's
+// per-descriptor limit overrides, charge.go tells charges from admissions,
+// metadata.go builds dynamic_metadata, observer.go is what metrics see,
+// response.go builds Envoy's response, errors.go maps errors to gRPC codes (the one place that does),
 // codec.go is the gRPC codec (it decodes requests that are not valid UTF-8),
 // wire.go decodes the usual request by hand, and trace.go makes the
 // OpenTelemetry span of a call when the server is given a tracer; responses

@@ -7,11 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -302,65 +300,6 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 	return uint64(req.HitsAddend), d.IsNegativeHits
 }
 
-// appendKey builds the key of l's counter (see window.AppendKeyHead)
-// straight from Envoy's entries, so no copy is made per request; l is a
-// limit the entries matched. An entry that matched a share_threshold
-// wildcard is keyed by its pattern (Limit.KeyValue), so all the values it
-// matches share the counter. Each limit of a descriptor has its own counter
-// (window.AppendKeyCounter), so a descriptor's limits of one length never
-// count a request twice in one counter.
-func (s *Server) appendKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *rules.Limit) []byte {
-	dst = window.AppendKeyHead(dst, s.prefix, domain)
-	for i, e := range entries {
-		dst = window.AppendKeyEntry(dst, e.Key, l.KeyValue(i, e.Value))
-	}
-	if l.Override {
-		dst = window.AppendKeyQualifier(dst, "override")
-	}
-	return window.AppendKeyCounter(window.AppendKeyEnd(dst), l.Index(), l.Algorithm)
-}
-
-// overrideLimit is Envoy's per-descriptor limit override, which replaces the
-// configured limits. It is keyed apart from them and, as in
-// envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode,
-// algorithm and over_limit of the rule the descriptor matches (its limits
-// are matched), else the domain's, else charges.
-func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rules.Limit, dom *rules.Domain) *rules.Limit {
-	unit, _ := overrideUnit(o.Unit) // validated
-	mult := uint32(1)
-	if o.UnitMultiplier != nil {
-		mult = o.UnitMultiplier.Value
-	}
-	size, _ := window.Size(unit, uint64(mult)) // validated
-	l := &rules.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: mult, Size: size, Rule: "override",
-		FailureMode: rules.FailError, OverLimit: rules.OverLimitCharge, Override: true}
-	switch {
-	case len(matched) > 0:
-		l.FailureMode, l.Algorithm, l.OverLimit = matched[0].FailureMode, matched[0].Algorithm, matched[0].OverLimit
-	case dom != nil:
-		l.FailureMode, l.Algorithm, l.OverLimit = dom.FailureMode, dom.Algorithm, dom.OverLimit
-	}
-	return l
-}
-
-func overrideUnit(u typev3.RateLimitUnit) (window.Unit, bool) {
-	switch u {
-	case typev3.RateLimitUnit_SECOND:
-		return window.Second, true
-	case typev3.RateLimitUnit_MINUTE:
-		return window.Minute, true
-	case typev3.RateLimitUnit_HOUR:
-		return window.Hour, true
-	case typev3.RateLimitUnit_DAY:
-		return window.Day, true
-	case typev3.RateLimitUnit_MONTH:
-		return window.Month, true
-	case typev3.RateLimitUnit_YEAR:
-		return window.Year, true
-	}
-	return 0, false
-}
-
 // dropReplaced removes limits that another matched limit names in its
 // replaces. Every limit is judged against all matched limits before any is
 // removed, so the outcome does not depend on their order.
@@ -444,57 +383,4 @@ func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
 	if _, err := s.store.Take(context.WithoutCancel(ctx), now, back, make([]window.Result, len(back))); err != nil {
 		s.log.Debug("refund after a failure-mode denial failed", zap.Error(err))
 	}
-}
-
-// validate rejects malformed requests before anything is counted.
-func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
-	lim := s.limits
-	if req.Domain == "" {
-		return fmt.Errorf("%w: domain is empty", ErrInvalidRequest)
-	}
-	if len(req.Domain) > lim.MaxEntryBytes {
-		return fmt.Errorf("%w: domain is %d bytes long, more than %d", ErrInvalidRequest, len(req.Domain), lim.MaxEntryBytes)
-	}
-	if len(req.Descriptors) == 0 {
-		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
-	}
-	if len(req.Descriptors) > lim.MaxDescriptors {
-		return fmt.Errorf("%w: %d descriptors, more than %d", ErrInvalidRequest, len(req.Descriptors), lim.MaxDescriptors)
-	}
-	for i, d := range req.Descriptors {
-		if d == nil || len(d.Entries) == 0 {
-			return fmt.Errorf("%w: descriptor %d has no entries", ErrInvalidRequest, i)
-		}
-		if len(d.Entries) > lim.MaxEntries {
-			return fmt.Errorf("%w: descriptor %d has %d entries, more than %d", ErrInvalidRequest, i, len(d.Entries), lim.MaxEntries)
-		}
-		for j, e := range d.Entries {
-			switch {
-			case e == nil || e.Key == "":
-				return fmt.Errorf("%w: descriptor %d entry %d has an empty key", ErrInvalidRequest, i, j)
-			case len(e.Key) > lim.MaxEntryBytes || len(e.Value) > lim.MaxEntryBytes:
-				return fmt.Errorf("%w: descriptor %d entry %d is longer than %d bytes", ErrInvalidRequest, i, j, lim.MaxEntryBytes)
-			case !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value):
-				return fmt.Errorf("%w: descriptor %d entry %d is not valid UTF-8", ErrInvalidRequest, i, j)
-			}
-		}
-		if h := d.HitsAddend; h != nil && h.Value > lim.MaxHits {
-			return fmt.Errorf("%w: descriptor %d hits_addend %d is more than %d", ErrInvalidRequest, i, h.Value, lim.MaxHits)
-		}
-		if o := d.Limit; o != nil {
-			unit, ok := overrideUnit(o.Unit)
-			if !ok {
-				return fmt.Errorf("%w: descriptor %d limit override has unit %v", ErrInvalidRequest, i, o.Unit)
-			}
-			if o.UnitMultiplier != nil {
-				if o.UnitMultiplier.Value == 0 {
-					return fmt.Errorf("%w: descriptor %d limit override has unit_multiplier 0", ErrInvalidRequest, i)
-				}
-				if _, err := window.Size(unit, uint64(o.UnitMultiplier.Value)); err != nil {
-					return fmt.Errorf("%w: descriptor %d limit override: %w", ErrInvalidRequest, i, err)
-				}
-			}
-		}
-	}
-	return nil
 }
