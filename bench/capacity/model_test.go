@@ -58,11 +58,11 @@ func TestSimulate(t *testing.T) {
 	c := costs{sidecarUs: 20, redisUs: 5, roundTrips: 0.1, redisBytes: 100}
 	got := simulate(c, 300000, newKeyLoad(threeKeys), evenRanges, 4, 3)
 	want := cluster{costs: c, placement: evenRanges, replicas: 4, shards: 3,
-		sidecarCores:    6,    // 300000 × 20 µs
-		perReplicaCores: 1.5,  // over 4
-		redisCores:      1.5,  // 300000 × 5 µs
-		maxShardCores:   1,    // two thirds of it on master 0
-		balance:         2,    // (2/3) / (1/3)
+		sidecarCores:    6,   // 300000 × 20 µs
+		perReplicaCores: 1.5, // over 4
+		redisCores:      1.5, // 300000 × 5 µs
+		maxShardCores:   1,   // two thirds of it on master 0
+		balance:         2,   // (2/3) / (1/3)
 		hottestSlot:     1.0 / 3,
 		hottestKey:      1.0 / 3,
 		keyCeiling:      200000, // 1e6 / 5 µs
