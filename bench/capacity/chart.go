@@ -18,7 +18,7 @@ import (
 
 // chartNames are the short names under the bars.
 var chartNames = map[string]string{
-	"a": "a batched", "s": "s sliding", "c": "c 3 desc", "h": "h hot keys", "cl": "cl Cluster today", "ref": "ref envoyproxy",
+	"a": "a batched", "a-load": "a, Redis at load", "s": "s sliding", "c": "c 3 desc", "h": "h hot keys", "cl": "cl Cluster today", "ref": "ref envoyproxy",
 }
 
 // curves are the cost sets whose shards-against-rate curve the chart draws.
