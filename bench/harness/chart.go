@@ -17,7 +17,8 @@ import (
 // chartNames are the x-axis names: the table's labels are too long to sit under a bar.
 var chartNames = map[string]string{
 	"noop": "noop", "a": "a allowed", "b": "b hot", "c": "c 3 desc", "d": "d distinct", "e": "e memory",
-	"f": "f one over", "fn": "fn no cache", "ref": "ref envoyproxy", "target": "target",
+	"f": "f one over", "fn": "fn no cache", "h": "h hot keys", "s": "s sliding", "cl": "cl cluster",
+	"ref": "ref envoyproxy", "target": "target",
 }
 
 // chart draws two panels into one PNG: decisions/s per scenario with one bar per run (so the spread shows),

@@ -78,10 +78,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of the whole scenario list; figures are medians over them")
 	fs.IntVar(&o.c, "c", 50, "load generator concurrency (calls in flight)")
 	fs.IntVar(&o.conns, "conns", 1, "load generator gRPC connections")
-	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e, f, fn")
+	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e, f, fn, h, s, cl")
 	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
-	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,ref", "scenarios to run, in order (noop, a-f, fn, ref; -target adds target)")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a-f, fn, h, s, cl, ref; -target adds target)")
 	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
 	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
 	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
@@ -146,23 +146,28 @@ type scenario struct {
 	Name   string `json:"name"`
 	Label  string `json:"label"`
 	Server string `json:"server"` // noop, sidecar, reference (envoyproxy/ratelimit) or target
-	Store  string `json:"store"`  // redis, memory or "" when the server keeps no counters
+	Store  string `json:"store"`  // redis, cluster (the harness's 3 masters), memory or "" when the server keeps no counters
 	Load   string `json:"load"`   // loadgen -scenario
 	// Args are sidecar flags beyond the harness's own.
 	Args []string `json:"args,omitempty"`
+	// Algorithm, when set, is the rules file's default algorithm (the bench rules' limits use the default).
+	Algorithm string `json:"algorithm,omitempty"`
 }
 
 var allScenarios = []scenario{
-	{"noop", "noop server (ceiling)", "noop", "", "allowed", nil},
-	{"a", "(a) allowed, 1 descriptor, Redis", "sidecar", "redis", "allowed", nil},
-	{"b", "(b) hot key over limit, Redis", "sidecar", "redis", "hot", nil},
-	{"c", "(c) 3 descriptors, Redis", "sidecar", "redis", "three", nil},
-	{"d", "(d) distinct keys, Redis", "sidecar", "redis", "distinct", nil},
-	{"e", "(e) allowed, in-memory store", "sidecar", "memory", "allowed", nil},
-	{"f", "(f) 3 descriptors, one over limit, Redis", "sidecar", "redis", "hotthree", nil},
-	{"fn", "(fn) as (f), without the over-limit cache", "sidecar", "redis", "hotthree", []string{"-over-limit-cache=false"}},
-	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed", nil},
-	{"target", "external server (-target)", "target", "", "", nil},
+	{"noop", "noop server (ceiling)", "noop", "", "allowed", nil, ""},
+	{"a", "(a) allowed, 1 descriptor, Redis", "sidecar", "redis", "allowed", nil, ""},
+	{"b", "(b) hot key over limit, Redis", "sidecar", "redis", "hot", nil, ""},
+	{"c", "(c) 3 descriptors, Redis", "sidecar", "redis", "three", nil, ""},
+	{"d", "(d) distinct keys, Redis", "sidecar", "redis", "distinct", nil, ""},
+	{"e", "(e) allowed, in-memory store", "sidecar", "memory", "allowed", nil, ""},
+	{"f", "(f) 3 descriptors, one over limit, Redis", "sidecar", "redis", "hotthree", nil, ""},
+	{"fn", "(fn) as (f), without the over-limit cache", "sidecar", "redis", "hotthree", []string{"-over-limit-cache=false"}, ""},
+	{"h", "(h) hot keys allowed: half the calls on 10 keys, Redis", "sidecar", "redis", "hotallowed", nil, ""},
+	{"s", "(s) as (a), sliding window", "sidecar", "redis", "allowed", nil, "sliding_window"},
+	{"cl", "(cl) as (a), 3-master Redis Cluster", "sidecar", "cluster", "allowed", nil, ""},
+	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed", nil, ""},
+	{"target", "external server (-target)", "target", "", "", nil, ""},
 }
 
 func scenarioByName(name string) (scenario, bool) {
@@ -189,6 +194,7 @@ type bench struct {
 	referenceRoot string
 	rules         string
 	redis         *redisServer
+	cluster       redisNodes // the masters of scenario cl's Redis Cluster
 	progress      io.Writer
 }
 
@@ -222,6 +228,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 		defer b.redis.stop()
+	}
+	if b.uses(func(sc scenario) bool { return sc.Store == "cluster" }) {
+		if b.cluster, err = startCluster(ctx, o.redisServer, b.logs, clusterMasters); err != nil {
+			return err
+		}
+		defer b.cluster.stop()
 	}
 
 	rep := &report{
@@ -423,6 +435,23 @@ func (b *bench) install(ctx context.Context, prebuilt, pkg string) (string, erro
 // referencePkg is the envoyproxy/ratelimit build scenario ref runs: its main package at the newest commit the
 // Go module proxy serves (3fb7025 of 2026-01-22; the project tags no releases since v1.4.0 of 2020).
 const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
+
+// rulesFor returns the rules file sc's sidecar reads: the bench rules, or for a scenario with an Algorithm a
+// copy of them that makes it the default (written once; a top-level key may go anywhere in the mapping).
+func (b *bench) rulesFor(sc scenario) (string, error) {
+	if sc.Algorithm == "" {
+		return b.rules, nil
+	}
+	path := filepath.Join(b.tmp, "bench-"+sc.Algorithm+".yaml")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	rules, err := os.ReadFile(b.rules)
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, append([]byte("algorithm: "+sc.Algorithm+"\n"), rules...), 0o644)
+}
 
 // benchRules is the rules file for domain bench (envoyproxy/ratelimit's format, which the sidecar reads).
 // Every limit but the hot key's is far above what one machine can send, so scenarios a, c, d and e measure

@@ -35,7 +35,7 @@ func TestStandInRun(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr strings.Builder
-	err := run(t.Context(), []string{"-stand-in", "-scenarios", "noop,a,ref", "-runs", "1", "-duration", "1s",
+	err := run(t.Context(), []string{"-stand-in", "-scenarios", "noop,a,h,cl,ref", "-runs", "1", "-duration", "1s",
 		"-warmup", "0s", "-c", "4", "-redis-server", "/nonexistent/redis-server", "-out", out}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
@@ -51,8 +51,8 @@ func TestStandInRun(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if !rep.StandIn || len(rep.Runs) != 3 {
-		t.Fatalf("stand_in %v, %d runs; want true, 3", rep.StandIn, len(rep.Runs))
+	if !rep.StandIn || len(rep.Runs) != 5 {
+		t.Fatalf("stand_in %v, %d runs; want true, 5", rep.StandIn, len(rep.Runs))
 	}
 	for _, r := range rep.Runs {
 		if r.Error != "" || r.Load == nil || r.Load.Calls == 0 || r.ServerCPUUsPerDecision == nil {

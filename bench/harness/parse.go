@@ -55,11 +55,47 @@ func parseVmRSS(b []byte) (uint64, error) {
 	return 0, errors.New("proc status: no VmRSS line (kernel thread or exited process)")
 }
 
+// parseIO returns rchar + wchar, the bytes read and written through system calls, from the contents of
+// /proc/<pid>/io.
+func parseIO(b []byte) (uint64, error) {
+	var sum uint64
+	var found int
+	for line := range strings.Lines(string(b)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "rchar" && name != "wchar") {
+			continue
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(value), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("proc io: %s: %w", name, err)
+		}
+		sum += v
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("proc io: want rchar and wchar")
+	}
+	return sum, nil
+}
+
 // redisInfo is what the harness reads from Redis's INFO ALL.
 type redisInfo struct {
 	cpuSeconds float64           // used_cpu_sys + used_cpu_user, the server's own CPU time since start
 	usedMemory uint64            // used_memory, bytes allocated by Redis
 	calls      map[string]uint64 // commandstats calls per command name, e.g. "evalsha", "client|setinfo"
+	// netBytes is total_net_input_bytes + total_net_output_bytes: what the server read from and wrote to its
+	// clients (replication and the cluster bus are counted apart, or not at all).
+	netBytes uint64
+}
+
+// add adds o's figures to i's, for the nodes of a cluster.
+func (i *redisInfo) add(o redisInfo) {
+	i.cpuSeconds += o.cpuSeconds
+	i.usedMemory += o.usedMemory
+	i.netBytes += o.netBytes
+	for name, n := range o.calls {
+		i.calls[name] += n
+	}
 }
 
 // parseInfo reads the fields of redisInfo out of an INFO reply. Lines are "field:value", sections start with '#'.
@@ -87,6 +123,12 @@ func parseInfo(s string) (redisInfo, error) {
 			}
 			info.usedMemory = v
 			haveMem++
+		case name == "total_net_input_bytes" || name == "total_net_output_bytes":
+			v, err := strconv.ParseUint(value, 10, 64)
+			if err != nil {
+				return info, fmt.Errorf("redis info: %s: %w", name, err)
+			}
+			info.netBytes += v
 		case strings.HasPrefix(name, "cmdstat_"):
 			// cmdstat_get:calls=21,usec=175,usec_per_call=8.33,rejected_calls=0,failed_calls=0
 			calls, ok := infoField(value, "calls")

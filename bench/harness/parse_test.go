@@ -54,7 +54,8 @@ func TestParseVmRSS(t *testing.T) {
 	}
 }
 
-const infoSample = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\n\r\n# CPU\r\n" +
+const infoSample = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\n\r\n" +
+	"# Stats\r\ntotal_net_input_bytes:300\r\ntotal_net_output_bytes:45\r\ntotal_net_repl_input_bytes:7\r\n\r\n# CPU\r\n" +
 	"used_cpu_sys:1.250000\r\nused_cpu_user:0.750000\r\nused_cpu_sys_children:9.000000\r\n\r\n" +
 	"# Commandstats\r\ncmdstat_info:calls=4,usec=400,usec_per_call=100.00,rejected_calls=0,failed_calls=0\r\n" +
 	"cmdstat_evalsha:calls=1000,usec=9000,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n" +
@@ -69,11 +70,12 @@ func TestParseInfo(t *testing.T) {
 		wantCPU   float64
 		wantMem   uint64
 		wantCalls map[string]uint64
+		wantNet   uint64
 		wantErr   bool
 	}{
-		{"sample", infoSample, 2.0, 1048576, map[string]uint64{"info": 4, "evalsha": 1000, "client|setinfo": 2}, false},
-		{"no cpu section", "# Memory\nused_memory:5\n", 0, 5, map[string]uint64{}, true},
-		{"bad calls", infoSample + "cmdstat_get:calls=x,usec=1\r\n", 2.0, 1048576, nil, true},
+		{"sample", infoSample, 2.0, 1048576, map[string]uint64{"info": 4, "evalsha": 1000, "client|setinfo": 2}, 345, false},
+		{"no cpu section", "# Memory\nused_memory:5\n", 0, 5, map[string]uint64{}, 0, true},
+		{"bad calls", infoSample + "cmdstat_get:calls=x,usec=1\r\n", 2.0, 1048576, nil, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +86,9 @@ func TestParseInfo(t *testing.T) {
 			}
 			if err != nil {
 				return
+			}
+			if got.netBytes != tt.wantNet {
+				t.Errorf("parseInfo() net bytes %d, want %d", got.netBytes, tt.wantNet)
 			}
 			if math.Abs(got.cpuSeconds-tt.wantCPU) > 1e-9 || got.usedMemory != tt.wantMem || !maps.Equal(got.calls, tt.wantCalls) {
 				t.Errorf("parseInfo() = %v, %d, %v, want %v, %d, %v",
@@ -177,5 +182,27 @@ func TestMedian(t *testing.T) {
 		if got := median(xs); !math.IsNaN(got) {
 			t.Errorf("median(%v) = %v, want NaN", xs, got)
 		}
+	}
+}
+
+func TestParseIO(t *testing.T) {
+	t.Parallel()
+	const sample = "rchar: 1200\nwchar: 34\nsyscr: 5\nsyscw: 6\nread_bytes: 4096\nwrite_bytes: 0\ncancelled_write_bytes: 0\n"
+	if got, err := parseIO([]byte(sample)); got != 1234 || err != nil {
+		t.Errorf("parseIO() = %d, %v, want 1234, nil", got, err)
+	}
+	if got, err := parseIO([]byte("rchar: 1\n")); err == nil {
+		t.Errorf("parseIO(no wchar) = %d, nil, want an error", got)
+	}
+}
+
+func TestRedisInfoAdd(t *testing.T) {
+	t.Parallel()
+	sum := redisInfo{calls: map[string]uint64{}}
+	sum.add(redisInfo{cpuSeconds: 1, usedMemory: 10, netBytes: 100, calls: map[string]uint64{"evalsha": 3}})
+	sum.add(redisInfo{cpuSeconds: 0.5, usedMemory: 5, netBytes: 50, calls: map[string]uint64{"evalsha": 1, "ping": 2}})
+	want := redisInfo{cpuSeconds: 1.5, usedMemory: 15, netBytes: 150, calls: map[string]uint64{"evalsha": 4, "ping": 2}}
+	if sum.cpuSeconds != want.cpuSeconds || sum.usedMemory != want.usedMemory || sum.netBytes != want.netBytes || !maps.Equal(sum.calls, want.calls) {
+		t.Errorf("sum of two nodes = %+v, want %+v", sum, want)
 	}
 }

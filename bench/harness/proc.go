@@ -46,6 +46,15 @@ func rss(pid int) (uint64, error) {
 	return parseVmRSS(b)
 }
 
+// ioBytes returns the bytes the process read and wrote through system calls (sockets included).
+func ioBytes(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, err
+	}
+	return parseIO(b)
+}
+
 // clockTicks returns USER_HZ, the unit of /proc/<pid>/stat times: 100 on every Linux the harness will meet, but
 // asked of getconf rather than assumed.
 func clockTicks(ctx context.Context) float64 {

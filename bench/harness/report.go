@@ -58,6 +58,8 @@ type scenarioResult struct {
 	RedisCPU   *float64  `json:"redis_cpu_us_per_decision"`
 	RedisCmds  *float64  `json:"redis_commands_per_decision"`
 	RoundTrips *float64  `json:"round_trips_per_decision"`
+	RedisBytes *float64  `json:"redis_bytes_per_decision"`
+	ServerIO   *float64  `json:"server_io_bytes_per_decision"`
 	RSSBefore  *float64  `json:"server_rss_mib_before"`
 	RSSEnd     *float64  `json:"server_rss_mib_end"`
 	RedisMemB  *float64  `json:"redis_used_memory_mib_before"`
@@ -86,7 +88,7 @@ func (r *report) summarize() {
 	for _, sc := range r.Scenarios {
 		s := scenarioResult{scenario: sc}
 		byCmd := map[string][]float64{}
-		var dec, p50, p99, p999, srv, lg, rcpu, rcmd, rt, rssB, rssE, memB, memE []float64
+		var dec, p50, p99, p999, srv, lg, rcpu, rcmd, rt, rbytes, sio, rssB, rssE, memB, memE []float64
 		mib := func(b uint64) float64 {
 			if b == 0 {
 				return math.NaN()
@@ -115,6 +117,8 @@ func (r *report) summarize() {
 			rcpu = append(rcpu, val(run.RedisCPUUsPerDecision))
 			rcmd = append(rcmd, val(run.RedisCmdsPerDecision))
 			rt = append(rt, val(run.RoundTripsPerDecision))
+			rbytes = append(rbytes, val(run.RedisBytesPerDecision))
+			sio = append(sio, val(run.ServerIOBytesPerDecision))
 			rssB = append(rssB, mib(run.ServerRSSBefore))
 			rssE = append(rssE, mib(run.ServerRSSEnd))
 			memB = append(memB, mib(run.RedisMemoryBefore))
@@ -144,6 +148,7 @@ func (r *report) summarize() {
 		}
 		s.ServerCPU, s.LoadgenCPU = opt(median(srv)), opt(median(lg))
 		s.RedisCPU, s.RedisCmds, s.RoundTrips = opt(median(rcpu)), opt(median(rcmd)), opt(median(rt))
+		s.RedisBytes, s.ServerIO = opt(median(rbytes)), opt(median(sio))
 		s.RSSBefore, s.RSSEnd = opt(median(rssB)), opt(median(rssE))
 		s.RedisMemB, s.RedisMemE = opt(median(memB)), opt(median(memE))
 		r.Summary = append(r.Summary, s)
@@ -170,8 +175,8 @@ func (r *report) table() string {
 		return fmt.Sprintf("%.2f×", *x / *base)
 	}
 	f := func(p *float64, prec int) string { return fmtOpt(p, prec) }
-	fmt.Fprintln(&sb, "| scenario | decisions/s | vs noop | p50 µs | p99 µs | p99 vs noop | p99.9 µs | server CPU µs/decision | Redis CPU µs/decision | Redis commands/decision | round trips/decision | server RSS MiB (end) | errors (all runs) |")
-	fmt.Fprintln(&sb, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(&sb, "| scenario | decisions/s | vs noop | p50 µs | p99 µs | p99 vs noop | p99.9 µs | server CPU µs/decision | Redis CPU µs/decision | Redis commands/decision | round trips/decision | Redis bytes/decision | server RSS MiB (end) | errors (all runs) |")
+	fmt.Fprintln(&sb, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range r.Summary {
 		var nd, np *float64
 		if n != nil {
@@ -181,10 +186,10 @@ func (r *report) table() string {
 		if s.Failed > 0 {
 			label += fmt.Sprintf(" (%d of %d runs failed)", s.Failed, s.Runs)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
 			label, f(s.Decisions, 0), ratio(s.Decisions, nd), f(s.P50Us, 0), f(s.P99Us, 0), ratio(s.P99Us, np),
 			f(s.P999Us, 0), f(s.ServerCPU, 1), f(s.RedisCPU, 1), f(s.RedisCmds, 2), f(s.RoundTrips, 2),
-			f(s.RSSEnd, 1), s.Errors)
+			f(s.RedisBytes, 0), f(s.RSSEnd, 1), s.Errors)
 	}
 	fmt.Fprintln(&sb)
 	fmt.Fprintf(&sb, "Medians of %v run(s) per scenario; %s measured after %s warm-up, %s calls in flight over %s gRPC connection(s).\n",
@@ -349,6 +354,10 @@ Commands of the last repetition (`+"`$BIN`"+` is the harness's build directory, 
 - **Redis CPU µs/decision**: change in INFO `+"`used_cpu_sys + used_cpu_user`"+` over the same interval.
 - **Redis commands/decision**: change in the `+"`calls`"+` of every INFO commandstats entry but `+"`info`"+` (the harness's own).
   Commands run by a Lua script are counted by Redis as well as the EVALSHA that ran them.
+- **Redis bytes/decision**: change in INFO `+"`total_net_input_bytes + total_net_output_bytes`"+`, what Redis
+  read from and wrote to its clients (the store's traffic on the wire, RESP framing included). results.json also
+  has each server's `+"`server_io_bytes_per_decision`"+`: its rchar + wchar from /proc/PID/io, gRPC and Redis together.
+- For scenario cl, every Redis figure is the sum over the cluster's three masters.
 - **round trips/decision**: change in the sidecar's `+"`"+roundTripsMetric+"`"+` on /metrics; n/a when it does not export it.
 - **server RSS**: VmRSS from /proc/PID/status at the end mark.
 - **Load generator CPU** is measured the same way as the server's; with `+"`-engine ghz`"+`, ghz's whole-process CPU is

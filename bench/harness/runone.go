@@ -34,6 +34,12 @@ type runResult struct {
 	RedisCPUUsPerDecision   *float64 `json:"redis_cpu_us_per_decision"`
 	RedisCmdsPerDecision    *float64 `json:"redis_commands_per_decision"`
 	RoundTripsPerDecision   *float64 `json:"round_trips_per_decision"`
+	// RedisBytesPerDecision is what Redis read and wrote on its client connections (INFO total_net_input_bytes
+	// plus total_net_output_bytes, over all its processes): the store's traffic on the wire.
+	RedisBytesPerDecision *float64 `json:"redis_bytes_per_decision"`
+	// ServerIOBytesPerDecision is the server's rchar plus wchar (/proc/PID/io): every byte it read or wrote
+	// through a system call, its gRPC and Redis connections alike.
+	ServerIOBytesPerDecision *float64 `json:"server_io_bytes_per_decision"`
 
 	RedisCommands     map[string]uint64 `json:"redis_commands,omitempty"` // calls per command in the interval
 	ServerRSSBefore   uint64            `json:"server_rss_bytes_before,omitempty"`
@@ -60,6 +66,8 @@ type sample struct {
 	serverTicks, loadgenTicks uint64
 	haveServer, haveLoadgen   bool
 	serverRSS                 uint64
+	serverIO                  uint64 // rchar + wchar
+	haveServerIO              bool
 	redis                     *redisInfo
 	roundTrips                float64
 	haveRoundTrips            bool
@@ -87,11 +95,9 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}
 	defer log.Close()
 
-	if b.redis != nil {
-		// Every run starts from an empty Redis, including those that do not use it, so they all look alike.
-		if err := b.redis.flush(ctx); err != nil {
-			return fail(err)
-		}
+	// Every run starts from an empty Redis, including those that do not use it, so they all look alike.
+	if err := b.allRedis().flush(ctx); err != nil {
+		return fail(err)
 	}
 	t, err := b.startServer(ctx, sc, log)
 	if err != nil {
@@ -102,7 +108,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 
 	args := b.loadgenArgs(sc, t)
 	rr.LoadgenCmd = b.display(b.loadgen, args...)
-	snap := b.sampler(ctx, t, b.redis != nil && sc.Store == "redis", log)
+	snap := b.sampler(ctx, t, b.redisOf(sc), log)
 	pre := snap(nil)
 	l, start, end, err := b.load(ctx, args, log, snap)
 	if err != nil {
@@ -133,8 +139,8 @@ func (b *bench) loadgenArgs(sc scenario, t target) []string {
 }
 
 // sampler returns a function that samples the counters of t, of the load generator lg when not nil, and of
-// Redis when useRedis.
-func (b *bench) sampler(ctx context.Context, t target, useRedis bool, log io.Writer) func(lg *proc.Process) sample {
+// the Redis processes nodes (none when empty).
+func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.Writer) func(lg *proc.Process) sample {
 	return func(lg *proc.Process) sample {
 		var s sample
 		if t.pid != 0 {
@@ -142,14 +148,17 @@ func (b *bench) sampler(ctx context.Context, t target, useRedis bool, log io.Wri
 				s.serverTicks, s.haveServer = v, true
 			}
 			s.serverRSS, _ = rss(t.pid)
+			if v, err := ioBytes(t.pid); err == nil {
+				s.serverIO, s.haveServerIO = v, true
+			}
 		}
 		if lg != nil {
 			if v, err := cpuTicks(lg.Pid()); err == nil {
 				s.loadgenTicks, s.haveLoadgen = v, true
 			}
 		}
-		if useRedis {
-			if info, err := b.redis.info(ctx); err == nil {
+		if len(nodes) > 0 {
+			if info, err := nodes.info(ctx); err == nil {
 				s.redis = &info
 			} else {
 				fmt.Fprintln(log, "harness:", err)
@@ -249,11 +258,15 @@ func (rr *runResult) figures(l *result.Load, pre, start, end sample, ticks float
 		rr.LoadgenCPUUsPerDecision = perDecision((float64(end.loadgenTicks-start.loadgenTicks)/ticks + l.ChildCPUS) * 1e6)
 	}
 	rr.ServerRSSBefore, rr.ServerRSSEnd = pre.serverRSS, end.serverRSS
+	if start.haveServerIO && end.haveServerIO {
+		rr.ServerIOBytesPerDecision = perDecision(float64(end.serverIO - start.serverIO))
+	}
 	if start.redis != nil && end.redis != nil {
 		rr.RedisCPUUsPerDecision = perDecision((end.redis.cpuSeconds - start.redis.cpuSeconds) * 1e6)
 		var sum uint64
 		rr.RedisCommands, sum = commandDelta(start.redis.calls, end.redis.calls, "info")
 		rr.RedisCmdsPerDecision = perDecision(float64(sum))
+		rr.RedisBytesPerDecision = perDecision(float64(end.redis.netBytes - start.redis.netBytes))
 	}
 	if pre.redis != nil && end.redis != nil {
 		rr.RedisMemoryBefore, rr.RedisMemoryEnd = pre.redis.usedMemory, end.redis.usedMemory
@@ -294,13 +307,21 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 		if err != nil {
 			return target{}, err
 		}
-		redisURL := ""
-		if sc.Store == "redis" {
-			redisURL = b.redis.URL()
-		}
 		grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
-		args := []string{"-config", b.rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
-			"-redis-url", redisURL, "-key-prefix", "bench:"}
+		rules, err := b.rulesFor(sc)
+		if err != nil {
+			return target{}, err
+		}
+		args := []string{"-config", rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr}
+		switch sc.Store {
+		case "redis":
+			args = append(args, "-redis-url", b.redis.URL())
+		case "cluster":
+			args = append(args, "-redis-mode", "cluster", "-redis-addrs", strings.Join(b.cluster.addrs(), ","))
+		default:
+			args = append(args, "-redis-url", "")
+		}
+		args = append(args, "-key-prefix", "bench:")
 		args = append(args, sc.Args...)
 		t, err := b.startReady(ctx, log, "ratelimit-sidecar", nil, b.sidecar, args, "http://"+httpAddr+"/readyz")
 		t.addr, t.metricsURL = grpcAddr, "http://"+httpAddr+"/metrics"

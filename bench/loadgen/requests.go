@@ -34,6 +34,14 @@ var scenarios = map[string]func(i int) [][]entry{
 			{{"api_key", "hot"}},
 		}
 	},
+	// hotallowed: every other request hits one of 10 values with room under their limit (a few busy tenants
+	// whose calls land in the same batch), the others spread over the odd values of k<i>.
+	"hotallowed": func(i int) [][]entry {
+		if i%2 == 0 {
+			return [][]entry{{{"api_key", fmt.Sprintf("h%d", i/2%hotAllowedKeys)}}}
+		}
+		return [][]entry{{{"api_key", key(i)}}}
+	},
 	// distinct: a value that does not repeat until -keys requests have gone by, so every call creates state.
 	"distinct": func(i int) [][]entry { return [][]entry{{{"api_key", fmt.Sprintf("d%d", i)}}} },
 }
@@ -46,6 +54,9 @@ var scenarioNames = func() []string {
 	slices.Sort(names)
 	return names
 }()
+
+// hotAllowedKeys is how many values take half of scenario hotallowed's requests.
+const hotAllowedKeys = 10
 
 type entry struct{ key, value string }
 

@@ -59,6 +59,7 @@ func TestBuildRequests(t *testing.T) {
 		{"three", 20, 20, 3, 20},
 		{"hotthree", 20, 20, 3, 20},
 		{"distinct", 500, 500, 1, 500},
+		{"hotallowed", 100, 100, 1, 60}, // h0-h9 and the 50 odd k<i>
 	}
 	for _, tt := range tests {
 		t.Run(tt.scenario, func(t *testing.T) {

@@ -1,0 +1,180 @@
+// Command capacity composes the per-decision costs the benchmark harness measures into what a large deployment
+// needs: sidecar cores, Redis Cluster shards, their load balance under Zipf-distributed keys, and the rate at
+// which the hottest slot fills its shard's one core, for this project and for envoyproxy/ratelimit.
+// docs/capacity.md explains the model and its inputs.
+//
+//	go run ./bench/capacity                                   # the figures docs/capacity.md was written from
+//	go run ./bench/capacity -results bench/out/results.json   # costs from a harness run instead
+//	go run ./bench/capacity -chart docs/capacity.png          # also draws the chart
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "capacity:", err)
+		os.Exit(1)
+	}
+}
+
+// measured are the medians of the harness run docs/capacity.md quotes (3 alternating runs of 4 s, see there),
+// one cost set per scenario: (a) is the sidecar on one Redis, batched; (cl) on a 3-master cluster, where each
+// decision is its own script call; (ref) envoyproxy/ratelimit on one Redis. Set a-load is (a) with Redis's
+// cost per decision at high load, from BenchmarkShardCeiling/fixed (median of 3 runs of 3 s).
+var measured = []costs{
+	{name: "a", sidecarUs: 21.8, redisUs: 4.8, roundTrips: 0.07, redisBytes: 85},
+	{name: "a-load", sidecarUs: 21.8, redisUs: 1.67, roundTrips: 0.05, redisBytes: 85},
+	{name: "s", sidecarUs: 22.4, redisUs: 8.4, roundTrips: 0.06, redisBytes: 188},
+	{name: "c", sidecarUs: 25.9, redisUs: 7.8, roundTrips: 0.07, redisBytes: 236},
+	{name: "h", sidecarUs: 22.5, redisUs: 4.6, roundTrips: 0.08, redisBytes: 86},
+	{name: "cl", sidecarUs: 40.2, redisUs: 19.6, roundTrips: 1.00, redisBytes: 195},
+	{name: "ref", sidecarUs: 65.9, redisUs: 9.8, roundTrips: 1, redisBytes: 140},
+}
+
+// labels describe the cost sets in the table and the chart.
+var labels = map[string]string{
+	"a":      "sidecar, 1 descriptor, batched (a)",
+	"a-load": "(a), Redis at high load (shard ceiling)",
+	"s":      "sidecar, sliding window (s)",
+	"c":      "sidecar, 3 descriptors (c)",
+	"h":      "sidecar, half on 10 hot keys (h)",
+	"cl":     "sidecar on Cluster today, unbatched (cl)",
+	"ref":    "envoyproxy/ratelimit (ref)",
+}
+
+type options struct {
+	results      string
+	rate         float64
+	keys         int
+	zipf         float64
+	util         float64
+	replicaCores float64
+	maxShards    int
+	chart        string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("capacity", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.results, "results", "", "harness results.json to take the costs from (default: the figures docs/capacity.md quotes)")
+	fs.Float64Var(&o.rate, "rate", 1e6, "decisions per second to serve")
+	fs.IntVar(&o.keys, "keys", 1000000, "distinct counters (tenants) the decisions are spread over")
+	fs.Float64Var(&o.zipf, "zipf", 1.0, "Zipf exponent of the keys' popularity (0: uniform; 1: the hottest of 10^6 takes 7%)")
+	fs.Float64Var(&o.util, "util", 0.7, "the busiest a sidecar core or a shard's Redis core may be")
+	fs.Float64Var(&o.replicaCores, "replica-cores", 2, "cores per sidecar replica")
+	fs.IntVar(&o.maxShards, "max-shards", 512, "most Redis Cluster masters to try")
+	fs.StringVar(&o.chart, "chart", "", "also draw the chart to this PNG file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.rate <= 0 || o.keys < 1 || o.zipf < 0 || o.util <= 0 || o.util > 1 || o.replicaCores <= 0 || o.maxShards < 1 {
+		return o, errors.New("want -rate, -keys, -replica-cores, -max-shards positive, -zipf not negative, 0 < -util <= 1")
+	}
+	return o, nil
+}
+
+func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	cs := measured
+	if o.results != "" {
+		if cs, err = readResults(o.results); err != nil {
+			return err
+		}
+	}
+	w := workload{rate: o.rate, keys: o.keys, zipf: o.zipf, name: tenantKey}
+	kl := newKeyLoad(w)
+	fmt.Fprint(stdout, table(cs, w, kl, o))
+	if o.chart != "" {
+		return chart(o.chart, cs, w, kl, o)
+	}
+	return nil
+}
+
+// table renders what each cost set needs as Markdown.
+func table(cs []costs, w workload, kl keyLoad, o options) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "At %.0f decisions/s over %d keys (Zipf exponent %.2g), every core at most %.0f%% busy, %.0f cores per sidecar replica:\n\n",
+		w.rate, w.keys, w.zipf, o.util*100, o.replicaCores)
+	fmt.Fprintln(&sb, "| costs of | sidecar µs | Redis µs | sidecar cores (replicas) | Redis cores | shards, slots placed by load | shards, even slot ranges (balance) | round trips/s | Redis MB/s | one key's ceiling, decisions/s | total rate at which the hottest slot fills a core |")
+	fmt.Fprintln(&sb, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, c := range cs {
+		bal := size(c, w.rate, kl, balanced, o.util, o.replicaCores, o.maxShards)
+		even := size(c, w.rate, kl, evenRanges, o.util, o.replicaCores, o.maxShards)
+		evenText := even.shardsText()
+		if even.feasible {
+			evenText += fmt.Sprintf(" (%.2f)", even.balance)
+		}
+		fmt.Fprintf(&sb, "| %s | %.1f | %.1f | %.1f (%d) | %.1f | %s | %s | %.0f | %.0f | %.0f | %.0f |\n",
+			label(c.name), c.sidecarUs, c.redisUs, bal.sidecarCores, bal.replicas, bal.redisCores, bal.shardsText(),
+			evenText, bal.roundTripsPS, bal.wireMBps, bal.keyCeiling, bal.rateCeiling)
+	}
+	hot := simulate(costs{redisUs: 1}, w.rate, kl, balanced, 1, 1)
+	fmt.Fprintf(&sb, "\nThe hottest key takes %.2f%% of the decisions, the hottest slot %.2f%%.\n", hot.hottestKey*100, hot.hottestSlot*100)
+	return sb.String()
+}
+
+func label(name string) string {
+	if l := labels[name]; l != "" {
+		return l
+	}
+	return name
+}
+
+// readResults takes one cost set per scenario from a harness results.json's summary (scenarios without Redis
+// figures are left out).
+func readResults(path string) ([]costs, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep struct {
+		Summary []struct {
+			Name       string   `json:"name"`
+			ServerCPU  *float64 `json:"server_cpu_us_per_decision"`
+			RedisCPU   *float64 `json:"redis_cpu_us_per_decision"`
+			RoundTrips *float64 `json:"round_trips_per_decision"`
+			RedisBytes *float64 `json:"redis_bytes_per_decision"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var cs []costs
+	for _, s := range rep.Summary {
+		if s.ServerCPU == nil || s.RedisCPU == nil || *s.RedisCPU <= 0 {
+			continue
+		}
+		c := costs{name: s.Name, sidecarUs: *s.ServerCPU, redisUs: *s.RedisCPU, roundTrips: 1}
+		if s.RoundTrips != nil { // envoyproxy/ratelimit exports none: one pipeline per request
+			c.roundTrips = *s.RoundTrips
+		}
+		if s.RedisBytes != nil {
+			c.redisBytes = *s.RedisBytes
+		}
+		cs = append(cs, c)
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("%s: no scenario with server and Redis CPU figures", path)
+	}
+	return cs, nil
+}
