@@ -1,4 +1,4 @@
-# The README's two commands are `make run` and `make test`.
+# `make test` is the README's second set-up command; `make run` does what its first one does.
 GO ?= go
 # go-control-plane compiles the generated encoders that envoyrls.Codec uses
 # for responses only with this build tag; every go command below, and the go
