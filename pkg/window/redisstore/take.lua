@@ -4,11 +4,13 @@
 -- is allowed only if every one of its non-shadow counters has room, and then
 -- all its counters are counted; a denied request writes nothing, so it
 -- consumes no quota, except to its charge counters (CHARGE below), which
--- count their hits whatever the answer: they were already spent. Several requests in one call (coalesced by the store)
--- cost Redis one script invocation instead of one each.
+-- count their hits whatever the answer: they were already spent. Several
+-- requests in one call (coalesced by the store) cost Redis one script
+-- invocation instead of one each.
 --
 -- KEYS: per counter, its current window's key; for a sliding window also the
---       previous window's key right after it.
+--       previous window's key right after it. A key may come any number of
+--       times.
 -- ARGV: the number of triples at the end; then the requests; then the
 --       triples, each limit, hits, ttl (ms), which short-form counters name.
 --       Per request: n, then per counter five values: limit, hits,
@@ -16,10 +18,11 @@
 --       weight.
 --       A negative n, -c, heads the short form of the most common request:
 --       c fixed-window counters on distinct keys, none a shadow or a
---       charge, each taking hits >= 1. One value per counter follows: the number (from
---       1) of its triple. Under load most counters of a call share a rule,
---       so Redis reads one argument per counter instead of three, and Lua
---       converts each limit and hits to a number once per call.
+--       charge, each taking hits >= 1. One value per counter follows: the
+--       number (from 1) of its triple. Under load most counters of a call
+--       share a rule, so Redis reads one argument per counter instead of
+--       three, and Lua converts each limit and hits to a number once per
+--       call.
 -- Returns, per request: status (1 allowed, 0 denied, -1 a counter holds a
 -- non-integer: nothing written), then per counter: current (after counting,
 -- for an allowed request or a charge), previous, over.
@@ -27,16 +30,33 @@
 -- its count after counting; when denied, its count if it had room and -1
 -- minus its count if it had not; when failed, 0.
 --
--- The short form is for Redis's CPU, which runs every replica's scripts on
--- one thread: it counts first and undoes on denial (one call per counter,
--- where the full form first GETs every counter), makes no Lua tables per
--- request and returns one value per counter instead of three.
+-- Redis runs every replica's scripts on one thread, so the script spends
+-- one Redis command per distinct key a call touches, however many requests
+-- hit it: a key is read once, the requests are decided in order on its
+-- running count in Lua, and it is written once at the end.
+--
+--   1. plan: add up, per key, the hits that the call's counting counters
+--      (all but refunds) could take.
+--   2. Each request in order: a key's first touch reads it. With hits
+--      planned, the read is INCRBY of all of them, betting that they are
+--      admitted, the common case for a key with room: the key is then
+--      already written. Else (a check, a refund, a previous window) it is a
+--      GET. Every later touch is Lua arithmetic on the running count.
+--   3. settle: per key that ended other than Redis holds it, one command:
+--      INCRBY of the difference (negative: the hits of denied requests
+--      given back), or DEL of a new key that no request took; for a key
+--      that a counter took from 0 (new, or refunded to 0), SET with that
+--      counter's TTL, or PEXPIRE when the bet was exact.
+--
+-- So a key with room costs one INCRBY per call (and a PEXPIRE when new);
+-- a key some of whose requests are denied costs one more.
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
--- is never extended.
+-- is never extended: a key gets a TTL only from a counter that takes it
+-- from 0.
 --
--- Numbers go to redis.call as the ARGV strings they came as: a Lua number
--- would be formatted back to a string with printf on every call.
+-- TTLs go to redis.call as the ARGV strings they came as; counts are Lua
+-- numbers, which Redis formats back into integers (exact below 2^53).
 
 -- Flags of a full-form counter; call.go has the same values.
 local SHADOW = 1  -- checked and counted, but never denies
@@ -53,62 +73,114 @@ end
 local LIMIT, HITS, TTL, FLAGS, WEIGHT = 0, 1, 2, 3, 4
 local COUNTER_ARGS = 5
 
--- counter reads a counter: 0 when missing, nil when it is not an integer.
-local function counter(k)
-  local v = redis.pcall('GET', k)
-  if v == false then return 0 end
-  if type(v) ~= 'string' then return nil end
-  return tonumber(v)
-end
-
 local out = {}
 
 -- triples holds the call's triples by the ARGV string that names them
--- ("1", "2", ...): {limit, hits, hits as the string INCRBY takes, ttl as
--- the string PEXPIRE takes}.
+-- ("1", "2", ...): {limit, hits, ttl as the string SET and PEXPIRE take}.
 local triples = {}
 
+-- The state of every key the call touches, by key.
+local planned = {} -- hits the call's counting counters may take (plan)
+local count = {}   -- the count as the requests so far left it; false: not an integer
+local held = {}    -- what Redis holds now
+local was = {}     -- the count before the call
+local ttlOf = {}   -- the ttl (ms, a string) of the counter that took it from 0
+local touched = {} -- the keys in the order of their first touch
+
+-- plan fills planned from the requests in ARGV[2..last].
+local function plan(last)
+  local a, ki = 2, 1
+  while a <= last do
+    local n = tonumber(ARGV[a])
+    a = a + 1
+    if n < 0 then
+      for i = 0, -n - 1 do
+        local k = KEYS[ki + i]
+        planned[k] = (planned[k] or 0) + triples[ARGV[a + i]][2]
+      end
+      a, ki = a - n, ki - n
+    else
+      for _ = 1, n do
+        local hits, flags = tonumber(ARGV[a + HITS]), tonumber(ARGV[a + FLAGS])
+        if hits > 0 and not has(flags, REFUND) then
+          local k = KEYS[ki]
+          planned[k] = (planned[k] or 0) + hits
+        end
+        ki = ki + 1
+        if has(flags, SLIDING) then ki = ki + 1 end
+        a = a + COUNTER_ARGS
+      end
+    end
+  end
+end
+
+-- load returns key k's running count, reading it on its first touch (see
+-- step 2 above): false when it holds something other than an integer.
+local function load(k)
+  local c = count[k]
+  if c ~= nil then return c end
+  local add = planned[k]
+  if add then
+    local v = redis.pcall('INCRBY', k, add)
+    if type(v) == 'number' then
+      held[k], c = v, v - add
+    else
+      c = false
+    end
+  else
+    local v = redis.pcall('GET', k)
+    if v == false then
+      c = 0
+    elseif type(v) == 'string' and string.find(v, '^%-?%d+$') then
+      c = tonumber(v)
+    else
+      c = false
+    end
+    held[k] = c
+  end
+  count[k], was[k] = c, c
+  if c then touched[#touched + 1] = k end
+  return c
+end
+
 -- short decides a short-form request of n counters whose triple numbers
--- start at ARGV[a] and whose first key is KEYS[ki]. It counts first and
--- undoes on denial, one call per counter instead of a GET and an INCRBY: no
--- other client sees what happens in between. A counter that a denial takes
--- back to 0 is deleted: it was new (or already 0, which a missing key means
--- too).
+-- start at ARGV[a] and whose first key is KEYS[ki]. It makes no Lua tables.
 local function short(n, a, ki)
   local st = #out + 1
-  local status, failed = 1, n + 1 -- failed: the counter that is no integer
+  local status = 1
   out[st] = status -- first, so out stays a sequence as it grows
   for i = 1, n do
-    local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
-    local limit, hits, by, ttl = t[1], t[2], t[3], t[4]
-    local v = redis.pcall('INCRBY', k, by)
-    if type(v) ~= 'number' then
-      status, failed = -1, i
+    local t = triples[ARGV[a + i - 1]]
+    local c = load(KEYS[ki + i - 1])
+    if not c then
+      status = -1
       break
     end
-    if v == hits then redis.call('PEXPIRE', k, ttl) end
-    if v > limit then status = 0 end
+    local v = c + t[2]
+    if v > t[1] then status = 0 end
     out[st + i] = v
   end
-  if status ~= 1 then
-    for i = failed - 1, 1, -1 do
-      local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
-      local limit, hits, by = t[1], t[2], t[3]
-      if redis.call('DECRBY', k, by) == 0 then redis.call('DEL', k) end
+  for i = 1, n do
+    local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
+    if status == 1 then
+      local c = count[k]
+      if c == 0 then ttlOf[k] = t[3] end
+      count[k] = c + t[2]
+    elseif status == 0 then
       local v = out[st + i]
-      local before = v - hits
-      if v > limit then before = -1 - before end
+      local before = v - t[2]
+      if v > t[1] then before = -1 - before end
       out[st + i] = before
+    else
+      out[st + i] = 0
     end
-    for i = failed, n do out[st + i] = 0 end
   end
   out[st] = status
   return a + n, ki + n
 end
 
 -- full decides a request of n counters whose values start at ARGV[a] and
--- whose first key is KEYS[ki]: it reads every counter, decides, and only
--- then writes, so a denial writes nothing but its charges.
+-- whose first key is KEYS[ki]: it checks every counter, then counts.
 local function full(n, a, ki)
   local cur, prev, over, keyOf = {}, {}, {}, {}
   local status = 1
@@ -121,13 +193,13 @@ local function full(n, a, ki)
     local k = KEYS[ki]
     ki = ki + 1
     keyOf[i] = k
-    local c = counter(k)
+    local c = load(k)
     local p = 0
     if has(flags, SLIDING) then
-      p = counter(KEYS[ki])
+      p = load(KEYS[ki])
       ki = ki + 1
     end
-    if c == nil or p == nil then
+    if not c or not p then
       status, c, p = -1, 0, 0
     end
     cur[i], prev[i], over[i] = c, p, 0
@@ -150,18 +222,16 @@ local function full(n, a, ki)
       local flags = tonumber(ARGV[b + FLAGS])
       local k = keyOf[i]
       if hits > 0 and (status == 1 or has(flags, CHARGE) and not has(flags, REFUND)) then
+        local c = count[k]
         if has(flags, REFUND) then
-          local c = counter(k)
           if c > 0 then
             local v = c - hits
             if v < 0 then v = 0 end
-            redis.call('SET', k, v, 'KEEPTTL')
-            cur[i] = v
+            count[k], cur[i] = v, v
           end
         else
-          local v = redis.call('INCRBY', k, ARGV[b + HITS])
-          if v == hits then redis.call('PEXPIRE', k, ARGV[b + TTL]) end
-          cur[i] = v
+          if c == 0 then ttlOf[k] = ARGV[b + TTL] end
+          count[k], cur[i] = c + hits, c + hits
         end
       end
     end
@@ -175,12 +245,36 @@ local function full(n, a, ki)
   return a + COUNTER_ARGS * n, ki
 end
 
+-- settle writes every key whose count or TTL the call changed, one command
+-- each (see step 3 above): a key that a counter took from 0 gets that
+-- counter's TTL, as it would have from INCRBY and PEXPIRE; a new key that
+-- no request took is deleted again.
+local function settle()
+  for i = 1, #touched do
+    local k = touched[i]
+    local c, h, ttl = count[k], held[k], ttlOf[k]
+    if ttl then
+      if c == h then
+        redis.call('PEXPIRE', k, ttl)
+      else
+        redis.call('SET', k, c, 'PX', ttl)
+      end
+    elseif c ~= h then
+      if c == 0 and was[k] == 0 then
+        redis.call('DEL', k)
+      else
+        redis.call('INCRBY', k, c - h)
+      end
+    end
+  end
+end
+
 local ntriples = tonumber(ARGV[1])
 local last = #ARGV - 3 * ntriples -- the requests end here
 for b = last + 1, #ARGV, 3 do
-  local limit, hits, ttl = ARGV[b], ARGV[b + 1], ARGV[b + 2]
-  triples[tostring((b - last + 2) / 3)] = {tonumber(limit), tonumber(hits), hits, ttl}
+  triples[tostring((b - last + 2) / 3)] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 2]}
 end
+plan(last)
 local a, ki = 2, 1
 while a <= last do
   local n = tonumber(ARGV[a]) -- the request's counters; negative: the short form
@@ -190,4 +284,5 @@ while a <= last do
     a, ki = full(n, a + 1, ki)
   end
 end
+settle()
 return out
