@@ -15,8 +15,10 @@ import (
 // once, decides every request on its running count and writes it once.
 // Every request must still be decided as if it were sent alone, in order:
 // each batch is run again one Take at a time on keys of their own, and the
-// answers, the counters afterwards and their TTLs must be the same. Some
-// answers are also checked by hand.
+// answers, the counters afterwards and their TTLs must be the same. So must
+// they when the call lists no shared keys, and the script decides a key
+// used many times one command per use. Some answers are also checked by
+// hand.
 func TestBatchRepeatedKeys(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -168,9 +170,9 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		},
 	}}
 	for i, tt := range tests {
-		// Each case runs twice, on keys of its own: batched, then one Take
-		// at a time.
-		var got [2]struct {
+		// Each case runs three times, on keys of its own: batched, one Take
+		// at a time, and batched without shared keys.
+		var got [3]struct {
 			allowed, failed []bool
 			res             [][]window.Result
 			after           []string
@@ -200,7 +202,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 				}
 				res := make([]window.Result, len(own))
 				g.res = append(g.res, res)
-				if run == 0 {
+				if run != 1 {
 					batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Minute), request: newRequest(now.UnixMilli(), own, nil)})
 					continue
 				}
@@ -213,6 +215,11 @@ func TestBatchRepeatedKeys(t *testing.T) {
 				if trips := batched.RoundTrips() - before; trips != 1 {
 					t.Fatalf("%s: the batch took %d round trips, want 1", tt.name, trips)
 				}
+			}
+			if run == 2 {
+				sendUnshared(ctx, batched, batch)
+			}
+			if run != 1 {
 				for j, c := range batch {
 					err := c.err
 					if err == nil {
@@ -231,6 +238,9 @@ func TestBatchRepeatedKeys(t *testing.T) {
 					}
 				}
 			}
+		}
+		if fmt.Sprint(got[2]) != fmt.Sprint(got[0]) {
+			t.Errorf("%s: without shared keys\n%+v\nwith\n%+v", tt.name, got[2], got[0])
 		}
 		b, a := got[0], got[1]
 		for j, w := range tt.want {
@@ -255,5 +265,37 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		if fmt.Sprint(b.after) != fmt.Sprint(a.after) {
 			t.Errorf("%s: counters after the batch\n%v\none at a time\n%v", tt.name, b.after, a.after)
 		}
+	}
+}
+
+// sendUnshared sends batch as one script call as the batcher would, but with
+// no shared keys listed, and hands each call its part of the reply.
+func sendUnshared(ctx context.Context, s *Store, batch []*batchCall) {
+	parts := make([]request, len(batch))
+	for i, c := range batch {
+		parts[i] = c.request
+	}
+	var b callBuf
+	args := b.build(parts)
+	nkeys := args[2].(int)
+	head := 3 + nkeys
+	shared := args[head+1].(int)
+	var strip []any
+	strip = append(strip, args[:2]...)
+	strip = append(strip, nkeys-shared)
+	strip = append(strip, args[3+shared:head]...)
+	strip = append(strip, args[head], 0)
+	strip = append(strip, args[head+2:len(args)-shared]...)
+	v, err := s.script(ctx, strip)
+	var vals []any
+	if err == nil {
+		vals, err = replyValues(v)
+	}
+	for _, c := range batch {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		c.vals, vals, c.err = cutReply(vals, c.short, len(c.reqs))
 	}
 }

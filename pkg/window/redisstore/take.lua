@@ -8,11 +8,12 @@
 -- requests in one call (coalesced by the store) cost Redis one script
 -- invocation instead of one each.
 --
--- KEYS: per counter, its current window's key; for a sliding window also the
---       previous window's key right after it. A key may come any number of
---       times.
--- ARGV: the number of triples at the end; then the requests; then the
---       triples, each limit, hits, ttl (ms), which short-form counters name.
+-- KEYS: first the shared keys (below), each once; then per counter its
+--       current window's key and, for a sliding window, the previous
+--       window's key right after it.
+-- ARGV: the number of triples, the number of shared keys; then the
+--       requests; then the triples, each limit, hits, ttl (ms), which
+--       short-form counters name; then per shared key its planned hits.
 --       Per request: n, then per counter five values: limit, hits,
 --       ttl (ms), flags (SHADOW, REFUND, SLIDING, CHARGE below, added up),
 --       weight.
@@ -30,33 +31,36 @@
 -- its count after counting; when denied, its count if it had room and -1
 -- minus its count if it had not; when failed, 0.
 --
--- Redis runs every replica's scripts on one thread, so the script spends
--- one Redis command per distinct key a call touches, however many requests
--- hit it: a key is read once, the requests are decided in order on its
--- running count in Lua, and it is written once at the end.
+-- Redis runs every replica's scripts on one thread. A key that one counter
+-- of the call uses is counted first and undone on denial: one INCRBY, and a
+-- DECRBY on denial (the full form GETs first). A key that several counters
+-- use, a shared key (a hot tenant's), costs one command per call however
+-- many requests hit it, and at most one more:
 --
---   1. plan: add up, per key, the hits that the call's counting counters
---      (all but refunds) could take.
---   2. Each request in order: a key's first touch reads it. With hits
---      planned, the read is INCRBY of all of them, betting that they are
---      admitted, the common case for a key with room: the key is then
---      already written. Else (a check, a refund, a previous window) it is a
---      GET. Every later touch is Lua arithmetic on the running count.
---   3. settle: per key that ended other than Redis holds it, one command:
---      INCRBY of the difference (negative: the hits of denied requests
+--   1. Before the requests, one INCRBY of its planned hits, those its
+--      counting counters (all but refunds) could take, betting that they
+--      are admitted, the common case for a key with room; a GET when none
+--      counts (checks, refunds, a previous window).
+--   2. Each request in order is decided on the key's running count in Lua.
+--   3. After the requests, if the count came out other than Redis holds
+--      it: INCRBY of the difference (negative: the hits of denied requests
 --      given back), or DEL of a new key that no request took; for a key
---      that a counter took from 0 (new, or refunded to 0), SET with that
+--      a counter took from 0 (new, or refunded to 0), SET with that
 --      counter's TTL, or PEXPIRE when the bet was exact.
 --
--- So a key with room costs one INCRBY per call (and a PEXPIRE when new);
--- a key some of whose requests are denied costs one more.
+-- The caller (call.go) lists the shared keys; a key used twice that it
+-- does not list is decided exactly too, one command per use.
 --
 -- A counter is created with a TTL of its window plus one second and the TTL
 -- is never extended: a key gets a TTL only from a counter that takes it
 -- from 0.
 --
--- TTLs go to redis.call as the ARGV strings they came as; counts are Lua
--- numbers, which Redis formats back into integers (exact below 2^53).
+-- Strings from ARGV go to redis.call as they came where they can, and are
+-- converted to numbers once per call: Lua formats a number with printf and
+-- parses a string with strtod, each costing more than a table lookup.
+
+-- Globals as locals: a global is a table lookup each time.
+local KEYS, ARGV, redis, tonumber, type = KEYS, ARGV, redis, tonumber, type
 
 -- Flags of a full-form counter; call.go has the same values.
 local SHADOW = 1  -- checked and counted, but never denies
@@ -73,114 +77,92 @@ end
 local LIMIT, HITS, TTL, FLAGS, WEIGHT = 0, 1, 2, 3, 4
 local COUNTER_ARGS = 5
 
-local out = {}
+-- counter reads a counter: 0 when missing, nil when it is not an integer.
+local function counter(k)
+  local v = redis.pcall('GET', k)
+  if v == false then return 0 end
+  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
+  return tonumber(v)
+end
+
+local out, nout = {}, 0
 
 -- triples holds the call's triples by the ARGV string that names them
--- ("1", "2", ...): {limit, hits, ttl as the string SET and PEXPIRE take}.
+-- ("1", "2", ...): {limit, hits, hits as the string INCRBY takes, ttl as
+-- the string PEXPIRE takes}.
 local triples = {}
 
--- The state of every key the call touches, by key.
-local planned = {} -- hits the call's counting counters may take (plan)
-local count = {}   -- the count as the requests so far left it; false: not an integer
-local held = {}    -- what Redis holds now
-local was = {}     -- the count before the call
-local ttlOf = {}   -- the ttl (ms, a string) of the counter that took it from 0
-local touched = {} -- the keys in the order of their first touch
+-- numbers holds the request heads and planned hits seen, as numbers by
+-- their ARGV strings: most requests of a call have the same head, and most
+-- shared keys the same few planned hits.
+local numbers = {}
 
--- plan fills planned from the requests in ARGV[2..last].
-local function plan(last)
-  local a, ki = 2, 1
-  while a <= last do
-    local n = tonumber(ARGV[a])
-    a = a + 1
-    if n < 0 then
-      for i = 0, -n - 1 do
-        local k = KEYS[ki + i]
-        planned[k] = (planned[k] or 0) + triples[ARGV[a + i]][2]
-      end
-      a, ki = a - n, ki - n
-    else
-      for _ = 1, n do
-        local hits, flags = tonumber(ARGV[a + HITS]), tonumber(ARGV[a + FLAGS])
-        if hits > 0 and not has(flags, REFUND) then
-          local k = KEYS[ki]
-          planned[k] = (planned[k] or 0) + hits
-        end
-        ki = ki + 1
-        if has(flags, SLIDING) then ki = ki + 1 end
-        a = a + COUNTER_ARGS
-      end
-    end
-  end
-end
-
--- load returns key k's running count, reading it on its first touch (see
--- step 2 above): false when it holds something other than an integer.
-local function load(k)
-  local c = count[k]
-  if c ~= nil then return c end
-  local add = planned[k]
-  if add then
-    local v = redis.pcall('INCRBY', k, add)
-    if type(v) == 'number' then
-      held[k], c = v, v - add
-    else
-      c = false
-    end
-  else
-    local v = redis.pcall('GET', k)
-    if v == false then
-      c = 0
-    elseif type(v) == 'string' and string.find(v, '^%-?%d+$') then
-      c = tonumber(v)
-    else
-      c = false
-    end
-    held[k] = c
-  end
-  count[k], was[k] = c, c
-  if c then touched[#touched + 1] = k end
-  return c
-end
+-- The shared keys' state: count by key (nil for any other key), the
+-- others by the key's index in KEYS.
+local count = {} -- the count as the requests so far left it; false: not an integer
+local held = {}  -- what Redis holds now
+local fresh = {} -- true when the count was 0 before the call
+local ttlOf = {} -- by key: the ttl (ms, a string) of the counter that last took it from 0
 
 -- short decides a short-form request of n counters whose triple numbers
--- start at ARGV[a] and whose first key is KEYS[ki]. It makes no Lua tables.
+-- start at ARGV[a] and whose first key is KEYS[ki]. A counter on a key of
+-- its own is counted first and undone on denial, one call per counter
+-- instead of a GET and an INCRBY: no other client sees what happens in
+-- between. A counter that a denial takes back to 0 is deleted: it was new
+-- (or already 0, which a missing key means too). A counter on a shared key
+-- is counted and undone alike, in Lua. It makes no Lua tables.
 local function short(n, a, ki)
-  local st = #out + 1
-  local status = 1
+  local st = nout + 1
+  local status, failed = 1, n + 1 -- failed: the counter that is no integer
   out[st] = status -- first, so out stays a sequence as it grows
   for i = 1, n do
-    local t = triples[ARGV[a + i - 1]]
-    local c = load(KEYS[ki + i - 1])
-    if not c then
-      status = -1
+    local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
+    local v = count[k]
+    if v == nil then
+      v = redis.pcall('INCRBY', k, t[3])
+      if type(v) ~= 'number' then
+        status, failed = -1, i
+        break
+      end
+      if v == t[2] then redis.call('PEXPIRE', k, t[4]) end
+    elseif v then
+      if v == 0 then ttlOf[k] = t[4] end
+      v = v + t[2]
+      count[k] = v
+    else
+      status, failed = -1, i
       break
     end
-    local v = c + t[2]
     if v > t[1] then status = 0 end
     out[st + i] = v
   end
-  for i = 1, n do
-    local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
-    if status == 1 then
+  if status ~= 1 then
+    for i = failed - 1, 1, -1 do
+      local t, k = triples[ARGV[a + i - 1]], KEYS[ki + i - 1]
+      local limit, hits = t[1], t[2]
       local c = count[k]
-      if c == 0 then ttlOf[k] = t[3] end
-      count[k] = c + t[2]
-    elseif status == 0 then
+      if c == nil then
+        if redis.call('DECRBY', k, t[3]) == 0 then redis.call('DEL', k) end
+      else
+        c = c - hits
+        count[k] = c
+        if c == 0 then ttlOf[k] = nil end -- this counter took it from 0
+      end
       local v = out[st + i]
-      local before = v - t[2]
-      if v > t[1] then before = -1 - before end
+      local before = v - hits
+      if v > limit then before = -1 - before end
       out[st + i] = before
-    else
-      out[st + i] = 0
     end
+    for i = failed, n do out[st + i] = 0 end
   end
   out[st] = status
+  nout = st + n
   return a + n, ki + n
 end
 
 -- full decides a request of n counters whose values start at ARGV[a] and
--- whose first key is KEYS[ki]: it checks every counter, then counts.
+-- whose first key is KEYS[ki]: it reads every counter, decides, and only
+-- then writes, so a denial writes nothing but its charges.
 local function full(n, a, ki)
   local cur, prev, over, keyOf = {}, {}, {}, {}
   local status = 1
@@ -193,10 +175,12 @@ local function full(n, a, ki)
     local k = KEYS[ki]
     ki = ki + 1
     keyOf[i] = k
-    local c = load(k)
+    local c = count[k]
+    if c == nil then c = counter(k) end
     local p = 0
     if has(flags, SLIDING) then
-      p = load(KEYS[ki])
+      p = count[KEYS[ki]]
+      if p == nil then p = counter(KEYS[ki]) end
       ki = ki + 1
     end
     if not c or not p then
@@ -223,66 +207,106 @@ local function full(n, a, ki)
       local k = keyOf[i]
       if hits > 0 and (status == 1 or has(flags, CHARGE) and not has(flags, REFUND)) then
         local c = count[k]
-        if has(flags, REFUND) then
+        if c then -- a shared key: counted here, written after the requests
+          if has(flags, REFUND) then
+            if c > 0 then
+              local v = c - hits
+              if v < 0 then v = 0 end
+              count[k], cur[i] = v, v
+            end
+          else
+            if c == 0 then ttlOf[k] = ARGV[b + TTL] end
+            count[k], cur[i] = c + hits, c + hits
+          end
+        elseif has(flags, REFUND) then
+          c = counter(k)
           if c > 0 then
             local v = c - hits
             if v < 0 then v = 0 end
-            count[k], cur[i] = v, v
+            redis.call('SET', k, v, 'KEEPTTL')
+            cur[i] = v
           end
         else
-          if c == 0 then ttlOf[k] = ARGV[b + TTL] end
-          count[k], cur[i] = c + hits, c + hits
+          local v = redis.call('INCRBY', k, ARGV[b + HITS])
+          if v == hits then redis.call('PEXPIRE', k, ARGV[b + TTL]) end
+          cur[i] = v
         end
       end
     end
   end
-  out[#out + 1] = status
+  nout = nout + 1
+  out[nout] = status
   for i = 1, n do
-    out[#out + 1] = cur[i]
-    out[#out + 1] = prev[i]
-    out[#out + 1] = over[i]
+    out[nout + 1], out[nout + 2], out[nout + 3] = cur[i], prev[i], over[i]
+    nout = nout + 3
   end
   return a + COUNTER_ARGS * n, ki
 end
 
--- settle writes every key whose count or TTL the call changed, one command
--- each (see step 3 above): a key that a counter took from 0 gets that
--- counter's TTL, as it would have from INCRBY and PEXPIRE; a new key that
--- no request took is deleted again.
-local function settle()
-  for i = 1, #touched do
-    local k = touched[i]
-    local c, h, ttl = count[k], held[k], ttlOf[k]
-    if ttl then
-      if c == h then
-        redis.call('PEXPIRE', k, ttl)
-      else
-        redis.call('SET', k, c, 'PX', ttl)
-      end
-    elseif c ~= h then
-      if c == 0 and was[k] == 0 then
-        redis.call('DEL', k)
-      else
-        redis.call('INCRBY', k, c - h)
-      end
-    end
-  end
+local ntriples, nshared = tonumber(ARGV[1]), tonumber(ARGV[2])
+local last = #ARGV - 3 * ntriples - nshared -- the requests end here
+for b = last + 1, last + 3 * ntriples, 3 do
+  local limit, hits, ttl = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+  triples[tostring((b - last + 2) / 3)] = {tonumber(limit), tonumber(hits), hits, ttl}
 end
 
-local ntriples = tonumber(ARGV[1])
-local last = #ARGV - 3 * ntriples -- the requests end here
-for b = last + 1, #ARGV, 3 do
-  triples[tostring((b - last + 2) / 3)] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 2]}
+-- Step 1: read the shared keys.
+for i = 1, nshared do
+  local k, planned = KEYS[i], ARGV[last + 3 * ntriples + i]
+  local c
+  if planned ~= '0' then
+    local v = redis.pcall('INCRBY', k, planned)
+    if type(v) == 'number' then
+      local p = numbers[planned]
+      if p == nil then
+        p = tonumber(planned)
+        numbers[planned] = p
+      end
+      held[i], c = v, v - p
+    else
+      c = false
+    end
+  else
+    c = counter(k) or false
+    held[i] = c
+  end
+  count[k], fresh[i] = c, c == 0
 end
-plan(last)
-local a, ki = 2, 1
+
+-- Step 2: the requests.
+local a, ki = 3, nshared + 1
 while a <= last do
-  local n = tonumber(ARGV[a]) -- the request's counters; negative: the short form
+  local h = ARGV[a]
+  local n = numbers[h] -- the request's counters; negative: the short form
+  if n == nil then
+    n = tonumber(h)
+    numbers[h] = n
+  end
   if n < 0 then
     a, ki = short(-n, a + 1, ki)
   else
     a, ki = full(n, a + 1, ki)
   end
 end
-settle()
+
+-- Step 3: write the shared keys back.
+for i = 1, nshared do
+  local k = KEYS[i]
+  local c, h, ttl = count[k], held[i], ttlOf[k]
+  if not c then
+    -- not an integer: nothing was written
+  elseif ttl then
+    if c == h then
+      redis.call('PEXPIRE', k, ttl)
+    else
+      redis.call('SET', k, c, 'PX', ttl)
+    end
+  elseif c ~= h then
+    if c == 0 and fresh[i] then
+      redis.call('DEL', k)
+    else
+      redis.call('INCRBY', k, c - h)
+    end
+  end
+end
 return out
