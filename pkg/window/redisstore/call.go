@@ -72,24 +72,28 @@ type callBuf struct {
 	args    []any
 	arena   []byte
 	triples triples
+	shared  sharedKeys
 }
 
 // build returns the script call of rs in b's memory, valid until the next
-// build or release: EVALSHA, the hash, the key count, every request's keys,
-// then the count of triples, every request's arguments and the triples
-// (see take.lua). It is the one place a call is laid out.
+// build or release: EVALSHA, the hash, the key count, the shared keys,
+// every request's keys, then the count of triples and of shared keys, every
+// request's arguments, the triples and the shared keys' planned hits (see
+// take.lua). It is the one place a call is laid out.
 func (b *callBuf) build(rs []request) []any {
 	args, arena := append(b.args[:0], "evalsha", takeHash, 0), b.arena[:0]
 	for i := range rs {
-		args, arena = appendKeys(args, arena, &rs[i])
+		args, arena = appendKeys(args, arena, &b.shared, &rs[i])
 	}
+	args = b.shared.insertKeys(args, 3)
 	args[2] = len(args) - 3 // the key count
 	head := len(args)
-	args = append(args, 0) // the count of triples, known at the end
+	args = append(args, 0, b.shared.count) // the count of triples is known at the end
 	for i := range rs {
 		args = appendArgs(args, &b.triples, &rs[i])
 	}
-	b.args, b.arena = b.triples.appendTo(args, head), arena
+	args = b.triples.appendTo(args, head)
+	b.args, b.arena = b.shared.appendPlanned(args), arena
 	return b.args
 }
 
@@ -192,8 +196,8 @@ func shortHead(n int) any {
 
 // appendKeys appends r's script keys to dst, each a slice of arena: per
 // counter its current window's key and, for a sliding window, the previous
-// window's.
-func appendKeys(dst []any, arena []byte, r *request) ([]any, []byte) {
+// window's. It adds each to sk.
+func appendKeys(dst []any, arena []byte, sk *sharedKeys, r *request) ([]any, []byte) {
 	for j := range r.len() {
 		c := r.at(j)
 		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
@@ -201,11 +205,19 @@ func appendKeys(dst []any, arena []byte, r *request) ([]any, []byte) {
 		// whose bytes are never written again: it stays valid.
 		from := len(arena)
 		arena = window.AppendWindow(append(arena, c.Key...), w)
-		dst = append(dst, arena[from:len(arena):len(arena)])
+		key := arena[from:len(arena):len(arena)]
+		dst = append(dst, key)
+		var planned uint64 // the hits the script bets on; see take.lua
+		if !c.Refund {
+			planned = c.Hits
+		}
+		sk.add(dst, key, len(dst)-1, planned)
 		if c.Algorithm == window.SlidingWindow {
 			from = len(arena)
 			arena = window.AppendWindow(append(arena, c.Key...), w.Previous())
-			dst = append(dst, arena[from:len(arena):len(arena)])
+			key = arena[from:len(arena):len(arena)]
+			dst = append(dst, key)
+			sk.add(dst, key, len(dst)-1, 0)
 		}
 	}
 	return dst, arena

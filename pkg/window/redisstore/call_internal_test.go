@@ -22,34 +22,37 @@ func TestShortCallOnlyForPlainCounters(t *testing.T) {
 		reqs    []window.Request
 		short   bool
 		triples int // distinct (limit, hits, TTL) in the short form
+		shared  int // keys that several counters use
 	}{
-		{"one fixed counter", []window.Request{base}, true, 1},
-		{"hits above one", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1},
-		{"two counters, one rule", []window.Request{base, other}, true, 1},
-		{"one descriptor, two windows", []window.Request{base, longer}, true, 2},
-		{"the same counter twice", []window.Request{base, other, base}, false, 0},
-		{"shadow", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
-		{"refund request", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0},
-		{"charge", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 600, Charge: true}}, false, 0},
-		{"check only (hits 0)", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0},
-		{"sliding window", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: window.SlidingWindow}}, false, 0},
-		{"a plain counter and a shadow", []window.Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0},
+		{"one fixed counter", []window.Request{base}, true, 1, 0},
+		{"hits above one", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1, 0},
+		{"two counters, one rule", []window.Request{base, other}, true, 1, 0},
+		{"one descriptor, two windows", []window.Request{base, longer}, true, 2, 0},
+		{"the same counter twice", []window.Request{base, other, base}, false, 0, 1},
+		{"shadow", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0, 0},
+		{"refund request", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0, 0},
+		{"charge", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 600, Charge: true}}, false, 0, 0},
+		{"check only (hits 0)", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0, 0},
+		{"sliding window", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: window.SlidingWindow}}, false, 0, 0},
+		{"a plain counter and a shadow", []window.Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0, 0},
 	}
 	for _, tt := range tests {
 		if got := newRequest(0, tt.reqs, nil).short; got != tt.short {
 			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
 		}
 		call := newCall(1_763_800_035_000, tt.reqs, nil)
-		// After EVALSHA, the hash, the key count and the keys: the count of
-		// triples, the request, the triples.
+		// After EVALSHA, the hash, the key count and the keys: the counts of
+		// triples and of shared keys, the request, the triples, the shared
+		// keys' planned hits.
 		args := call[3+call[2].(int):]
 		n := len(tt.reqs)
-		wantHead, wantLen := n, 2+5*n
+		wantHead, wantLen := n, 3+5*n+tt.shared
 		if tt.short {
-			wantHead, wantLen = -n, 2+n+3*tt.triples
+			wantHead, wantLen = -n, 3+n+3*tt.triples
 		}
-		if args[0] != any(tt.triples) || args[1] != any(wantHead) || len(args) != wantLen {
-			t.Errorf("%s: arguments %v, want %d values: %d triples, then a request headed %d", tt.name, args, wantLen, tt.triples, wantHead)
+		if args[0] != any(tt.triples) || args[1] != any(tt.shared) || args[2] != any(wantHead) || len(args) != wantLen {
+			t.Errorf("%s: arguments %v, want %d values: %d triples, %d shared keys, then a request headed %d",
+				tt.name, args, wantLen, tt.triples, tt.shared, wantHead)
 		}
 	}
 }
@@ -133,8 +136,8 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 				reqs[j] = window.Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
 			}
 			args := newCall(now.UnixMilli(), reqs, nil)
-			if form == 1 { // the same call in the full form: no triples, flags 0, weight 0
-				args = append(args[:3+len(reqs)], 0, len(reqs))
+			if form == 1 { // the same call in the full form: no triples or shared keys, flags 0, weight 0
+				args = append(args[:3+len(reqs)], 0, 0, len(reqs))
 				for _, r := range reqs {
 					args = append(args, r.Limit, r.Hits, r.TTL().Milliseconds(), 0, 0)
 				}

@@ -21,6 +21,19 @@
 // (limit, hits, TTL) triple listed once per call; take.lua's header states
 // the protocol.
 //
+// Redis runs every replica's scripts on one thread, so a key that many
+// requests of one call hit (a hot tenant's) costs one command per call,
+// not one per request. The call lists such shared keys first (see
+// shared.go) with the hits their counting requests plan. The script reads
+// each with one INCRBY of those hits (a GET when none counts), betting
+// that they are all admitted, decides every request in order on the key's
+// running count in Lua, and then writes the key at most once more: the
+// hits of the denied requests given back, the TTL of a key a counter took
+// from 0 (SET with PX, or PEXPIRE), or the DEL of a new key no request
+// took. A key that one counter of the call uses is counted first and
+// undone on denial, one INCRBY (and a DECRBY on denial). Either way the
+// decisions and Results are those of separate calls.
+//
 // # Batching
 //
 // NewBatched coalesces concurrent Takes into one script call, which costs

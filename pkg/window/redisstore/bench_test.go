@@ -1,0 +1,106 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// BenchmarkHotKeys measures a batched store under 50 concurrent callers
+// whose requests, all with room, hit hot keys: in "hot50" half of them go
+// to 10 keys and the other half spread over 1,000, in "hot100" all go to
+// the 10 keys, and "cold" (none hot, all over 1,000 keys) is the reference.
+// Besides allocations it reports per decision: Redis commands, counted as
+// INFO commandstats counts them (the script's own commands included, INFO
+// left out) in cmds/op, Redis CPU (user and system, from INFO cpu) in
+// redis-cpu-us/op, and round trips in rt/op.
+func BenchmarkHotKeys(b *testing.B) {
+	for _, sc := range []struct {
+		name string
+		hot  int // of every 10 requests, how many go to the hot keys
+	}{{"hot50", 5}, {"hot100", 10}, {"cold", 0}} {
+		b.Run(sc.name, func(b *testing.B) {
+			benchHotKeys(b, sc.hot)
+		})
+	}
+}
+
+func benchHotKeys(b *testing.B, hotOf10 int) {
+	srv := redistest.Start(b)
+	client := srv.Client(b)
+	// A generous timeout: a busy machine must not fail a benchmark.
+	s, err := NewBatched(client, Options{Timeout: 5 * time.Second}, BatchOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		b.Fatal(err)
+	}
+	const hotKeys, coldKeys = 10, 1000
+	hot := make([]string, hotKeys)
+	for i := range hot {
+		hot[i] = "bench:{hot" + strconv.Itoa(i) + "}"
+	}
+	cold := make([]string, coldKeys)
+	for i := range cold {
+		cold[i] = "bench:{k" + strconv.Itoa(i) + "}"
+	}
+	redisCPU := func() float64 {
+		info, err := client.InfoMap(ctx, "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		user, _ := strconv.ParseFloat(info["CPU"]["used_cpu_user"], 64)
+		sys, _ := strconv.ParseFloat(info["CPU"]["used_cpu_sys"], 64)
+		return user + sys
+	}
+	commands := func() int64 {
+		stats, err := srv.CommandStats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n int64
+		for name, calls := range stats {
+			if name != "info" {
+				n += calls
+			}
+		}
+		return n
+	}
+	now := time.UnixMilli(1_763_800_020_000) // one window for the whole run
+	var seed atomic.Uint64
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	cmdsBefore, cpuBefore, rtBefore := commands(), redisCPU(), s.RoundTrips()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(seed.Add(1), 0))
+		reqs := []window.Request{{Limit: 1_000_000_000, Size: time.Second, Hits: 1}}
+		res := make([]window.Result, 1)
+		for pb.Next() {
+			if rng.IntN(10) < hotOf10 {
+				reqs[0].Key = hot[rng.IntN(hotKeys)]
+			} else {
+				reqs[0].Key = cold[rng.IntN(coldKeys)]
+			}
+			if ok, err := s.Take(ctx, now, reqs, res); err != nil || !ok {
+				b.Errorf("Take = %v, %v", ok, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	decisions := float64(b.N)
+	b.ReportMetric(float64(commands()-cmdsBefore)/decisions, "cmds/op")
+	b.ReportMetric((redisCPU()-cpuBefore)*1e6/decisions, "redis-cpu-us/op")
+	b.ReportMetric(float64(s.RoundTrips()-rtBefore)/decisions, "rt/op")
+}
