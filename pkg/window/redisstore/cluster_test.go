@@ -85,7 +85,8 @@ func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n i
 }
 
 // TestClusterRoundTrips: a request whose counters share a slot is one round
-// trip, as on a single node; one over three nodes is one parallel step.
+// trip, as on a single node; one over three nodes is one parallel step of
+// three round trips, one to each node.
 func TestClusterRoundTrips(t *testing.T) {
 	t.Parallel()
 	_, _, s, tags := clusterStore(t, 1)
@@ -100,15 +101,15 @@ func TestClusterRoundTrips(t *testing.T) {
 	if !ok {
 		t.Errorf("three-slot Take denied, want allowed")
 	}
-	if got := s.RoundTrips(); got != 2 {
-		t.Errorf("RoundTrips = %d after a three-slot Take, want 2 (one parallel step)", got)
+	if got := s.RoundTrips(); got != 4 {
+		t.Errorf("RoundTrips = %d after a three-slot Take, want 4 (1, then one to each node)", got)
 	}
 }
 
 // TestClusterRecoversFromFlushedScripts: after SCRIPT FLUSH, a multi-slot
 // Take sends the source to the nodes that answer NOSCRIPT (nothing ran
-// there), one more parallel step, and counts once; the source it sent is
-// cached, so the next Take is one step again.
+// there), one more round trip each, and counts once; the source it sent is
+// cached, so the next Take is one round trip per node again.
 func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 	t.Parallel()
 	_, cc, s, tags := clusterStore(t, 1)
@@ -119,7 +120,7 @@ func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 	three := func(hits uint64) []window.Request {
 		return []window.Request{req(tags[0][0], 2, hits), req(tags[1][0], 2, hits), req(tags[2][0], 2, hits)}
 	}
-	for i, wantTrips := range []uint64{2, 1} {
+	for i, wantTrips := range []uint64{6, 3} {
 		before := s.RoundTrips()
 		if ok, _ := take(t, s, t0, three(1)...); !ok {
 			t.Fatalf("Take %d after SCRIPT FLUSH denied, want allowed", i)
