@@ -223,9 +223,6 @@ func (b *batcher) work() {
 		}
 		last = len(batch)
 		b.send(batch, buf)
-		for _, c := range batch {
-			c.done <- struct{}{}
-		}
 	}
 }
 
@@ -296,8 +293,9 @@ func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan ti
 }
 
 // send runs the script call of the batch's requests whose contexts are
-// still live (on a cluster, one per slot; see sendSlots) and hands each its
-// part of the reply. It leaves those calls in buf.live.
+// still live (on a cluster, one per slot; see sendSlots), hands each its
+// part of the reply and tells every request of batch, live or not, that it
+// is done, exactly once (see finish).
 func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	var deadline time.Time
 	live := buf.live[:0]
@@ -310,6 +308,7 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 		}
 		if err != nil {
 			c.err = fmt.Errorf("%w: not sent: %w", window.ErrStore, err) // nothing counted
+			c.done <- struct{}{}
 			continue
 		}
 		// The earliest deadline bounds the call: a Take must not wait past
@@ -329,24 +328,33 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	var sent time.Time
 	if b.s.tracer != nil {
 		sent = time.Now()
-		defer func() {
-			rt := time.Since(sent)
-			for _, c := range live {
-				c.sent, c.size, c.roundTrip = sent, len(live), rt
-			}
-		}()
 	}
 	if b.s.shards != nil {
-		b.s.sendSlots(ctx, live, buf)
+		b.sendSlots(ctx, live, buf, sent)
 		return
 	}
 	args := buf.call.build(buf.requests(live))
-	defer func() {
-		buf.call.release() // let go of the keys
-		clear(buf.parts)   // and of the requests
-	}()
 	v, err := b.s.script(ctx, args)
+	buf.call.release() // let go of the keys
+	clear(buf.parts)   // and of the requests
 	deliver(live, v, err)
+	b.finish(live, len(live), sent)
+}
+
+// finish tells calls, of a batch of size requests sent at sent, that their
+// answers are in; a traced store's calls first learn their batch's size and
+// round trip (see callInfo). A call may go back to the pool and into
+// another batch as soon as it is told.
+func (b *batcher) finish(calls []*batchCall, size int, sent time.Time) {
+	if b.s.tracer != nil {
+		rt := time.Since(sent)
+		for _, c := range calls {
+			c.sent, c.size, c.roundTrip = sent, size, rt
+		}
+	}
+	for _, c := range calls {
+		c.done <- struct{}{}
+	}
 }
 
 // requests returns the requests of calls in buf.parts.

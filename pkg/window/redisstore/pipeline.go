@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -62,12 +64,16 @@ func (sc *slotCalls) group(calls []*batchCall, buf *sendBuf) []*slotCall {
 	return slots
 }
 
-// sendSlots runs the script calls of live, a batch on a cluster, and hands
-// each request its part of its slot's reply: every node's calls in one
-// pipeline, all nodes at once, then, again, the calls whose answers mean
-// they did not run (a slot that moved, a node that lost the script; see
-// redo). Each node reached counts one round trip.
-func (s *Store) sendSlots(ctx context.Context, live []*batchCall, buf *sendBuf) {
+// sendSlots runs the script calls of live, a batch on a cluster sent at
+// sent (for tracing), and hands each request its part of its slot's reply:
+// every node's calls in one pipeline, all nodes at once. Each node reached
+// counts one round trip. A call whose answer says it did not run (a slot
+// that moved, a node that lost the script or cannot be reached; see redo)
+// is sent again by a goroutine of its own, until its requests' earliest
+// deadline, so that neither the other slots' requests nor the next batch
+// wait for it.
+func (b *batcher) sendSlots(ctx context.Context, live []*batchCall, buf *sendBuf, sent time.Time) {
+	s := b.s
 	slots := buf.slots.group(live, buf)
 	byNode := buf.slots.byNode
 	for _, g := range slots {
@@ -93,20 +99,39 @@ func (s *Store) sendSlots(ctx context.Context, live []*batchCall, buf *sendBuf) 
 	clear(byNode)
 	for _, g := range slots {
 		if g.err != nil && (isNoScript(g.err) || notRun(g.err)) {
-			wg.Go(func() {
-				var trips int
-				g.v, trips, g.err = s.redo(ctx, g.args, g.err)
-				s.roundTrips.Add(uint64(trips))
-			})
+			b.redoSlot(slices.Clone(g.calls), g.err, len(live), sent)
+		} else {
+			deliver(g.calls, g.v, g.err)
+			b.finish(g.calls, len(live), sent)
 		}
-	}
-	wg.Wait()
-	for _, g := range slots {
-		deliver(g.calls, g.v, g.err)
 		g.call.release()
 		clear(g.calls)
 		g.calls, g.args, g.v, g.err = g.calls[:0], nil, nil, nil
 	}
+}
+
+// redoSlot sends the script call of calls, one slot's requests, again after
+// err (see redo), in a goroutine of the batcher's that ends by the calls'
+// earliest deadline, and hands them their answers.
+func (b *batcher) redoSlot(calls []*batchCall, err error, size int, sent time.Time) {
+	deadline := calls[0].deadline
+	parts := make([]request, len(calls))
+	for i, c := range calls {
+		parts[i] = c.request
+		if c.deadline.Before(deadline) {
+			deadline = c.deadline
+		}
+	}
+	var call callBuf // memory of its own: the worker's goes to the next batch
+	args := call.build(parts)
+	b.wg.Go(func() { // b.wg counts this worker, so Close waits for it too
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		v, trips, err := b.s.redo(ctx, args, err)
+		b.s.roundTrips.Add(uint64(trips))
+		deliver(calls, v, err)
+		b.finish(calls, size, sent)
+	})
 }
 
 // slotKey returns a key of g's slot for the cluster client to find its
