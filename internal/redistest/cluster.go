@@ -95,6 +95,10 @@ func startCluster(tb testing.TB, masters int, replicated bool) *Cluster {
 	if err := c.assignRoles(ctx, all, masters, replicated); err != nil {
 		tb.Fatalf("redistest: cluster roles: %v\n%s", err, c.logs())
 	}
+	// No spare capacity: a go-redis cluster client appends the nodes it
+	// discovers to the slice it was given, and two clients given Addrs
+	// would otherwise write to the same array.
+	c.Addrs = slices.Clip(c.Addrs)
 	return c
 }
 
