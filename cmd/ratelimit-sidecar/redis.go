@@ -190,8 +190,8 @@ func checkRedisLimits(c *options, p *problems) {
 	if r.batchLinger < 0 || r.batchLinger > c.redisTimeout/2 {
 		p.add("-redis-batch-linger %v: want 0 (off) to half of -redis-timeout (%v)", r.batchLinger, c.redisTimeout/2)
 	}
-	if r.batchLinger > 0 && (r.batchWorkers == 0 || r.mode == "cluster") {
-		p.add("-redis-batch-linger needs batching: not with -redis-batch-workers 0 or -redis-mode cluster")
+	if r.batchLinger > 0 && r.batchWorkers == 0 {
+		p.add("-redis-batch-linger needs batching: not with -redis-batch-workers 0")
 	}
 }
 
@@ -304,7 +304,7 @@ func poolStatsOf(s *redis.PoolStats) *metrics.PoolStats {
 type redisStore struct {
 	Store   envoyrls.Store // the outermost layer
 	redis   *redisstore.Store
-	batched bool            // Takes are coalesced: -redis-batch-workers > 0, not a cluster
+	batched bool            // Takes are coalesced: -redis-batch-workers > 0
 	breaker *window.Breaker // nil without -redis-breaker-failures
 }
 
@@ -331,14 +331,14 @@ func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tr
 	rs := &redisStore{}
 	ro := redisstore.Options{Timeout: c.redisTimeout, Tracer: tracer}
 	if c.redis.batchWorkers > 0 {
+		// Batched on every topology; on a cluster each batch is one script
+		// call per hash slot, pipelined per node. It fails only for
+		// negative batch options, which redisOptions refused.
 		var err error
 		rs.redis, err = redisstore.NewBatched(client, ro, c.redis.batchOptions())
-		// It fails only for a cluster client (redisstore.ErrClusterBatch),
-		// whose requests of different slots cannot share a script: a
-		// cluster is served unbatched, as -redis-batch-workers documents.
 		rs.batched = err == nil
 		if err != nil {
-			log.Info("redis cluster: requests are sent unbatched", zap.Error(err))
+			log.Warn("redis: requests are sent unbatched", zap.Error(err))
 		}
 	}
 	if !rs.batched {

@@ -133,7 +133,12 @@ func TestRedisOptions(t *testing.T) {
 		{name: "negative batch linger", args: []string{"-redis-addrs", "h:1", "-redis-batch-linger", "-1ms"}, wantErr: "-redis-batch-linger"},
 		{name: "batch linger past half the timeout", args: []string{"-redis-addrs", "h:1", "-redis-timeout", "5ms", "-redis-batch-linger", "3ms"}, wantErr: "half of -redis-timeout"},
 		{name: "batch linger unbatched", args: []string{"-redis-addrs", "h:1", "-redis-batch-workers", "0", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
-		{name: "batch linger on a cluster", args: []string{"-redis-mode", "cluster", "-redis-addrs", "h:1", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
+		{name: "batch linger on a cluster", args: []string{"-redis-mode", "cluster", "-redis-addrs", "h:1", "-redis-batch-linger", "1ms"},
+			check: func(t *testing.T, o *redis.UniversalOptions) {
+				if !o.IsClusterMode {
+					t.Errorf("options = %+v, want cluster mode (batched, so a linger is allowed)", o)
+				}
+			}},
 		{name: "breaker open for zero", args: []string{"-redis-addrs", "h:1", "-redis-breaker-open-for", "0s"}, wantErr: "-redis-breaker-open-for"},
 		{name: "sentinel credentials", args: []string{"-redis-mode", "sentinel", "-redis-addrs", "s1:1", "-redis-master-name", "m", "-redis-sentinel-username", "su", "-redis-sentinel-password", "sp"},
 			check: func(t *testing.T, o *redis.UniversalOptions) {
@@ -218,8 +223,8 @@ func TestUsesRedis(t *testing.T) {
 	}
 }
 
-// TestRedisStoreOverCluster: the flags build a client and store that count
-// across the slots of a real cluster, behind the breaker.
+// TestRedisStoreOverCluster: the flags build a client and a batched store
+// that count across the slots of a real cluster, behind the breaker.
 func TestRedisStoreOverCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
@@ -234,8 +239,8 @@ func TestRedisStoreOverCluster(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store := newRedisStore(c, client, zaptest.NewLogger(t), nil)
 	t.Cleanup(func() { store.Close() })
-	if store.batched || store.breaker == nil {
-		t.Errorf("cluster store: batched %v, breaker %v; want unbatched (slots cannot share a script) with a breaker", store.batched, store.breaker)
+	if !store.batched || store.breaker == nil {
+		t.Errorf("cluster store: batched %v, breaker %v; want batched with a breaker", store.batched, store.breaker)
 	}
 	ctx := context.Background()
 	if err := store.Store.Ping(ctx); err != nil {

@@ -108,6 +108,31 @@ func TestStartWith(t *testing.T) {
 }
 
 // TestLaunch: without a testing.TB, in the given directory, with the given
+// TestClusterWithReplicas: three masters, each with a replica that follows
+// it, and the cluster serves.
+func TestClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := StartClusterWithReplicas(t, 3)
+	if len(c.Addrs) != 3 {
+		t.Fatalf("len(Addrs) = %d, want 3", len(c.Addrs))
+	}
+	for i, a := range c.Addrs {
+		v, err := do(ctx, c.Replica(i).Addr, "INFO", "replication")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := asString(v)
+		if got := "127.0.0.1:" + infoField(info, "master_port"); infoField(info, "role") != "slave" || got != a {
+			t.Errorf("Replica(%d) role %s of %s, want slave of %s", i, infoField(info, "role"), got, a)
+		}
+	}
+	cc := c.Client(t)
+	if err := cc.Set(ctx, "{x}k", 1, 0).Err(); err != nil {
+		t.Errorf("SET on a replicated cluster: %v", err)
+	}
+}
+
 // binary; errors are returned, not fatal.
 func TestLaunch(t *testing.T) {
 	t.Parallel()

@@ -11,6 +11,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -84,6 +85,8 @@ func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
 			}
 			return s
 		}},
+		{"cluster", func(b *testing.B) Store { return clusterStore(b, tracer, false) }},
+		{"cluster-batched", func(b *testing.B) Store { return clusterStore(b, tracer, true) }},
 	}
 	for _, st := range stores {
 		for _, n := range []int{1, 3} {
@@ -129,6 +132,28 @@ func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
 			})
 		}
 	}
+}
+
+// clusterStore returns a store over a new 3-master Redis Cluster, batched
+// or not, its script loaded. Its rt/op counts one round trip per node a
+// call or a batch's pipeline reaches.
+func clusterStore(b *testing.B, tracer trace.Tracer, batched bool) Store {
+	c := redistest.StartCluster(b, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { client.Close() })
+	o := redisstore.Options{Tracer: tracer, Timeout: 5 * time.Second}
+	s := redisstore.New(client, o)
+	if batched {
+		var err error
+		if s, err = redisstore.NewBatched(client, o, redisstore.BatchOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 // BenchmarkShouldRateLimitHotKey measures a denial of scenario (b): one key

@@ -14,10 +14,6 @@ import (
 // a batched Store after Close.
 var ErrBatcherClosed = errors.New("redisstore: batcher closed")
 
-// ErrClusterBatch is returned by NewBatched for a cluster client: requests
-// whose counters lie on different hash slots cannot share a script call.
-var ErrClusterBatch = errors.New("redisstore: a cluster client cannot be batched")
-
 // BatchOptions configure a batched Store (see NewBatched). Zero Workers and MaxBatch
 // take their defaults; a zero Linger sends every batch at once.
 type BatchOptions struct {
@@ -56,23 +52,27 @@ type BatchOptions struct {
 // well below one. With BatchOptions.Linger a busy worker also waits a little
 // for more requests first.
 //
+// On a cluster client (one with ForEachShard, MasterForKey and ReloadState)
+// a script may only touch one hash slot, so a batch is one script call per
+// slot, and the calls of one node go to it in one pipeline, every node's at
+// once: a batch costs each node it reaches one round trip. A Take whose
+// counters lie on several slots sends each slot's part in the batches and
+// gives back what was counted when a slot denies (see the package doc).
+//
 // A request whose context ended, or whose deadline (see callDeadline) passed,
 // before its batch was sent is not sent. If the call fails, every request in
 // it fails, as each would alone.
 //
-// Close stops the workers. For a cluster client (one with ForEachShard)
-// NewBatched fails with ErrClusterBatch, and only then: requests of
-// different hash slots cannot share a script, so a caller that is given a
-// cluster serves it with New, unbatched.
+// NewBatched fails only for negative options. Close stops the workers.
 func NewBatched(client scripter, ro Options, o BatchOptions) (*Store, error) {
-	s := New(client, ro)
-	if s.shards != nil {
-		return nil, ErrClusterBatch
+	if o.Workers < 0 || o.MaxBatch < 0 || o.Linger < 0 {
+		return nil, fmt.Errorf("redisstore: batch options %+v: want 0 (the default) or more", o)
 	}
-	if o.Workers <= 0 {
+	s := New(client, ro)
+	if o.Workers == 0 {
 		o.Workers = 1
 	}
-	if o.MaxBatch <= 0 {
+	if o.MaxBatch == 0 {
 		o.MaxBatch = 64
 	}
 	b := &batcher{s: s, opts: o, queue: make(chan *batchCall, o.Workers*o.MaxBatch), stop: make(chan struct{})}
@@ -111,6 +111,7 @@ type batchCall struct {
 	ctx      context.Context
 	deadline time.Time // of the Take (callDeadline)
 	request            // the worker reads reqs, which the caller leaves alone until done
+	slot     uint16    // on a cluster: the hash slot of every counter of request
 	vals     []any     // its part of the reply
 	err      error
 	done     chan struct{}
@@ -121,26 +122,46 @@ type batchCall struct {
 	roundTrip time.Duration
 }
 
-// take queues one Take that must end by deadline and waits for its part of
-// a batch's reply. The wait is bounded: first by the call in flight, whose
-// deadline came before this Take's (see send), then by this Take's batch,
-// whose deadline is the earliest of its Takes'. It fills info, when not
-// nil, with the batch the Take went in.
-func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result, info *callInfo) (bool, error) {
+// take queues one Take that must end by deadline, all of whose counters
+// lie on slot on a cluster, and waits for its part of a batch's reply. The
+// wait is bounded: first by the call in flight, whose deadline came before
+// this Take's (see send), then by this Take's batch, whose deadline is the
+// earliest of its Takes'. It fills info, when not nil, with the batch the
+// Take went in.
+func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result, info *callInfo, slot uint16) (bool, error) {
 	var queued time.Time
 	if info != nil {
 		queued = time.Now()
 	}
+	c, err := b.enqueue(ctx, deadline, newRequest(nowMs, reqs, nil), slot)
+	if err != nil {
+		return false, err
+	}
+	vals, err := b.wait(c, info, queued)
+	if err != nil {
+		return false, err
+	}
+	return parseRequest(vals, res)
+}
+
+// enqueue hands r, on slot, to the workers, for wait to collect.
+func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r request, slot uint16) (*batchCall, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.deadline, c.request, c.vals, c.err = ctx, deadline, newRequest(nowMs, reqs, nil), nil, nil
+	c.ctx, c.deadline, c.request, c.slot, c.vals, c.err = ctx, deadline, r, slot, nil, nil
 	b.mu.RLock()
+	defer b.mu.RUnlock()
 	if b.closed {
-		b.mu.RUnlock()
 		b.calls.Put(c)
-		return false, fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
+		return nil, fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
 	}
 	b.queue <- c
-	b.mu.RUnlock()
+	return c, nil
+}
+
+// wait waits for c's part of its batch's reply and returns it, or the
+// error of its call; c goes back to the pool. It fills info, when not nil,
+// with the batch c went in, queued at queued.
+func (b *batcher) wait(c *batchCall, info *callInfo, queued time.Time) ([]any, error) {
 	<-c.done
 	if info != nil && c.size > 0 {
 		info.batch, info.queued, info.roundTrip = c.size, c.sent.Sub(queued), c.roundTrip
@@ -149,10 +170,7 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 	c.ctx, c.request, c.vals, c.err = nil, request{}, nil, nil
 	c.size = 0
 	b.calls.Put(c)
-	if err != nil {
-		return false, err
-	}
-	return parseRequest(vals, res)
+	return vals, err
 }
 
 func (b *batcher) close() error {
@@ -182,6 +200,7 @@ type sendBuf struct {
 	live  []*batchCall
 	parts []request
 	call  callBuf
+	slots slotCalls // on a cluster
 }
 
 func (b *batcher) work() {
@@ -204,9 +223,6 @@ func (b *batcher) work() {
 		}
 		last = len(batch)
 		b.send(batch, buf)
-		for _, c := range batch {
-			c.done <- struct{}{}
-		}
 	}
 }
 
@@ -276,9 +292,10 @@ func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan ti
 	return b.fill(batch)
 }
 
-// send runs one script call for the batch's requests whose contexts are
-// still live and hands each its part of the reply. It leaves those calls in
-// buf.live.
+// send runs the script call of the batch's requests whose contexts are
+// still live (on a cluster, one per slot; see sendSlots), hands each its
+// part of the reply and tells every request of batch, live or not, that it
+// is done, exactly once (see finish).
 func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	var deadline time.Time
 	live := buf.live[:0]
@@ -291,6 +308,7 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 		}
 		if err != nil {
 			c.err = fmt.Errorf("%w: not sent: %w", window.ErrStore, err) // nothing counted
+			c.done <- struct{}{}
 			continue
 		}
 		// The earliest deadline bounds the call: a Take must not wait past
@@ -305,39 +323,63 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	if len(live) == 0 {
 		return
 	}
-	parts := buf.parts[:0]
-	for _, c := range live {
-		parts = append(parts, c.request)
-	}
-	args := buf.call.build(parts)
-	defer func() {
-		buf.call.release() // let go of the keys
-		clear(parts)       // and of the requests
-		buf.parts = parts[:0]
-	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var sent time.Time
 	if b.s.tracer != nil {
 		sent = time.Now()
 	}
+	if b.s.shards != nil {
+		b.sendSlots(ctx, live, buf, sent)
+		return
+	}
+	args := buf.call.build(buf.requests(live))
 	v, err := b.s.script(ctx, args)
+	buf.call.release() // let go of the keys
+	clear(buf.parts)   // and of the requests
+	deliver(live, v, err)
+	b.finish(live, len(live), sent)
+}
+
+// finish tells calls, of a batch of size requests sent at sent, that their
+// answers are in; a traced store's calls first learn their batch's size and
+// round trip (see callInfo). A call may go back to the pool and into
+// another batch as soon as it is told.
+func (b *batcher) finish(calls []*batchCall, size int, sent time.Time) {
 	if b.s.tracer != nil {
 		rt := time.Since(sent)
-		for _, c := range live {
-			c.sent, c.size, c.roundTrip = sent, len(live), rt
+		for _, c := range calls {
+			c.sent, c.size, c.roundTrip = sent, size, rt
 		}
 	}
+	for _, c := range calls {
+		c.done <- struct{}{}
+	}
+}
+
+// requests returns the requests of calls in buf.parts.
+func (buf *sendBuf) requests(calls []*batchCall) []request {
+	parts := buf.parts[:0]
+	for _, c := range calls {
+		parts = append(parts, c.request)
+	}
+	buf.parts = parts
+	return parts
+}
+
+// deliver hands each of calls its part of v, the reply of the script call
+// they shared, or the call's error.
+func deliver(calls []*batchCall, v any, err error) {
 	var vals []any
 	if err == nil {
 		vals, err = replyValues(v)
 	}
-	for _, c := range live {
+	for _, c := range calls {
 		if err != nil {
-			c.err = fmt.Errorf("%w: take (batch of %d): %w", window.ErrStore, len(live), err)
+			c.err = fmt.Errorf("%w: take (batch of %d): %w", window.ErrStore, len(calls), err)
 			continue
 		}
-		part, rest, cerr := cutReply(vals, c.short, len(c.reqs))
+		part, rest, cerr := cutReply(vals, c.short, c.len())
 		if cerr != nil {
 			c.err = cerr
 			continue

@@ -57,7 +57,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		if i == expired {
 			deadline = time.Now().Add(-time.Millisecond)
 		}
-		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, request: newRequest(now.UnixMilli(), reqs, nil)})
+		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, request: newRequest(now.UnixMilli(), reqs, nil), done: make(chan struct{}, 1)})
 	}
 	before := s.RoundTrips()
 	buf := &sendBuf{}

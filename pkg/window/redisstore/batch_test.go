@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
@@ -89,19 +87,13 @@ func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	}
 }
 
-// shardedFake is a client with ForEachShard, which New takes for a
-// cluster client.
-type shardedFake struct{ scripter }
-
-func (shardedFake) ForEachShard(context.Context, func(context.Context, *redis.Client) error) error {
-	return nil
-}
-
-// TestNewBatchedRefusesCluster: requests of different slots cannot share a
-// script, so a cluster client is not batched, and NewBatched says so.
-func TestNewBatchedRefusesCluster(t *testing.T) {
+// TestNewBatchedRefusesNegativeOptions: zero takes the defaults, a negative
+// value is a mistake.
+func TestNewBatchedRefusesNegativeOptions(t *testing.T) {
 	t.Parallel()
-	if s, err := NewBatched(shardedFake{}, Options{}, BatchOptions{}); !errors.Is(err, ErrClusterBatch) || s != nil {
-		t.Errorf("NewBatched over a cluster client = %v, %v, want nil, ErrClusterBatch", s, err)
+	for _, o := range []BatchOptions{{Workers: -1}, {MaxBatch: -1}, {Linger: -time.Millisecond}} {
+		if s, err := NewBatched(nil, Options{}, o); err == nil || s != nil {
+			t.Errorf("NewBatched(%+v) = %v, %v, want an error", o, s, err)
+		}
 	}
 }

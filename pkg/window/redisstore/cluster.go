@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -19,6 +20,25 @@ type slotGroup struct {
 	taken bool  // the take script ran and allowed: its hits are counted
 }
 
+// sameSlot returns the hash slot of the current windows' keys of reqs and
+// whether they all share it, as a Take of one counter, or of counters with
+// one hash tag, does.
+func sameSlot(nowMs int64, reqs []window.Request) (uint16, bool) {
+	var a [128]byte
+	buf := a[:0]
+	var id uint16
+	for i := range reqs {
+		r := &reqs[i]
+		buf = window.AppendWindow(append(buf[:0], r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds()))
+		if s := slot(buf); i == 0 {
+			id = s
+		} else if s != id {
+			return 0, false
+		}
+	}
+	return id, true
+}
+
 // groupBySlot splits reqs by the hash slot of their current window's key,
 // in order of first appearance.
 func groupBySlot(nowMs int64, reqs []window.Request) []*slotGroup {
@@ -27,7 +47,7 @@ func groupBySlot(nowMs int64, reqs []window.Request) []*slotGroup {
 	for i := range reqs {
 		r := &reqs[i]
 		buf = window.AppendWindow(append(buf[:0], r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds()))
-		id := slot(string(buf))
+		id := slot(buf)
 		var g *slotGroup
 		for _, h := range groups {
 			if h.slot == id {
@@ -94,22 +114,23 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 }
 
 // runGroups runs the script for idx(g) of every group that has not failed
-// yet, all in parallel, writes the Results and reports each answer to done.
+// yet, all at once, writes the Results and reports each answer to done.
 // A group whose call fails gets its err set.
 //
-// Each group is its own command rather than one ClusterClient pipeline:
-// when a pipeline's retry for a failing node gives up, go-redis sets that
-// error on every command of the pipeline, also on those other nodes
-// answered, and a healthy slot would then look failed.
+// Unbatched, each group is its own command, in parallel, rather than one
+// ClusterClient pipeline: when a pipeline's retry for a failing node gives
+// up, go-redis sets that error on every command of the pipeline, also on
+// those other nodes answered, and a healthy slot would then look failed.
+// Batched, each group joins the batch of its slot, which the worker
+// pipelines to that slot's node with other Takes' requests (see
+// sendSlots), one node's failure kept to that node's calls.
 func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Request, res []window.Result, groups []*slotGroup,
 	idx func(*slotGroup) []int, done func(g *slotGroup, allowed bool)) {
 	type call struct {
-		g     *slotGroup
-		idx   []int
-		args  []any
-		v     any
-		trips int
-		err   error
+		g    *slotGroup
+		idx  []int
+		vals []any
+		err  error
 	}
 	var calls []*call
 	for _, g := range groups {
@@ -117,34 +138,46 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 			continue
 		}
 		if ix := idx(g); len(ix) > 0 {
-			args := newCall(nowMs, reqs, ix)
-			calls = append(calls, &call{g: g, idx: ix, args: args})
+			calls = append(calls, &call{g: g, idx: ix})
 		}
 	}
 	if len(calls) == 0 {
 		return
 	}
-	var wg sync.WaitGroup
-	for _, c := range calls {
-		wg.Go(func() { c.v, c.trips, c.err = s.eval(ctx, c.args) })
+	if s.batch != nil {
+		dl, _ := ctx.Deadline() // take set it
+		queued := make([]*batchCall, len(calls))
+		for i, c := range calls {
+			queued[i], c.err = s.batch.enqueue(ctx, dl, newRequest(nowMs, reqs, c.idx), c.g.slot)
+		}
+		for i, c := range calls {
+			if queued[i] != nil {
+				c.vals, c.err = s.batch.wait(queued[i], nil, time.Time{})
+			}
+		}
+	} else {
+		var wg sync.WaitGroup
+		for _, c := range calls {
+			wg.Go(func() {
+				v, trips, err := s.eval(ctx, newCall(nowMs, reqs, c.idx))
+				s.roundTrips.Add(uint64(trips))
+				if err == nil {
+					c.vals, err = replyValues(v)
+				}
+				c.err = err
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
-	// One parallel step is one round trip; two where a node lost the
-	// script and needed it sent again.
-	trips := 0
-	for _, c := range calls {
-		trips = max(trips, c.trips)
-	}
-	s.roundTrips.Add(uint64(trips))
 	for _, c := range calls {
 		sub := make([]window.Result, len(c.idx))
 		ok, err := false, c.err
 		if err == nil {
-			ok, err = parseTake(c.v, sub)
+			ok, err = parseRequest(c.vals, sub)
 		}
 		if err != nil {
 			if !errors.Is(err, window.ErrStore) {
-				err = fmt.Errorf("%w: take %q: %w", window.ErrStore, c.args[3], err)
+				err = fmt.Errorf("%w: take %q: %w", window.ErrStore, reqs[c.idx[0]].Key, err)
 			}
 			c.g.err = err
 			continue

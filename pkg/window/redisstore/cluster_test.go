@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,7 +86,8 @@ func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n i
 }
 
 // TestClusterRoundTrips: a request whose counters share a slot is one round
-// trip, as on a single node; one over three nodes is one parallel step.
+// trip, as on a single node; one over three nodes is one parallel step of
+// three round trips, one to each node.
 func TestClusterRoundTrips(t *testing.T) {
 	t.Parallel()
 	_, _, s, tags := clusterStore(t, 1)
@@ -100,15 +102,15 @@ func TestClusterRoundTrips(t *testing.T) {
 	if !ok {
 		t.Errorf("three-slot Take denied, want allowed")
 	}
-	if got := s.RoundTrips(); got != 2 {
-		t.Errorf("RoundTrips = %d after a three-slot Take, want 2 (one parallel step)", got)
+	if got := s.RoundTrips(); got != 4 {
+		t.Errorf("RoundTrips = %d after a three-slot Take, want 4 (1, then one to each node)", got)
 	}
 }
 
 // TestClusterRecoversFromFlushedScripts: after SCRIPT FLUSH, a multi-slot
 // Take sends the source to the nodes that answer NOSCRIPT (nothing ran
-// there), one more parallel step, and counts once; the source it sent is
-// cached, so the next Take is one step again.
+// there), one more round trip each, and counts once; the source it sent is
+// cached, so the next Take is one round trip per node again.
 func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 	t.Parallel()
 	_, cc, s, tags := clusterStore(t, 1)
@@ -119,7 +121,7 @@ func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 	three := func(hits uint64) []window.Request {
 		return []window.Request{req(tags[0][0], 2, hits), req(tags[1][0], 2, hits), req(tags[2][0], 2, hits)}
 	}
-	for i, wantTrips := range []uint64{2, 1} {
+	for i, wantTrips := range []uint64{6, 3} {
 		before := s.RoundTrips()
 		if ok, _ := take(t, s, t0, three(1)...); !ok {
 			t.Fatalf("Take %d after SCRIPT FLUSH denied, want allowed", i)
@@ -139,13 +141,22 @@ func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 // TestClusterExactUnderConcurrency: two replicas (stores with their own
 // clients) and many goroutines sending requests with counters on three
 // nodes never admit more than a limit, and a denied request leaves no hits
-// behind once its Take has returned.
+// behind once its Take has returned; unbatched and batched.
 func TestClusterExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			t.Parallel()
+			testClusterExact(t, batched)
+		})
+	}
+}
+
+func testClusterExact(t *testing.T, batched bool) {
 	c := redistest.StartCluster(t, 3)
 	probe := clusterClient(t, c)
-	tags := tagsByNode(t, probe, c, 2)
-	stores := []*Store{New(clusterClient(t, c), Options{}), New(clusterClient(t, c), Options{})}
+	tags := tagsByNode(t, probe, c, 3)
+	stores := []*Store{clusterReplica(t, c, batched), clusterReplica(t, c, batched)}
 	const workers, each = 16, 20
 
 	hammer := func(reqs []window.Request) int {
@@ -192,6 +203,79 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 		}
 		t.Logf("admitted %d with limits 60 and 80", got)
 	})
+	t.Run("one slot per request", func(t *testing.T) {
+		// Each worker's requests lie on one slot (a minute and an hour
+		// counter of one tag), the workers' on slots of every node: each
+		// batch is a script per slot, pipelined per node.
+		const limit = 50
+		before := stores[0].RoundTrips() + stores[1].RoundTrips()
+		var admitted [3]atomic.Int64
+		storetest.AdmitConcurrently(t, workers, each, func(w int) (bool, error) {
+			node := w % 3
+			minute, hour := req(tags[node][2], limit, 1), req(tags[node][2], 1_000_000, 1)
+			hour.Size = time.Hour
+			reqs := []window.Request{minute, hour}
+			ok, err := stores[w%2].Take(context.Background(), t0, reqs, make([]window.Result, 2))
+			if ok {
+				admitted[node].Add(1)
+			}
+			return ok, err
+		})
+		for node := range admitted {
+			if got := admitted[node].Load(); got != limit {
+				t.Errorf("node %d's counter admitted %d, want exactly %d", node, got, limit)
+			}
+		}
+		rt := stores[0].RoundTrips() + stores[1].RoundTrips() - before
+		t.Logf("%d decisions in %d round trips (%.3f per decision)", workers*each, rt, float64(rt)/float64(workers*each))
+		if batched && rt >= workers*each {
+			t.Errorf("%d round trips for %d concurrent decisions: nothing was coalesced", rt, workers*each)
+		}
+	})
+}
+
+// clusterReplica returns a store over a client of its own to c, as a
+// replica of the sidecar has: batched or not, with a timeout generous
+// enough for a loaded machine (these tests count, they do not time).
+func clusterReplica(t *testing.T, c *redistest.Cluster, batched bool) *Store {
+	t.Helper()
+	o := Options{Timeout: 5 * time.Second}
+	if !batched {
+		return New(clusterClient(t, c), o)
+	}
+	s := mustBatched(t, clusterClient(t, c), o, BatchOptions{})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestClusterBatchedRoundTrips: batched on a cluster, a lone request is
+// still one round trip, and a lone request over three nodes' slots one to
+// each node.
+func TestClusterBatchedRoundTrips(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	tags := tagsByNode(t, clusterClient(t, c), c, 1)
+	s := clusterReplica(t, c, true)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		before := s.RoundTrips()
+		ok, res := take(t, s, t0, req(tags[0][0], 2, 1))
+		if ok != (i < 2) || res[0].Count != uint64(min(i+1, 2)) {
+			t.Errorf("call %d: %v %+v", i, ok, res[0])
+		}
+		if got := s.RoundTrips() - before; got != 1 {
+			t.Errorf("lone call %d: %d round trips, want 1", i, got)
+		}
+	}
+	before := s.RoundTrips()
+	if ok, _ := take(t, s, t0, req(tags[0][0], 10, 1), req(tags[1][0], 10, 1), req(tags[2][0], 10, 1)); !ok {
+		t.Errorf("three-slot Take denied, want allowed")
+	}
+	if got := s.RoundTrips() - before; got != 3 {
+		t.Errorf("three-slot Take: %d round trips, want 3 (one to each node)", got)
+	}
 }
 
 // TestClusterNodeDown: with one master stopped, counters on the others keep

@@ -39,15 +39,18 @@
 // NewBatched coalesces concurrent Takes into one script call, which costs
 // Redis one invocation and one round trip for the whole batch, while the
 // script still decides each request alone. A lone request is sent at once.
-// It refuses a cluster client (ErrClusterBatch): requests on different hash
-// slots cannot share a script, so a cluster is served by New, unbatched.
+// On Redis Cluster a batch is one script call per hash slot, and the calls
+// of the slots one node serves go to it in one pipeline, all nodes at once:
+// a batch costs each node it reaches one round trip.
 //
 // # Redis Cluster
 //
 // A script may only touch keys of one hash slot. Counter keys carry a hash
 // tag per descriptor (see window.AppendKeyHead), so a request whose counters
 // share a slot (always the case with one descriptor) is still one EVALSHA.
-// A request over several slots runs one script per slot, all in parallel.
+// A request over several slots runs one script per slot, all in parallel
+// (batched, each slot's part joins the batch, with other requests of its
+// slot and node).
 // If any slot denies, the slots that allowed, and so counted, are given
 // their hits back in a second parallel step, charges excepted: a denied
 // request still consumes no quota but its charges once Take returns. In
@@ -61,6 +64,19 @@
 // sliding-window key fails with CROSSSLOT. When some slots fail (a node
 // down) and others answer, Take returns a *window.PartialError naming the
 // failed requests.
+//
+// Script calls are never resent after a timeout or a lost connection, when
+// the script may have run. A call is sent again only after an answer that
+// says it did not run: MOVED or ASK (a reshard or a failover moved the slot;
+// the cluster client follows and learns the new layout), TRYAGAIN (a slot
+// half migrated holds some of the call's keys on each side), CLUSTERDOWN,
+// READONLY, LOADING, NOSCRIPT, or a connection that could not be made, until
+// the Take's deadline. So a reshard neither loses nor double-counts a hit. A
+// failover by CLUSTER FAILOVER, which waits for the replica to catch up,
+// loses none either; a master that dies takes with it the writes it
+// acknowledged but had not yet replicated (Redis replicates asynchronously),
+// and those hits are admitted again: under a failover a counter admits at
+// most its limit plus the hits lost in it.
 //
 // # Tracing
 //

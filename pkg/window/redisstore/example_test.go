@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -27,15 +26,16 @@ func ExampleNew() {
 	fmt.Println(allowed, res[0].Count, err)
 }
 
-// A batched store where the topology allows it: a cluster client is served
-// unbatched.
+// A batched store, over one node, Sentinel or a cluster (with several
+// addresses, NewUniversalClient makes a cluster client): concurrent Takes
+// share script calls, on a cluster one per hash slot, pipelined per node.
 func ExampleNewBatched() {
 	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"localhost:6379"}, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer client.Close()
-	o := redisstore.Options{Timeout: 50 * time.Millisecond}
-	store, err := redisstore.NewBatched(client, o, redisstore.BatchOptions{})
-	if errors.Is(err, redisstore.ErrClusterBatch) {
-		store = redisstore.New(client, o)
+	store, err := redisstore.NewBatched(client, redisstore.Options{Timeout: 50 * time.Millisecond}, redisstore.BatchOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
 	defer store.Close()
 	if err := store.Ping(context.Background()); err != nil {

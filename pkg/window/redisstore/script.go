@@ -4,7 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,27 +27,103 @@ func (s *Store) script(ctx context.Context, args []any) (any, error) {
 	return v, err
 }
 
-// eval sends one call of the take script: EVALSHA, and the source itself
-// after NOSCRIPT, which means nothing ran (a restarted or flushed Redis, a
-// cluster node that never saw the script), so sending it again cannot count
-// twice; EVAL also caches the script for the next EVALSHA. trips is how many
-// round trips that took, 1 or 2.
+// eval sends one call of the take script and, after an answer that means
+// the script did not run, sends it again (see redo). trips is how many round
+// trips that took: 1, or 2 when a node had lost the script.
 func (s *Store) eval(ctx context.Context, args []any) (v any, trips int, err error) {
 	cmd := scriptCmd(ctx, false, args)
-	err = s.client.Process(ctx, cmd)
-	trips = 1
-	if err != nil && isNoScript(err) {
-		cmd = scriptCmd(ctx, true, args)
-		err = s.client.Process(ctx, cmd)
-		trips = 2
+	if err = s.client.Process(ctx, cmd); err != nil {
+		v, trips, err = s.redo(ctx, args, err)
+		return v, trips + 1, err
 	}
-	return cmd.Val(), trips, err
+	return cmd.Val(), 1, nil
+}
+
+// redo sends the call args again, through the store's client, after err,
+// for as long as the answer means the script did not run and ctx allows:
+//
+//   - NOSCRIPT (a restarted or flushed Redis, a cluster node that never saw
+//     the script): the source itself goes as EVAL, which also caches it for
+//     the next EVALSHA;
+//   - on a cluster, MOVED and ASK (a slot that moved in a reshard or a
+//     failover; the cluster client follows the redirection and learns the
+//     new layout), TRYAGAIN (a slot half migrated, some of the call's keys
+//     on each side), CLUSTERDOWN, READONLY and LOADING (a node that is not,
+//     or not yet, the slot's master), and a connection that could not be
+//     made (nothing was sent): again after a pause.
+//
+// Anything else, above all a timeout or a connection lost while the call was
+// out, is returned as it is: the script may have run, and a second run
+// would count twice. trips is the round trips redo took.
+func (s *Store) redo(ctx context.Context, args []any, err error) (v any, trips int, _ error) {
+	source := false
+	for {
+		switch {
+		case isNoScript(err) && !source:
+			source = true
+		case s.shards != nil && notRun(err):
+			if isDial(err) {
+				s.shards.ReloadState(ctx) // the node may be gone for good: ask the others
+			}
+			if pause(ctx, trips) != nil {
+				return nil, trips, err
+			}
+		default:
+			return nil, trips, err
+		}
+		cmd := scriptCmd(ctx, source, args)
+		err = s.client.Process(ctx, cmd)
+		trips++
+		if err == nil {
+			return cmd.Val(), trips, nil
+		}
+	}
+}
+
+// notRun reports whether err, the answer of a cluster node to a script
+// call, means the script did not run (see redo), NOSCRIPT aside.
+func notRun(err error) bool {
+	if _, ok := redis.IsMovedError(err); ok {
+		return true
+	}
+	if _, ok := redis.IsAskError(err); ok {
+		return true
+	}
+	return redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err) ||
+		redis.IsLoadingError(err) || isDial(err)
+}
+
+// isDial reports whether err is a failure to connect, before anything was
+// sent.
+func isDial(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// pause waits before the n-th redo (from 0): not at all before the first,
+// then 2 ms doubling up to 100 ms, or until ctx ends, when it returns ctx's
+// error. A slot in migration or a master being replaced answers again
+// within milliseconds to seconds; the caller's deadline bounds the wait.
+func pause(ctx context.Context, n int) error {
+	if n == 0 {
+		return ctx.Err()
+	}
+	d := min(2*time.Millisecond<<min(n-1, 6), 100*time.Millisecond)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // noRetryCmd is a script call that go-redis must never resend on its own:
 // a ClusterClient retries timeouts and EOFs whatever MaxRetries says, unless
 // the command says NoRetry, and a script that ran once must not count twice.
 // Redirections (MOVED, ASK) are still followed: the script did not run.
+// The store sends again itself what it knows did not run (see redo).
 type noRetryCmd struct{ *redis.Cmd }
 
 func (noRetryCmd) NoRetry() bool { return true }

@@ -22,9 +22,13 @@ type scripter interface {
 }
 
 // sharded is the part of a *redis.ClusterClient that tells a Store its
-// counters are spread over nodes.
+// counters are spread over nodes: it reaches each node (Ping), names the
+// master of a slot from the client's view of the cluster (a batch's
+// per-node pipelines) and refreshes that view after a node failed.
 type sharded interface {
 	ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ReloadState(ctx context.Context)
 }
 
 // Store is a window.Store whose counters live in Redis and are shared by
@@ -32,7 +36,8 @@ type sharded interface {
 // or behind Sentinel each Take is one EVALSHA of the embedded script; on
 // Redis Cluster a request whose counters lie on several hash slots is one
 // script per slot, in parallel, with refunds when a slot denies (see the
-// package doc).
+// package doc). A batched Store (NewBatched) shares its script calls among
+// concurrent Takes, on a cluster one per slot, pipelined per node.
 //
 // Every Take is bounded by Options.Timeout, or sooner by nine tenths of
 // the way to ctx's deadline, so a caller need not wrap its context in a
@@ -44,8 +49,9 @@ type sharded interface {
 // Timeout can be overrun, by the call in flight.
 //
 // Script calls are never retried by go-redis (a retried script could count
-// twice), except after a NOSCRIPT error or a cluster redirection, when
-// nothing ran. The client should also have ContextTimeoutEnabled on, so that
+// twice). The store sends a call again only after an answer that means
+// nothing ran: NOSCRIPT, and on a cluster a redirection, TRYAGAIN,
+// CLUSTERDOWN or a connection that could not be made (see redo). The client should also have ContextTimeoutEnabled on, so that
 // the deadline bounds the call, and MaxRetries -1. A Store is safe for
 // concurrent use; it does not own the client and does not close it.
 type Store struct {
@@ -70,8 +76,9 @@ type Options struct {
 
 // New returns an unbatched Store over client: a redis.UniversalClient
 // (*redis.Client, a Sentinel failover client, *redis.ClusterClient), or
-// anything with the same methods. A client with a ForEachShard method is
-// treated as a cluster: counters are grouped by hash slot.
+// anything with the same methods. A client with the methods of a
+// *redis.ClusterClient that name its nodes (ForEachShard, MasterForKey,
+// ReloadState) is treated as a cluster: counters are grouped by hash slot.
 func New(client scripter, o Options) *Store {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
@@ -126,9 +133,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// RoundTrips returns how many calls this store has sent to Redis, for
-// measuring round trips per decision. On a cluster, one parallel step over
-// several slots counts as one.
+// RoundTrips returns how many round trips this store has made to Redis, for
+// measuring round trips per decision: each script call sent alone, and each
+// pipeline of a batch's script calls to one cluster node, counts one. A
+// step that reaches three cluster nodes in parallel counts three.
 func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 
 // Take checks every request against its counter at now and, only if every
@@ -153,20 +161,25 @@ func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, 
 	nowMs := now.UnixMilli()
 	res = res[:len(reqs)]
 	dl := callDeadline(ctx, time.Now(), s.timeout)
-	if s.batch != nil {
-		// No context per Take here: the batch's call gets one.
-		return s.batch.take(ctx, dl, nowMs, reqs, res, info)
-	}
-	ctx, cancel := context.WithDeadline(ctx, dl)
-	defer cancel()
+	var id uint16 // the one hash slot of reqs, on a cluster
 	if s.shards != nil {
-		if groups := groupBySlot(nowMs, reqs); len(groups) > 1 {
+		var one bool
+		if id, one = sameSlot(nowMs, reqs); !one {
+			ctx, cancel := context.WithDeadline(ctx, dl)
+			defer cancel()
+			groups := groupBySlot(nowMs, reqs)
 			if info != nil {
 				info.slots = len(groups)
 			}
 			return s.takeSlots(ctx, nowMs, reqs, res, groups)
 		}
 	}
+	if s.batch != nil {
+		// No context per Take here: the batch's call gets one.
+		return s.batch.take(ctx, dl, nowMs, reqs, res, info, id)
+	}
+	ctx, cancel := context.WithDeadline(ctx, dl)
+	defer cancel()
 	args := newCall(nowMs, reqs, nil)
 	return s.run(ctx, args, res)
 }
