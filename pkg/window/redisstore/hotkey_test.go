@@ -203,7 +203,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 				res := make([]window.Result, len(own))
 				g.res = append(g.res, res)
 				if run != 1 {
-					batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Minute), request: newRequest(now.UnixMilli(), own, nil)})
+					batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Minute), request: newRequest(now.UnixMilli(), own, nil), done: make(chan struct{}, 1)})
 					continue
 				}
 				ok, err := alone.Take(ctx, now, own, res)
