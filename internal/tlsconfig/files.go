@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -43,7 +44,14 @@ type source struct {
 	log           *zap.Logger
 	build         func(*material) (any, error)
 
-	mu    sync.Mutex
+	// last is read by every handshake without a lock; mu serializes the
+	// loads that replace it.
+	last atomic.Pointer[loaded]
+	mu   sync.Mutex
+}
+
+// loaded is the outcome of the last load tried.
+type loaded struct {
 	tried [3]os.FileInfo // of cert, key and ca at the last load tried; nil if missing
 	good  *material
 }
@@ -55,33 +63,38 @@ func newSource(cert, key, ca string, log *zap.Logger, build func(*material) (any
 		log = zap.NewNop()
 	}
 	s := &source{cert: cert, key: key, ca: ca, log: log, build: build}
-	s.tried = s.stat()
+	st := s.stat()
 	m, err := s.load()
 	if err != nil {
 		return nil, err
 	}
-	s.good = m
+	s.last.Store(&loaded{tried: st, good: m})
 	s.logLoad(m, "tls: loaded certificates")
 	return s, nil
 }
 
 // current returns the last good material, after loading the files again
 // if one of them changed since the last load tried. Safe for concurrent
-// use.
+// use: handshakes stat the files concurrently and take the lock only
+// when they changed.
 func (s *source) current() *material {
+	st := s.stat()
+	if l := s.last.Load(); same(st, l.tried) {
+		return l.good
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.stat()
-	if same(st, s.tried) {
-		return s.good
+	l := s.last.Load()
+	if same(st, l.tried) { // another handshake loaded this change
+		return l.good
 	}
-	s.tried = st
 	m, err := s.load()
 	if err != nil {
+		s.last.Store(&loaded{tried: st, good: l.good})
 		s.log.Error("tls: a changed certificate file cannot be used; the last good certificates are kept", zap.Error(err))
-		return s.good
+		return l.good
 	}
-	s.good = m
+	s.last.Store(&loaded{tried: st, good: m})
 	s.logLoad(m, "tls: reloaded certificates")
 	return m
 }

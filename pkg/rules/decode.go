@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"strings"
@@ -164,7 +165,7 @@ func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
 
 func (d *decoder) decode(data []byte) *File {
 	var doc yaml.Node
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		d.problems = append(d.problems, Problem{File: d.file, Line: yamlErrorLine(err), Msg: "not valid YAML: " + err.Error()})
 		return nil

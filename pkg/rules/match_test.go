@@ -70,11 +70,7 @@ descriptors:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ""
-			if limits := d.Match(tt.entries); limits != nil {
-				got = limits[0].Name
-			}
-			if got != tt.want {
+			if got := matchName(d, tt.entries); got != tt.want {
 				t.Errorf("Match(%v) = %q, want %q", tt.entries, got, tt.want)
 			}
 		})
