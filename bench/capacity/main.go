@@ -31,7 +31,7 @@ func main() {
 }
 
 // measured are the medians of the harness run docs/capacity.md quotes (3 alternating runs of 4 s, see there),
-// one cost set per scenario: (a) is the sidecar on one Redis, batched; (cl) on a 3-master cluster, where each
+// one cost set per scenario, measured before Cluster batching: (a) is the sidecar on one Redis, batched; (cl) on a 3-master cluster, where each
 // decision is its own script call; (ref) envoyproxy/ratelimit on one Redis. Set a-load is (a) with Redis's
 // cost per decision at high load, from BenchmarkShardCeiling/fixed (median of 3 runs of 3 s).
 var measured = []costs{
@@ -51,7 +51,7 @@ var labels = map[string]string{
 	"s":      "sidecar, sliding window (s)",
 	"c":      "sidecar, 3 descriptors (c)",
 	"h":      "sidecar, half on 10 hot keys (h)",
-	"cl":     "sidecar on Cluster today, unbatched (cl)",
+	"cl":     "sidecar on Cluster before batching (cl)",
 	"ref":    "envoyproxy/ratelimit (ref)",
 }
 

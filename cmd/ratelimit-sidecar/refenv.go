@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 )
 
 // envoyproxy/ratelimit is configured by environment variables only, and the
@@ -132,7 +134,7 @@ func (m *refMapping) apply(fs *flag.FlagSet, set map[string]bool) []error {
 		if i := firstSet(s.guard, set); i >= 0 {
 			for _, n := range s.from {
 				if m.getenv(n) != "" {
-					m.note(n, fmt.Sprintf("not used: -%s, given by flag or %s, wins", s.guard[i], envName(s.guard[i])), false)
+					m.note(n, fmt.Sprintf("not used: -%s, given by flag or %s, wins", s.guard[i], config.EnvName(s.guard[i])), false)
 				}
 			}
 			continue
@@ -227,11 +229,6 @@ func intConv(name, v string) (string, error) {
 		return "", fmt.Errorf("%s=%q: want a whole number", name, v)
 	}
 	return v, nil
-}
-
-// envName is config.EnvName, for messages.
-func envName(flagName string) string {
-	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // runtimePath joins RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and

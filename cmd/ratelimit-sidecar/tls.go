@@ -74,14 +74,21 @@ func (c *grpcTLSConfig) serverOption(log *zap.Logger) (grpc.ServerOption, error)
 		ClientSAN:    c.clientSAN,
 		Logger:       log.With(zap.String("tls", "grpc-server")),
 	})
-	var fe *tlsconfig.FileError
-	if errors.As(err, &fe) {
-		return nil, fmt.Errorf("%s: %w", grpcTLSSettings[fe.Role], err)
-	}
 	if err != nil {
-		return nil, err
+		return nil, nameFileError(err, grpcTLSSettings)
 	}
 	return grpc.Creds(credentials.NewTLS(cfg)), nil
+}
+
+// nameFileError puts the settings that name a tlsconfig.FileError's file
+// (settings, by its role) in front of err; other errors are returned as
+// they are.
+func nameFileError(err error, settings map[string]string) error {
+	var fe *tlsconfig.FileError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", settings[fe.Role], err)
+	}
+	return err
 }
 
 // xdsTLSSettings names the xDS client's files in errors, by the
@@ -109,9 +116,8 @@ func xdsClientCredentials(cert, key, ca, san string, log *zap.Logger) (credentia
 		ServerName: san,
 		Logger:     log.With(zap.String("tls", "xds-client")),
 	})
-	var fe *tlsconfig.FileError
-	if errors.As(err, &fe) {
-		return nil, fmt.Errorf("%s: %w", xdsTLSSettings[fe.Role], err)
+	if err != nil {
+		return nil, nameFileError(err, xdsTLSSettings)
 	}
-	return creds, err
+	return creds, nil
 }

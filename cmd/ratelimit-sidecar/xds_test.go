@@ -79,6 +79,16 @@ func waitHealthcheck(t *testing.T, p *refProcess, code int) {
 	}
 }
 
+// waitLog waits until the sidecar has logged a line with msg.
+func waitLog(t *testing.T, p *refProcess, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); p.log.count(msg) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line %q after 10s; log:\n%s", msg, p.log)
+		}
+	}
+}
+
 // rulesStatus returns GET /rules.
 func rulesStatus(t *testing.T, p *refProcess) map[string]any {
 	t.Helper()
@@ -129,7 +139,7 @@ func TestReferenceEnvoyGateway(t *testing.T) {
 	}
 
 	srv.Stop()
-	time.Sleep(300 * time.Millisecond) // reconnections fail meanwhile
+	waitLog(t, p, "xDS stream ended; the last good rules keep serving")
 	wantAllowed(t, c, "carol", 2)
 	waitHealthcheck(t, p, 200)
 	srv2 := xdstest.StartAt(t, srv.Addr, "envoy-ratelimit")
@@ -160,7 +170,7 @@ func TestXDSNotServingBeforeFirstPush(t *testing.T) {
 		}
 		return resp.Status
 	}
-	time.Sleep(300 * time.Millisecond) // the store has answered
+	waitLog(t, p, "store reachable: not serving until the first rules come")
 	v := srv.Push(xdstest.EnvoyGatewayConfig(egListener, 5, rlsconfv3.RateLimitUnit_UNKNOWN))
 	srv.WaitNack(v, 10*time.Second)
 	if got, _ := httpGet(t, "http://"+p.httpAddr+"/healthcheck"); got != 500 {
