@@ -1,5 +1,6 @@
-// Package storetest holds what the tests of window's stores share: driving
-// one or more stores from many goroutines and counting what they admit.
+// Package storetest holds what the tests of window's stores share: a start
+// time and request and Take helpers, and driving one or more stores from
+// many goroutines and counting what they admit.
 package storetest
 
 import (
@@ -11,6 +12,27 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
+
+// T0 is the start of a minute window, so tests know where boundaries are.
+var T0 = time.UnixMilli(1_763_800_020_000)
+
+// Req returns a fixed-window request of hits on a minute counter of limit,
+// whose key is key in a hash tag.
+func Req(key string, limit uint64, hits uint64) window.Request {
+	return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
+}
+
+// Take takes reqs from s at now and returns the answer; an error fails the
+// test.
+func Take(t testing.TB, s window.Store, now time.Time, reqs ...window.Request) (bool, []window.Result) {
+	t.Helper()
+	res := make([]window.Result, len(reqs))
+	ok, err := s.Take(context.Background(), now, reqs, res)
+	if err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	return ok, res
+}
 
 // AdmitConcurrently calls take from workers goroutines, each times, with
 // the goroutine's number, and returns how many calls were allowed; an error

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// burst returns n arrivals, in ms after t0, spread evenly over [from, from+span).
+// burst returns n arrivals, in ms after storetest.T0, spread evenly over [from, from+span).
 func burst(from, span int64, n int) []int64 {
 	out := make([]int64, n)
 	for i := range out {
@@ -40,7 +41,7 @@ func TestBoundaryBurstExample(t *testing.T) {
 		var n int
 		var second []int64
 		for _, ms := range arrival {
-			ok, err := m.Take(context.Background(), time.UnixMilli(t0.UnixMilli()+ms), reqs, res)
+			ok, err := m.Take(context.Background(), time.UnixMilli(storetest.T0.UnixMilli()+ms), reqs, res)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -50,10 +51,10 @@ type clock struct {
 
 func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-func newClock() *clock               { return &clock{t: t0} }
+func newClock() *clock               { return &clock{t: storetest.T0} }
 func errDown(msg string) error       { return errors.Join(window.ErrStore, errors.New(msg)) }
 func callBreaker(b *window.Breaker) error {
-	_, err := b.Take(context.Background(), t0, nil, nil)
+	_, err := b.Take(context.Background(), storetest.T0, nil, nil)
 	return err
 }
 
@@ -179,7 +180,7 @@ func TestBreakerIgnoresPartialAndCancelled(t *testing.T) {
 	f.set(errDown("cancelled"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	b.Take(ctx, t0, nil, nil)
+	b.Take(ctx, storetest.T0, nil, nil)
 	if got := b.State(); got != window.BreakerClosed {
 		t.Errorf("State after a call its caller cancelled = %v, want closed", got)
 	}
@@ -203,7 +204,7 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	takeCtx := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
-		_, err := b.Take(ctx, t0, []window.Request{req("breaker", 1000, 1)}, make([]window.Result, 1))
+		_, err := b.Take(ctx, storetest.T0, []window.Request{storetest.Req("breaker", 1000, 1)}, make([]window.Result, 1))
 		return err
 	}
 	if err := takeCtx(); err != nil {

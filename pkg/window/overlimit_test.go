@@ -28,15 +28,15 @@ func TestOverLimitCache(t *testing.T) {
 	t.Parallel()
 	inner := &countingStore{Store: window.NewMemory()}
 	c := window.NewOverLimitCache(inner)
-	full := req("full", 2, 1)
-	other := req("other", 10, 1)
-	take(t, c, t0, full)
-	take(t, c, t0, full) // now full: cached
+	full := storetest.Req("full", 2, 1)
+	other := storetest.Req("other", 10, 1)
+	storetest.Take(t, c, storetest.T0, full)
+	storetest.Take(t, c, storetest.T0, full) // now full: cached
 	if n := c.Len(); n != 1 {
 		t.Fatalf("Len = %d after filling, want 1", n)
 	}
 	before := inner.calls.Load()
-	ok, res := take(t, c, t0.Add(time.Second), full)
+	ok, res := storetest.Take(t, c, storetest.T0.Add(time.Second), full)
 	if ok || !res[0].Over || res[0].Count != 2 {
 		t.Errorf("cached denial = %v %+v, want denied, full over", ok, res)
 	}
@@ -45,7 +45,7 @@ func TestOverLimitCache(t *testing.T) {
 	}
 	// With another counter, that one is read (one store call) and not counted.
 	before = inner.calls.Load()
-	ok, res = take(t, c, t0.Add(time.Second), other, full)
+	ok, res = storetest.Take(t, c, storetest.T0.Add(time.Second), other, full)
 	if ok || !res[1].Over || res[1].Count != 2 || res[0].Over || res[0].Skipped {
 		t.Errorf("cached denial = %v %+v, want denied, full over, other read with room", ok, res)
 	}
@@ -53,38 +53,38 @@ func TestOverLimitCache(t *testing.T) {
 		t.Errorf("a cached denial of two counters made %d store calls, want 1", got)
 	}
 	// The other counter was not consumed by the cached denial.
-	if _, res := take(t, c, t0, req("other", 10, 0)); res[0].Count != 0 {
+	if _, res := storetest.Take(t, c, storetest.T0, storetest.Req("other", 10, 0)); res[0].Count != 0 {
 		t.Errorf("other count = %d, want 0", res[0].Count)
 	}
 	// The next window asks the store again.
-	if ok, _ := take(t, c, t0.Add(time.Minute), full); !ok {
+	if ok, _ := storetest.Take(t, c, storetest.T0.Add(time.Minute), full); !ok {
 		t.Error("next window denied")
 	}
 	// A refund through this cache forgets the full counter.
-	take(t, c, t0.Add(time.Minute), full)
+	storetest.Take(t, c, storetest.T0.Add(time.Minute), full)
 	r := full
 	r.Refund = true
-	take(t, c, t0.Add(time.Minute), r)
-	if ok, _ := take(t, c, t0.Add(time.Minute), full); !ok {
+	storetest.Take(t, c, storetest.T0.Add(time.Minute), r)
+	if ok, _ := storetest.Take(t, c, storetest.T0.Add(time.Minute), full); !ok {
 		t.Error("denied after a refund made room")
 	}
 	// Shadow and sliding counters are never cached.
-	sh := req("shadow", 1, 1)
+	sh := storetest.Req("shadow", 1, 1)
 	sh.Shadow = true
-	sl := req("sliding", 1, 1)
+	sl := storetest.Req("sliding", 1, 1)
 	sl.Algorithm = window.SlidingWindow
 	for range 3 {
-		take(t, c, t0, sh)
-		take(t, c, t0, sl)
+		storetest.Take(t, c, storetest.T0, sh)
+		storetest.Take(t, c, storetest.T0, sl)
 	}
 	before = inner.calls.Load()
-	take(t, c, t0, sh)
-	take(t, c, t0, sl)
+	storetest.Take(t, c, storetest.T0, sh)
+	storetest.Take(t, c, storetest.T0, sl)
 	if got := inner.calls.Load() - before; got != 2 {
 		t.Errorf("%d store calls for shadow and sliding, want 2 (never cached)", got)
 	}
 	// Expired windows are swept.
-	take(t, c, t0.Add(time.Hour), req("x", 5, 1))
+	storetest.Take(t, c, storetest.T0.Add(time.Hour), storetest.Req("x", 5, 1))
 	if n := c.Len(); n != 0 {
 		t.Errorf("Len after an hour = %d, want 0", n)
 	}
@@ -97,18 +97,18 @@ func TestOverLimitCacheCountsCharges(t *testing.T) {
 	t.Parallel()
 	inner := &countingStore{Store: window.NewMemory()}
 	c := window.NewOverLimitCache(inner)
-	budget := req("budget", 1000, 600)
+	budget := storetest.Req("budget", 1000, 600)
 	budget.Charge = true
-	check := req("budget", 1000, 0)
-	take(t, c, t0, budget)
-	if ok, res := take(t, c, t0, budget); ok || res[0].Count != 1200 {
+	check := storetest.Req("budget", 1000, 0)
+	storetest.Take(t, c, storetest.T0, budget)
+	if ok, res := storetest.Take(t, c, storetest.T0, budget); ok || res[0].Count != 1200 {
 		t.Fatalf("second charge = %v %+v, want denied with 1200 counted", ok, res)
 	}
 	if n := c.Len(); n != 1 {
 		t.Fatalf("Len = %d after the budget was spent, want 1", n)
 	}
 	before := inner.calls.Load()
-	if ok, res := take(t, c, t0, check); ok || !res[0].Over {
+	if ok, res := storetest.Take(t, c, storetest.T0, check); ok || !res[0].Over {
 		t.Errorf("check of a spent budget = %v %+v, want denied", ok, res)
 	}
 	if got := inner.calls.Load() - before; got != 0 {
@@ -116,7 +116,7 @@ func TestOverLimitCacheCountsCharges(t *testing.T) {
 	}
 	// A late charge of a stream admitted before the budget ran out.
 	before = inner.calls.Load()
-	ok, res := take(t, c, t0, budget)
+	ok, res := storetest.Take(t, c, storetest.T0, budget)
 	if ok || !res[0].Over || res[0].Count != 1800 || res[0].Skipped {
 		t.Errorf("charge of a cached-full budget = %v %+v, want denied with 1800 counted", ok, res)
 	}
@@ -125,16 +125,16 @@ func TestOverLimitCacheCountsCharges(t *testing.T) {
 	}
 	// Known full through another counter: the charge still counts, the
 	// admission counter of the denied request does not.
-	full := req("full", 1, 1)
-	take(t, c, t0, full)
-	take(t, c, t0, full)
-	other := req("other-budget", 100, 7)
+	full := storetest.Req("full", 1, 1)
+	storetest.Take(t, c, storetest.T0, full)
+	storetest.Take(t, c, storetest.T0, full)
+	other := storetest.Req("other-budget", 100, 7)
 	other.Charge = true
-	rate := req("rate", 10, 1)
-	if ok, res := take(t, c, t0, rate, other, full); ok || res[1].Count != 7 || !res[2].Over || res[0].Count != 0 {
+	rate := storetest.Req("rate", 10, 1)
+	if ok, res := storetest.Take(t, c, storetest.T0, rate, other, full); ok || res[1].Count != 7 || !res[2].Over || res[0].Count != 0 {
 		t.Errorf("charge beside a cached-full counter = %v %+v, want denied, 7 charged, rate untouched", ok, res)
 	}
-	if _, res := take(t, c, t0, req("rate", 10, 0)); res[0].Count != 0 {
+	if _, res := storetest.Take(t, c, storetest.T0, storetest.Req("rate", 10, 0)); res[0].Count != 0 {
 		t.Errorf("rate = %d after a denied request, want 0", res[0].Count)
 	}
 }
@@ -150,7 +150,7 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 	}
 	replicas := []*window.OverLimitCache{window.NewOverLimitCache(inner[0]), window.NewOverLimitCache(inner[1])}
 	const workers, each = 16, 25
-	admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("cached-conc", 60, 1)}, replicas...))
+	admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("cached-conc", 60, 1)}, replicas...))
 	if admitted != 60 {
 		t.Errorf("admitted %d, want exactly 60", admitted)
 	}
@@ -164,24 +164,24 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 // request, in one store call that counts nothing.
 func TestOverLimitCachePeek(t *testing.T) {
 	t.Parallel()
-	full := req("full", 2, 1)
-	sliding := req("sliding", 10, 1)
+	full := storetest.Req("full", 2, 1)
+	sliding := storetest.Req("sliding", 10, 1)
 	sliding.Algorithm = window.SlidingWindow
-	shadow := req("shadow", 1, 1)
+	shadow := storetest.Req("shadow", 1, 1)
 	shadow.Shadow = true
-	refund := req("a", 10, 1)
+	refund := storetest.Req("a", 10, 1)
 	refund.Refund = true
 	tests := []struct {
 		name  string
 		prior []window.Request // each taken once, straight from the store, before full fills
 		reqs  []window.Request // the denied request; full is known full
 	}{
-		{"2 counters", []window.Request{req("a", 10, 3)}, []window.Request{req("a", 10, 1), full}},
-		{"3 counters", []window.Request{req("a", 10, 3), req("b", 5, 4)}, []window.Request{req("a", 10, 2), full, req("b", 5, 1)}},
-		{"another over too", []window.Request{req("b", 5, 5)}, []window.Request{req("a", 10, 1), req("b", 5, 1), full}},
+		{"2 counters", []window.Request{storetest.Req("a", 10, 3)}, []window.Request{storetest.Req("a", 10, 1), full}},
+		{"3 counters", []window.Request{storetest.Req("a", 10, 3), storetest.Req("b", 5, 4)}, []window.Request{storetest.Req("a", 10, 2), full, storetest.Req("b", 5, 1)}},
+		{"another over too", []window.Request{storetest.Req("b", 5, 5)}, []window.Request{storetest.Req("a", 10, 1), storetest.Req("b", 5, 1), full}},
 		{"sliding and shadow", []window.Request{sliding, shadow}, []window.Request{sliding, shadow, full}},
-		{"one counter twice", nil, []window.Request{req("a", 10, 6), req("a", 10, 6), full}},
-		{"a refund", []window.Request{req("a", 10, 4)}, []window.Request{refund, full}},
+		{"one counter twice", nil, []window.Request{storetest.Req("a", 10, 6), storetest.Req("a", 10, 6), full}},
+		{"a refund", []window.Request{storetest.Req("a", 10, 4)}, []window.Request{refund, full}},
 	}
 	for name, newStore := range stores() {
 		t.Run(name, func(t *testing.T) {
@@ -190,24 +190,24 @@ func TestOverLimitCachePeek(t *testing.T) {
 				t.Run(tt.name, func(t *testing.T) {
 					inner := &countingStore{Store: newStore(t)}
 					c := window.NewOverLimitCache(inner)
-					at := t0.Add(-time.Minute) // the previous window, for the sliding counter
+					at := storetest.T0.Add(-time.Minute) // the previous window, for the sliding counter
 					for _, r := range tt.prior {
-						take(t, inner, at, r)
+						storetest.Take(t, inner, at, r)
 					}
-					at = t0.Add(10 * time.Second)
+					at = storetest.T0.Add(10 * time.Second)
 					for _, r := range tt.prior {
-						take(t, inner, at, r)
+						storetest.Take(t, inner, at, r)
 					}
-					take(t, c, at, full)
-					take(t, c, at, full) // full now, and cached
+					storetest.Take(t, c, at, full)
+					storetest.Take(t, c, at, full) // full now, and cached
 					counts := peekCounts(t, inner, at, tt.reqs)
 
 					before := inner.calls.Load()
-					ok, got := take(t, c, at, tt.reqs...)
+					ok, got := storetest.Take(t, c, at, tt.reqs...)
 					if calls := inner.calls.Load() - before; calls != 1 {
 						t.Errorf("cached denial made %d store calls, want 1", calls)
 					}
-					wantOK, want := take(t, inner, at, tt.reqs...) // denied by the store itself: counts nothing
+					wantOK, want := storetest.Take(t, inner, at, tt.reqs...) // denied by the store itself: counts nothing
 					if ok || wantOK {
 						t.Fatalf("allowed = %v (store: %v), want denied", ok, wantOK)
 					}
@@ -236,7 +236,7 @@ func peekCounts(t *testing.T, s window.Store, now time.Time, reqs []window.Reque
 	out := make([]uint64, len(reqs))
 	for i, r := range reqs {
 		r.Hits, r.Refund = 0, false
-		_, res := take(t, s, now, r)
+		_, res := storetest.Take(t, s, now, r)
 		out[i] = res[0].Count
 	}
 	return out
@@ -283,7 +283,7 @@ func (f *failingStore) Take(ctx context.Context, now time.Time, reqs []window.Re
 // were read are reported and the others skipped.
 func TestOverLimitCachePeekFails(t *testing.T) {
 	t.Parallel()
-	full, a, b := req("full", 2, 1), req("a", 10, 1), req("b", 10, 1)
+	full, a, b := storetest.Req("full", 2, 1), storetest.Req("a", 10, 1), storetest.Req("b", 10, 1)
 	tests := []struct {
 		name    string
 		partial bool
@@ -297,12 +297,12 @@ func TestOverLimitCachePeekFails(t *testing.T) {
 			t.Parallel()
 			inner := &failingStore{Store: window.NewMemory()}
 			c := window.NewOverLimitCache(inner)
-			take(t, c, t0, full)
-			take(t, c, t0, full)
-			take(t, c, t0, b)
+			storetest.Take(t, c, storetest.T0, full)
+			storetest.Take(t, c, storetest.T0, full)
+			storetest.Take(t, c, storetest.T0, b)
 			inner.fail.Store(true)
 			inner.partial.Store(tt.partial)
-			ok, res := take(t, c, t0, a, full, b)
+			ok, res := storetest.Take(t, c, storetest.T0, a, full, b)
 			if ok {
 				t.Error("allowed, want denied")
 			}

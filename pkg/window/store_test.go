@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -48,28 +49,11 @@ func stores() map[string]func(t *testing.T) window.Store {
 	}
 }
 
-// t0 is the start of a minute window, so tests know where boundaries are.
-var t0 = time.UnixMilli(1_763_800_020_000)
-
-func req(key string, limit uint64, hits uint64) window.Request {
-	return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
-}
-
-func take(t *testing.T, s window.Store, now time.Time, reqs ...window.Request) (bool, []window.Result) {
-	t.Helper()
-	res := make([]window.Result, len(reqs))
-	ok, err := s.Take(context.Background(), now, reqs, res)
-	if err != nil {
-		t.Fatalf("Take: %v", err)
-	}
-	return ok, res
-}
-
 // TestStoreSemantics is the semantic suite both stores must pass alike.
 func TestStoreSemantics(t *testing.T) {
 	t.Parallel()
 	type step struct {
-		at        time.Duration // after t0
+		at        time.Duration // after storetest.T0
 		reqs      []window.Request
 		allowed   bool
 		counts    []uint64
@@ -85,98 +69,98 @@ func TestStoreSemantics(t *testing.T) {
 		steps []step
 	}{
 		{"admits exactly the limit", []step{
-			{0, []window.Request{req("a", 2, 1)}, true, []uint64{1}, []bool{false}, []uint64{1}},
-			{time.Second, []window.Request{req("a", 2, 1)}, true, []uint64{2}, []bool{false}, []uint64{0}},
-			{2 * time.Second, []window.Request{req("a", 2, 1)}, false, []uint64{2}, []bool{true}, []uint64{0}},
-			{3 * time.Second, []window.Request{req("a", 2, 1)}, false, []uint64{2}, []bool{true}, nil},
+			{0, []window.Request{storetest.Req("a", 2, 1)}, true, []uint64{1}, []bool{false}, []uint64{1}},
+			{time.Second, []window.Request{storetest.Req("a", 2, 1)}, true, []uint64{2}, []bool{false}, []uint64{0}},
+			{2 * time.Second, []window.Request{storetest.Req("a", 2, 1)}, false, []uint64{2}, []bool{true}, []uint64{0}},
+			{3 * time.Second, []window.Request{storetest.Req("a", 2, 1)}, false, []uint64{2}, []bool{true}, nil},
 		}},
 		{"a denied request consumes no quota of its other counters", []step{
-			{0, []window.Request{req("full", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
-			{0, []window.Request{req("other", 5, 1), req("full", 1, 1)}, false, []uint64{0, 1}, []bool{false, true}, nil},
-			{0, []window.Request{req("other", 5, 1)}, true, []uint64{1}, []bool{false}, []uint64{4}},
+			{0, []window.Request{storetest.Req("full", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("other", 5, 1), storetest.Req("full", 1, 1)}, false, []uint64{0, 1}, []bool{false, true}, nil},
+			{0, []window.Request{storetest.Req("other", 5, 1)}, true, []uint64{1}, []bool{false}, []uint64{4}},
 		}},
 		{"hits above one and hits that do not fit", []step{
-			{0, []window.Request{req("h", 10, 7)}, true, []uint64{7}, []bool{false}, nil},
-			{0, []window.Request{req("h", 10, 4)}, false, []uint64{7}, []bool{true}, nil},
-			{0, []window.Request{req("h", 10, 3)}, true, []uint64{10}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("h", 10, 7)}, true, []uint64{7}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("h", 10, 4)}, false, []uint64{7}, []bool{true}, nil},
+			{0, []window.Request{storetest.Req("h", 10, 3)}, true, []uint64{10}, []bool{false}, nil},
 		}},
 		{"zero hits checks without counting", []step{
-			{0, []window.Request{req("z", 1, 0)}, true, []uint64{0}, []bool{false}, nil},
-			{0, []window.Request{req("z", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
-			{0, []window.Request{req("z", 1, 0)}, false, []uint64{1}, []bool{true}, nil},
+			{0, []window.Request{storetest.Req("z", 1, 0)}, true, []uint64{0}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("z", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("z", 1, 0)}, false, []uint64{1}, []bool{true}, nil},
 		}},
 		{"limit zero denies everything", []step{
-			{0, []window.Request{req("zero", 0, 1)}, false, []uint64{0}, []bool{true}, nil},
+			{0, []window.Request{storetest.Req("zero", 0, 1)}, false, []uint64{0}, []bool{true}, nil},
 		}},
 		{"shadow counts but never denies", []step{
-			{0, []window.Request{shadow(req("s", 1, 1))}, true, []uint64{1}, []bool{false}, nil},
-			{0, []window.Request{shadow(req("s", 1, 1)), req("t", 5, 1)}, true, []uint64{2, 1}, []bool{true, false}, nil},
+			{0, []window.Request{shadow(storetest.Req("s", 1, 1))}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{shadow(storetest.Req("s", 1, 1)), storetest.Req("t", 5, 1)}, true, []uint64{2, 1}, []bool{true, false}, nil},
 		}},
 		{"refund gives hits back, floored at zero", []step{
-			{0, []window.Request{req("r", 3, 3)}, true, []uint64{3}, []bool{false}, nil},
-			{0, []window.Request{refund(req("r", 3, 2))}, true, []uint64{1}, []bool{false}, nil},
-			{0, []window.Request{refund(req("r", 3, 5))}, true, []uint64{0}, []bool{false}, nil},
-			{0, []window.Request{refund(req("never", 3, 5))}, true, []uint64{0}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("r", 3, 3)}, true, []uint64{3}, []bool{false}, nil},
+			{0, []window.Request{refund(storetest.Req("r", 3, 2))}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{refund(storetest.Req("r", 3, 5))}, true, []uint64{0}, []bool{false}, nil},
+			{0, []window.Request{refund(storetest.Req("never", 3, 5))}, true, []uint64{0}, []bool{false}, nil},
 		}},
 		{"the same counter twice in one request", []step{
-			{0, []window.Request{req("dup", 3, 2), req("dup", 3, 2)}, false, []uint64{0, 0}, []bool{false, true}, nil},
-			{0, []window.Request{req("dup", 4, 2), req("dup", 4, 2)}, true, []uint64{2, 4}, []bool{false, false}, nil},
+			{0, []window.Request{storetest.Req("dup", 3, 2), storetest.Req("dup", 3, 2)}, false, []uint64{0, 0}, []bool{false, true}, nil},
+			{0, []window.Request{storetest.Req("dup", 4, 2), storetest.Req("dup", 4, 2)}, true, []uint64{2, 4}, []bool{false, false}, nil},
 		}},
 		{"a new window starts from zero", []step{
-			{59 * time.Second, []window.Request{req("w", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
-			{59*time.Second + 999*time.Millisecond, []window.Request{req("w", 1, 1)}, false, []uint64{1}, []bool{true}, nil},
-			{time.Minute, []window.Request{req("w", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{59 * time.Second, []window.Request{storetest.Req("w", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{59*time.Second + 999*time.Millisecond, []window.Request{storetest.Req("w", 1, 1)}, false, []uint64{1}, []bool{true}, nil},
+			{time.Minute, []window.Request{storetest.Req("w", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
 		}},
 		{"different window sizes count apart", []step{
-			{0, []window.Request{req("sz", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("sz", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
 			{0, []window.Request{{Key: "test:{sz}", Limit: 1, Size: time.Hour, Hits: 1}}, true, []uint64{1}, []bool{false}, nil},
 		}},
 		// A budget of 1000 tokens with responses of 600: the second charge
 		// does not fit and is counted all the same; checks then deny.
 		{"a charge that does not fit is counted", []step{
-			{0, []window.Request{req("c", 1000, 0)}, true, []uint64{0}, []bool{false}, []uint64{1000}},
-			{0, []window.Request{charge(req("c", 1000, 600))}, true, []uint64{600}, []bool{false}, []uint64{400}},
-			{0, []window.Request{req("c", 1000, 0)}, true, []uint64{600}, []bool{false}, []uint64{400}},
-			{0, []window.Request{charge(req("c", 1000, 600))}, false, []uint64{1200}, []bool{true}, []uint64{0}},
-			{0, []window.Request{req("c", 1000, 0)}, false, []uint64{1200}, []bool{true}, []uint64{0}},
-			{0, []window.Request{charge(req("c", 1000, 1))}, false, []uint64{1201}, []bool{true}, []uint64{0}},
-			{0, []window.Request{req("c", 1000, 1)}, false, []uint64{1201}, []bool{true}, []uint64{0}},
-			{time.Minute, []window.Request{req("c", 1000, 0)}, true, []uint64{0}, []bool{false}, []uint64{1000}},
+			{0, []window.Request{storetest.Req("c", 1000, 0)}, true, []uint64{0}, []bool{false}, []uint64{1000}},
+			{0, []window.Request{charge(storetest.Req("c", 1000, 600))}, true, []uint64{600}, []bool{false}, []uint64{400}},
+			{0, []window.Request{storetest.Req("c", 1000, 0)}, true, []uint64{600}, []bool{false}, []uint64{400}},
+			{0, []window.Request{charge(storetest.Req("c", 1000, 600))}, false, []uint64{1200}, []bool{true}, []uint64{0}},
+			{0, []window.Request{storetest.Req("c", 1000, 0)}, false, []uint64{1200}, []bool{true}, []uint64{0}},
+			{0, []window.Request{charge(storetest.Req("c", 1000, 1))}, false, []uint64{1201}, []bool{true}, []uint64{0}},
+			{0, []window.Request{storetest.Req("c", 1000, 1)}, false, []uint64{1201}, []bool{true}, []uint64{0}},
+			{time.Minute, []window.Request{storetest.Req("c", 1000, 0)}, true, []uint64{0}, []bool{false}, []uint64{1000}},
 		}},
 		// Admission counters stay all or nothing; charges count whatever
 		// the answer, whichever counter denied, on one slot or several.
 		{"a denied request counts its charges alone", []step{
-			{0, []window.Request{charge(req("budget", 10, 8)), req("rate", 2, 1)}, true, []uint64{8, 1}, []bool{false, false}, nil},
-			{0, []window.Request{charge(req("budget", 10, 8)), req("rate", 2, 1)}, false, []uint64{16, 1}, []bool{true, false}, nil},
-			{0, []window.Request{req("rate", 2, 1)}, true, []uint64{2}, []bool{false}, nil},
-			{0, []window.Request{req("other", 5, 1), charge(req("budget2", 100, 5)), req("rate", 2, 1)}, false, []uint64{0, 5, 2}, []bool{false, false, true}, nil},
-			{0, []window.Request{req("other", 5, 0), req("budget2", 100, 0)}, true, []uint64{0, 5}, []bool{false, false}, nil},
+			{0, []window.Request{charge(storetest.Req("budget", 10, 8)), storetest.Req("rate", 2, 1)}, true, []uint64{8, 1}, []bool{false, false}, nil},
+			{0, []window.Request{charge(storetest.Req("budget", 10, 8)), storetest.Req("rate", 2, 1)}, false, []uint64{16, 1}, []bool{true, false}, nil},
+			{0, []window.Request{storetest.Req("rate", 2, 1)}, true, []uint64{2}, []bool{false}, nil},
+			{0, []window.Request{storetest.Req("other", 5, 1), charge(storetest.Req("budget2", 100, 5)), storetest.Req("rate", 2, 1)}, false, []uint64{0, 5, 2}, []bool{false, false, true}, nil},
+			{0, []window.Request{storetest.Req("other", 5, 0), storetest.Req("budget2", 100, 0)}, true, []uint64{0, 5}, []bool{false, false}, nil},
 		}},
 		{"a charge on the same counter twice counts both", []step{
-			{0, []window.Request{charge(req("dup", 3, 2)), charge(req("dup", 3, 2))}, false, []uint64{2, 4}, []bool{false, true}, nil},
+			{0, []window.Request{charge(storetest.Req("dup", 3, 2)), charge(storetest.Req("dup", 3, 2))}, false, []uint64{2, 4}, []bool{false, true}, nil},
 		}},
 		{"a shadow charge counts and never denies", []step{
-			{0, []window.Request{shadow(charge(req("sc", 1, 5)))}, true, []uint64{5}, []bool{true}, nil},
+			{0, []window.Request{shadow(charge(storetest.Req("sc", 1, 5)))}, true, []uint64{5}, []bool{true}, nil},
 		}},
 		{"a refund marked as a charge is a refund", []step{
-			{0, []window.Request{charge(req("rc", 10, 4))}, true, []uint64{4}, []bool{false}, nil},
-			{0, []window.Request{charge(refund(req("rc", 10, 3)))}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{charge(storetest.Req("rc", 10, 4))}, true, []uint64{4}, []bool{false}, nil},
+			{0, []window.Request{charge(refund(storetest.Req("rc", 10, 3)))}, true, []uint64{1}, []bool{false}, nil},
 		}},
 		{"a sliding charge weighs into the next window", []step{
-			{30 * time.Second, []window.Request{sliding(charge(req("slc", 10, 8)))}, true, []uint64{8}, []bool{false}, nil},
-			{30 * time.Second, []window.Request{sliding(charge(req("slc", 10, 8)))}, false, []uint64{16}, []bool{true}, nil},
+			{30 * time.Second, []window.Request{sliding(charge(storetest.Req("slc", 10, 8)))}, true, []uint64{8}, []bool{false}, nil},
+			{30 * time.Second, []window.Request{sliding(charge(storetest.Req("slc", 10, 8)))}, false, []uint64{16}, []bool{true}, nil},
 			// 15 s into the next window: 16*3/4 = 12, over until it falls.
-			{75 * time.Second, []window.Request{sliding(req("slc", 10, 0))}, false, []uint64{0}, []bool{true}, nil},
+			{75 * time.Second, []window.Request{sliding(storetest.Req("slc", 10, 0))}, false, []uint64{0}, []bool{true}, nil},
 			// 45 s in: 16/4 = 4, room again.
-			{105 * time.Second, []window.Request{sliding(req("slc", 10, 0))}, true, []uint64{0}, []bool{false}, []uint64{6}},
+			{105 * time.Second, []window.Request{sliding(storetest.Req("slc", 10, 0))}, true, []uint64{0}, []bool{false}, []uint64{6}},
 		}},
 		{"sliding window weighs the previous window", []step{
-			{30 * time.Second, []window.Request{sliding(req("sl", 10, 10))}, true, []uint64{10}, []bool{false}, nil},
+			{30 * time.Second, []window.Request{sliding(storetest.Req("sl", 10, 10))}, true, []uint64{10}, []bool{false}, nil},
 			// 15 s into the next window, 3/4 of the previous still counts: 7.5 + 0.
-			{75 * time.Second, []window.Request{sliding(req("sl", 10, 3))}, false, []uint64{0}, []bool{true}, nil},
-			{75 * time.Second, []window.Request{sliding(req("sl", 10, 2))}, true, []uint64{2}, []bool{false}, []uint64{0}},
+			{75 * time.Second, []window.Request{sliding(storetest.Req("sl", 10, 3))}, false, []uint64{0}, []bool{true}, nil},
+			{75 * time.Second, []window.Request{sliding(storetest.Req("sl", 10, 2))}, true, []uint64{2}, []bool{false}, []uint64{0}},
 			// 45 s in, 1/4 counts: 2.5 + 2 = 4.5, room for 5.
-			{105 * time.Second, []window.Request{sliding(req("sl", 10, 5))}, true, []uint64{7}, []bool{false}, []uint64{0}},
+			{105 * time.Second, []window.Request{sliding(storetest.Req("sl", 10, 5))}, true, []uint64{7}, []bool{false}, []uint64{0}},
 		}},
 	}
 	for kind, newStore := range stores() {
@@ -186,13 +170,13 @@ func TestStoreSemantics(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					for i, st := range tt.steps {
-						now := t0.Add(st.at)
+						now := storetest.T0.Add(st.at)
 						reqs := make([]window.Request, len(st.reqs))
 						for j, r := range st.reqs {
 							r.Key = "test:{" + tt.name + "/" + r.Key[len("test:{"):]
 							reqs[j] = r
 						}
-						ok, res := take(t, s, now, reqs...)
+						ok, res := storetest.Take(t, s, now, reqs...)
 						if ok != st.allowed {
 							t.Errorf("step %d: allowed = %v, want %v", i, ok, st.allowed)
 						}
@@ -215,8 +199,8 @@ func TestStoreSemantics(t *testing.T) {
 
 func TestReset(t *testing.T) {
 	t.Parallel()
-	now := t0.Add(15 * time.Second)
-	fixed := req("x", 10, 1)
+	now := storetest.T0.Add(15 * time.Second)
+	fixed := storetest.Req("x", 10, 1)
 	if got := fixed.Reset(window.Result{Count: 10}, now); got != 45*time.Second {
 		t.Errorf("fixed Reset = %v, want 45s", got)
 	}
@@ -243,13 +227,13 @@ func TestMemorySweepsExpiredCounters(t *testing.T) {
 	t.Parallel()
 	m := window.NewMemory()
 	for i := range 100 {
-		take(t, m, t0, window.Request{Key: "k" + strconv.Itoa(i), Limit: 5, Size: time.Second, Hits: 1})
+		storetest.Take(t, m, storetest.T0, window.Request{Key: "k" + strconv.Itoa(i), Limit: 5, Size: time.Second, Hits: 1})
 	}
 	if n := m.Len(); n != 100 {
 		t.Fatalf("Len = %d, want 100", n)
 	}
 	// Two seconds later every 1 s window plus its 1 s grace is over.
-	take(t, m, t0.Add(2*time.Second), window.Request{Key: "fresh", Limit: 5, Size: time.Second, Hits: 1})
+	storetest.Take(t, m, storetest.T0.Add(2*time.Second), window.Request{Key: "fresh", Limit: 5, Size: time.Second, Hits: 1})
 	if n := m.Len(); n != 1 {
 		t.Errorf("Len after expiry = %d, want 1", n)
 	}

@@ -39,7 +39,7 @@ func TestBatcherLoneRequestIsOneRoundTrip(t *testing.T) {
 		}
 	}()
 	for i := range 3 {
-		ok, res := take(t, s, t0, req("lone", 2, 1))
+		ok, res := storetest.Take(t, s, storetest.T0, storetest.Req("lone", 2, 1))
 		if ok != (i < 2) || res[0].Count != uint64(min(i+1, 2)) {
 			t.Errorf("call %d: %v %+v", i, ok, res[0])
 		}
@@ -56,7 +56,7 @@ func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 			t.Parallel()
 			s := newBatched(t, o)
 			const workers, each, limit = 32, 25, 300
-			admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("batched", limit, 1)}, s))
+			admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("batched", limit, 1)}, s))
 			if admitted != limit {
 				t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
 			}
@@ -74,14 +74,14 @@ func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	s := newBatched(t, BatchOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.Take(ctx, t0, []window.Request{req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
+	if _, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
 		t.Errorf("Take with an ended context = %v, want context.Canceled", err)
 	}
-	if _, res := take(t, s, t0, req("ended", 5, 0)); res[0].Count != 0 {
+	if _, res := storetest.Take(t, s, storetest.T0, storetest.Req("ended", 5, 0)); res[0].Count != 0 {
 		t.Errorf("count = %d after an unsent command, want 0", res[0].Count)
 	}
 	s.Close()
-	_, err := s.Take(context.Background(), t0, []window.Request{req("closed", 5, 1)}, make([]window.Result, 1))
+	_, err := s.Take(context.Background(), storetest.T0, []window.Request{storetest.Req("closed", 5, 1)}, make([]window.Result, 1))
 	if !errors.Is(err, ErrBatcherClosed) || !errors.Is(err, window.ErrStore) {
 		t.Errorf("Take after Close = %v, want ErrBatcherClosed wrapping ErrStore", err)
 	}

@@ -229,7 +229,7 @@ const (
 	flagShadow  = 1 // checked and counted, but never denies
 	flagRefund  = 2 // hits are given back instead of taken
 	flagSliding = 4 // estimate = previous*weight + current
-	flagCharge  = 8 // hits are counted even when the request is denied
+	flagCharge  = 8 // hits are counted even when the request is denied; never with flagRefund
 )
 
 // appendArgs appends r's script arguments to dst: in the short form minus
@@ -258,7 +258,7 @@ func appendArgs(dst []any, t *triples, r *request) []any {
 		if c.Algorithm == window.SlidingWindow {
 			flags |= flagSliding
 		}
-		if c.Charge && !c.Refund {
+		if c.Charge && !c.Refund { // take.lua takes CHARGE as sent
 			flags |= flagCharge
 		}
 		dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, c.Weight(w, r.nowMs))

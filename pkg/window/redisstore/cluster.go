@@ -25,12 +25,9 @@ type slotGroup struct {
 // one hash tag, does.
 func sameSlot(nowMs int64, reqs []window.Request) (uint16, bool) {
 	var a [128]byte
-	buf := a[:0]
 	var id uint16
 	for i := range reqs {
-		r := &reqs[i]
-		buf = window.AppendWindow(append(buf[:0], r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds()))
-		if s := slot(buf); i == 0 {
+		if s := windowSlot(a[:0], nowMs, &reqs[i]); i == 0 {
 			id = s
 		} else if s != id {
 			return 0, false
@@ -39,15 +36,20 @@ func sameSlot(nowMs int64, reqs []window.Request) (uint16, bool) {
 	return id, true
 }
 
+// windowSlot returns the hash slot of r's current window's key at nowMs,
+// built in buf.
+func windowSlot(buf []byte, nowMs int64, r *window.Request) uint16 {
+	return slot(window.AppendWindow(append(buf, r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds())))
+}
+
 // groupBySlot splits reqs by the hash slot of their current window's key,
 // in order of first appearance.
 func groupBySlot(nowMs int64, reqs []window.Request) []*slotGroup {
 	var groups []*slotGroup
-	var buf []byte
+	var a [128]byte
 	for i := range reqs {
 		r := &reqs[i]
-		buf = window.AppendWindow(append(buf[:0], r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds()))
-		id := slot(buf)
+		id := windowSlot(a[:0], nowMs, r)
 		var g *slotGroup
 		for _, h := range groups {
 			if h.slot == id {
@@ -159,8 +161,7 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 		var wg sync.WaitGroup
 		for _, c := range calls {
 			wg.Go(func() {
-				v, trips, err := s.eval(ctx, newCall(nowMs, reqs, c.idx))
-				s.roundTrips.Add(uint64(trips))
+				v, err := s.script(ctx, newCall(nowMs, reqs, c.idx))
 				if err == nil {
 					c.vals, err = replyValues(v)
 				}

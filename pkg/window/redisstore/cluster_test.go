@@ -67,7 +67,7 @@ func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n i
 	seen := map[uint16]bool{}
 	for i := 0; ; i++ {
 		name := fmt.Sprintf("d%d", i)
-		slot := slot(req(name, 1, 1).Key)
+		slot := slot(storetest.Req(name, 1, 1).Key)
 		if seen[slot] {
 			continue
 		}
@@ -91,14 +91,14 @@ func tagsByNode(t *testing.T, cc *redis.ClusterClient, c *redistest.Cluster, n i
 func TestClusterRoundTrips(t *testing.T) {
 	t.Parallel()
 	_, _, s, tags := clusterStore(t, 1)
-	one := req(tags[0][0], 10, 1)
+	one := storetest.Req(tags[0][0], 10, 1)
 	hour := one
 	hour.Size = time.Hour
-	take(t, s, t0, one, hour)
+	storetest.Take(t, s, storetest.T0, one, hour)
 	if got := s.RoundTrips(); got != 1 {
 		t.Errorf("RoundTrips = %d after a one-slot Take, want 1", got)
 	}
-	ok, _ := take(t, s, t0, req(tags[0][0], 10, 1), req(tags[1][0], 10, 1), req(tags[2][0], 10, 1))
+	ok, _ := storetest.Take(t, s, storetest.T0, storetest.Req(tags[0][0], 10, 1), storetest.Req(tags[1][0], 10, 1), storetest.Req(tags[2][0], 10, 1))
 	if !ok {
 		t.Errorf("three-slot Take denied, want allowed")
 	}
@@ -119,18 +119,18 @@ func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	three := func(hits uint64) []window.Request {
-		return []window.Request{req(tags[0][0], 2, hits), req(tags[1][0], 2, hits), req(tags[2][0], 2, hits)}
+		return []window.Request{storetest.Req(tags[0][0], 2, hits), storetest.Req(tags[1][0], 2, hits), storetest.Req(tags[2][0], 2, hits)}
 	}
 	for i, wantTrips := range []uint64{6, 3} {
 		before := s.RoundTrips()
-		if ok, _ := take(t, s, t0, three(1)...); !ok {
+		if ok, _ := storetest.Take(t, s, storetest.T0, three(1)...); !ok {
 			t.Fatalf("Take %d after SCRIPT FLUSH denied, want allowed", i)
 		}
 		if got := s.RoundTrips() - before; got != wantTrips {
 			t.Errorf("Take %d after SCRIPT FLUSH: %d round trips, want %d", i, got, wantTrips)
 		}
 	}
-	_, res := take(t, s, t0, three(0)...)
+	_, res := storetest.Take(t, s, storetest.T0, three(0)...)
 	for i, r := range res {
 		if r.Count != 2 {
 			t.Errorf("counter %d = %d after two Takes, want 2 (each ran once)", i, r.Count)
@@ -160,7 +160,7 @@ func testClusterExact(t *testing.T, batched bool) {
 	const workers, each = 16, 20
 
 	hammer := func(reqs []window.Request) int {
-		return storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, reqs, stores...))
+		return storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, reqs, stores...))
 	}
 	counts := func(reqs []window.Request) []uint64 {
 		check := make([]window.Request, len(reqs))
@@ -168,7 +168,7 @@ func testClusterExact(t *testing.T, batched bool) {
 			r.Hits = 0
 			check[i] = r
 		}
-		_, res := take(t, stores[0], t0, check...)
+		_, res := storetest.Take(t, stores[0], storetest.T0, check...)
 		out := make([]uint64, len(res))
 		for i, r := range res {
 			out[i] = r.Count
@@ -178,7 +178,7 @@ func testClusterExact(t *testing.T, batched bool) {
 
 	t.Run("one tight counter", func(t *testing.T) {
 		const limit = 100
-		reqs := []window.Request{req(tags[0][0], limit, 1), req(tags[1][0], 1_000_000, 1), req(tags[2][0], 1_000_000, 1)}
+		reqs := []window.Request{storetest.Req(tags[0][0], limit, 1), storetest.Req(tags[1][0], 1_000_000, 1), storetest.Req(tags[2][0], 1_000_000, 1)}
 		if got := hammer(reqs); got != limit {
 			t.Errorf("admitted %d of %d, want exactly %d", got, workers*each, limit)
 		}
@@ -191,7 +191,7 @@ func testClusterExact(t *testing.T, batched bool) {
 	t.Run("two tight counters", func(t *testing.T) {
 		// Refunds can make a counter deny while its hits are in flight:
 		// at most the limit, and every counter equals the admitted count.
-		reqs := []window.Request{req(tags[0][1], 60, 1), req(tags[1][1], 80, 1), req(tags[2][1], 1_000_000, 1)}
+		reqs := []window.Request{storetest.Req(tags[0][1], 60, 1), storetest.Req(tags[1][1], 80, 1), storetest.Req(tags[2][1], 1_000_000, 1)}
 		got := hammer(reqs)
 		if got > 60 || got == 0 {
 			t.Errorf("admitted %d of %d, want 1..60", got, workers*each)
@@ -212,10 +212,10 @@ func testClusterExact(t *testing.T, batched bool) {
 		var admitted [3]atomic.Int64
 		storetest.AdmitConcurrently(t, workers, each, func(w int) (bool, error) {
 			node := w % 3
-			minute, hour := req(tags[node][2], limit, 1), req(tags[node][2], 1_000_000, 1)
+			minute, hour := storetest.Req(tags[node][2], limit, 1), storetest.Req(tags[node][2], 1_000_000, 1)
 			hour.Size = time.Hour
 			reqs := []window.Request{minute, hour}
-			ok, err := stores[w%2].Take(context.Background(), t0, reqs, make([]window.Result, 2))
+			ok, err := stores[w%2].Take(context.Background(), storetest.T0, reqs, make([]window.Result, 2))
 			if ok {
 				admitted[node].Add(1)
 			}
@@ -261,7 +261,7 @@ func TestClusterBatchedRoundTrips(t *testing.T) {
 	}
 	for i := range 3 {
 		before := s.RoundTrips()
-		ok, res := take(t, s, t0, req(tags[0][0], 2, 1))
+		ok, res := storetest.Take(t, s, storetest.T0, storetest.Req(tags[0][0], 2, 1))
 		if ok != (i < 2) || res[0].Count != uint64(min(i+1, 2)) {
 			t.Errorf("call %d: %v %+v", i, ok, res[0])
 		}
@@ -270,7 +270,7 @@ func TestClusterBatchedRoundTrips(t *testing.T) {
 		}
 	}
 	before := s.RoundTrips()
-	if ok, _ := take(t, s, t0, req(tags[0][0], 10, 1), req(tags[1][0], 10, 1), req(tags[2][0], 10, 1)); !ok {
+	if ok, _ := storetest.Take(t, s, storetest.T0, storetest.Req(tags[0][0], 10, 1), storetest.Req(tags[1][0], 10, 1), storetest.Req(tags[2][0], 10, 1)); !ok {
 		t.Errorf("three-slot Take denied, want allowed")
 	}
 	if got := s.RoundTrips() - before; got != 3 {
@@ -285,17 +285,17 @@ func TestClusterNodeDown(t *testing.T) {
 	c, _, s, tags := clusterStore(t, 1)
 	ctx := context.Background()
 	up, down := tags[0][0], tags[2][0]
-	take(t, s, t0, req(up, 3, 1), req(down, 3, 1)) // the client knows every node now
+	storetest.Take(t, s, storetest.T0, storetest.Req(up, 3, 1), storetest.Req(down, 3, 1)) // the client knows every node now
 	c.Node(2).Stop()
 
 	call := func(reqs ...window.Request) (bool, []window.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		res := make([]window.Result, len(reqs))
-		ok, err := s.Take(ctx, t0, reqs, res)
+		ok, err := s.Take(ctx, storetest.T0, reqs, res)
 		return ok, res, err
 	}
-	ok, res, err := call(req(up, 3, 1), req(down, 3, 1))
+	ok, res, err := call(storetest.Req(up, 3, 1), storetest.Req(down, 3, 1))
 	var pe *window.PartialError
 	if !errors.As(err, &pe) || !errors.Is(err, window.ErrStore) {
 		t.Fatalf("Take over a stopped node = %v, %v, want a *PartialError wrapping ErrStore", ok, err)
@@ -306,14 +306,14 @@ func TestClusterNodeDown(t *testing.T) {
 	if !ok || res[0].Count != 2 {
 		t.Errorf("healthy counter: allowed %v count %d, want true 2", ok, res[0].Count)
 	}
-	if ok, res, err := call(req(up, 3, 1)); err != nil || !ok || res[0].Count != 3 {
+	if ok, res, err := call(storetest.Req(up, 3, 1)); err != nil || !ok || res[0].Count != 3 {
 		t.Errorf("Take on a healthy node = %v %d, %v, want true 3, nil", ok, res[0].Count, err)
 	}
 	// The healthy counter is full now: denied, and the failed one named.
-	if ok, res, err := call(req(up, 3, 1), req(down, 3, 1)); ok || !errors.As(err, &pe) || res[0].Count != 3 || !res[0].Over {
+	if ok, res, err := call(storetest.Req(up, 3, 1), storetest.Req(down, 3, 1)); ok || !errors.As(err, &pe) || res[0].Count != 3 || !res[0].Over {
 		t.Errorf("Take with a full healthy counter = %v %+v, %v, want false, over at 3, a *PartialError", ok, res[0], err)
 	}
-	_, _, err = call(req(down, 3, 1))
+	_, _, err = call(storetest.Req(down, 3, 1))
 	if err == nil || !errors.Is(err, window.ErrStore) || errors.As(err, &pe) {
 		t.Errorf("Take on the stopped node only = %v, want an ErrStore that is not partial", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -56,7 +57,7 @@ func moveKinds(tag, other string) []*kind {
 		{name: "alone", reqs: []window.Request{key(0)}},
 		{name: "two keys of the slot", reqs: []window.Request{key(1), roomy}},
 		{name: "minute and hour", reqs: []window.Request{key(2), hour}},
-		{name: "over two slots", reqs: []window.Request{key(4), req(other, 1_000_000, 1)}},
+		{name: "over two slots", reqs: []window.Request{key(4), storetest.Req(other, 1_000_000, 1)}},
 	}
 }
 
@@ -88,7 +89,7 @@ func startLoad(t *testing.T, stores []*Store, kinds []*kind, gateAt float64) *mo
 					continue
 				}
 				k := kinds[i%len(kinds)]
-				ok, err := stores[i%len(stores)].Take(context.Background(), t0, k.reqs, make([]window.Result, len(k.reqs)))
+				ok, err := stores[i%len(stores)].Take(context.Background(), storetest.T0, k.reqs, make([]window.Result, len(k.reqs)))
 				switch {
 				case err != nil:
 					k.failed.Add(1)
@@ -171,7 +172,7 @@ func pollUntil(d time.Duration, cond func() bool) error {
 func counter(t *testing.T, s *Store, r window.Request) uint64 {
 	t.Helper()
 	r.Hits = 0
-	_, res := take(t, s, t0, r)
+	_, res := storetest.Take(t, s, storetest.T0, r)
 	return res[0].Count
 }
 
@@ -326,7 +327,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	r := make([]int64, len(kinds))
 	for i, k := range kinds {
-		key := string(window.AppendWindow([]byte(k.reqs[0].Key), window.At(t0, time.Minute)))
+		key := string(window.AppendWindow([]byte(k.reqs[0].Key), window.At(storetest.T0, time.Minute)))
 		v, err := replica.Get(ctx, key).Int64()
 		if err != nil && err != redis.Nil {
 			t.Fatalf("GET %s on the replica: %v", key, err)

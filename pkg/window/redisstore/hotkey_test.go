@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -32,7 +33,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 	}
 	// 20 s into a minute window: a sliding counter weighs its previous
 	// window 2/3.
-	now := t0.Add(20 * time.Second)
+	now := storetest.T0.Add(20 * time.Second)
 	type want struct {
 		allowed bool
 		failed  bool

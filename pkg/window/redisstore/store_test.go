@@ -21,23 +21,6 @@ func mustBatched(t testing.TB, client scripter, ro Options, o BatchOptions) *Sto
 	return s
 }
 
-// t0 is the start of a minute window, so tests know where boundaries are.
-var t0 = time.UnixMilli(1_763_800_020_000)
-
-func req(key string, limit uint64, hits uint64) window.Request {
-	return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
-}
-
-func take(t *testing.T, s window.Store, now time.Time, reqs ...window.Request) (bool, []window.Result) {
-	t.Helper()
-	res := make([]window.Result, len(reqs))
-	ok, err := s.Take(context.Background(), now, reqs, res)
-	if err != nil {
-		t.Fatalf("Take: %v", err)
-	}
-	return ok, res
-}
-
 func TestRedisKeysAreReadableWithTTL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -49,10 +32,10 @@ func TestRedisKeysAreReadableWithTTL(t *testing.T) {
 	}
 	key := string(window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "ratelimit", "edge"), "api_key", "alice")))
 	r := window.Request{Key: key, Limit: 10, Size: time.Minute, Hits: 3}
-	if _, err := s.Take(ctx, t0, []window.Request{r}, make([]window.Result, 1)); err != nil {
+	if _, err := s.Take(ctx, storetest.T0, []window.Request{r}, make([]window.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
-	full := "ratelimit:{edge|api_key=alice}:60000:" + strconv.FormatInt(t0.UnixMilli(), 10)
+	full := "ratelimit:{edge|api_key=alice}:60000:" + strconv.FormatInt(storetest.T0.UnixMilli(), 10)
 	keys, err := client.Keys(ctx, "*alice*").Result()
 	if err != nil || len(keys) != 1 || keys[0] != full {
 		t.Fatalf("KEYS *alice* = %q, %v, want [%q]", keys, err, full)
@@ -68,7 +51,7 @@ func TestRedisKeysAreReadableWithTTL(t *testing.T) {
 	if err := client.PExpire(ctx, full, 30*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Take(ctx, t0, []window.Request{r}, make([]window.Result, 1)); err != nil {
+	if _, err := s.Take(ctx, storetest.T0, []window.Request{r}, make([]window.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if ttl2, _ := client.PTTL(ctx, full).Result(); ttl2 > 30*time.Second {
@@ -91,7 +74,7 @@ func TestRedisRecoversFromFlushedScripts(t *testing.T) {
 	if err := client.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := s.Take(ctx, t0, []window.Request{req("noscript", 1, 1)}, make([]window.Result, 1))
+	ok, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("noscript", 1, 1)}, make([]window.Result, 1))
 	if err != nil || !ok {
 		t.Fatalf("Take after SCRIPT FLUSH = %v, %v, want true, nil", ok, err)
 	}
@@ -106,7 +89,7 @@ func TestRedisDownFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := s.Take(ctx, t0, []window.Request{req("down", 1, 1)}, make([]window.Result, 1))
+	_, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("down", 1, 1)}, make([]window.Result, 1))
 	if err == nil {
 		t.Fatal("Take with Redis down succeeded")
 	}
@@ -130,16 +113,16 @@ func TestExactUnderConcurrency(t *testing.T) {
 			}
 		}
 		const limit, workers, each = 100, 16, 20
-		admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("conc", limit, 1), req("conc-other", 1000, 1)}, stores...))
+		admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("conc", limit, 1), storetest.Req("conc-other", 1000, 1)}, stores...))
 		if admitted != limit {
 			t.Errorf("batched %v: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
 		}
 		// The other counter moved only for admitted requests.
-		_, res := take(t, stores[0], t0, req("conc-other", 1000, 0))
+		_, res := storetest.Take(t, stores[0], storetest.T0, storetest.Req("conc-other", 1000, 0))
 		if res[0].Count != limit {
 			t.Errorf("batched %v: other counter = %d, want %d", batched, res[0].Count, limit)
 		}
-		admitted = storetest.AdmitConcurrently(t, workers, each, storetest.Taking(t0, []window.Request{req("conc-one", limit, 1)}, stores...))
+		admitted = storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("conc-one", limit, 1)}, stores...))
 		if admitted != limit {
 			t.Errorf("batched %v, one counter: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
 		}
@@ -156,10 +139,10 @@ func TestRedisDenialLeavesNoTrace(t *testing.T) {
 	s := New(client, Options{})
 	ctx := context.Background()
 	key := func(name string) string {
-		return string(window.AppendWindow([]byte("test:{"+name+"}"), window.At(t0, time.Minute)))
+		return string(window.AppendWindow([]byte("test:{"+name+"}"), window.At(storetest.T0, time.Minute)))
 	}
 	// A new counter that does not fit: never created.
-	if ok, _ := take(t, s, t0, req("zero", 0, 1)); ok {
+	if ok, _ := storetest.Take(t, s, storetest.T0, storetest.Req("zero", 0, 1)); ok {
 		t.Fatal("limit 0 allowed")
 	}
 	if n, _ := client.Exists(ctx, key("zero")).Result(); n != 0 {
@@ -167,11 +150,11 @@ func TestRedisDenialLeavesNoTrace(t *testing.T) {
 	}
 	// An existing counter keeps its value and TTL; a new one denied with it
 	// is not created.
-	take(t, s, t0, req("full", 2, 2))
+	storetest.Take(t, s, storetest.T0, storetest.Req("full", 2, 2))
 	if err := client.PExpire(ctx, key("full"), 30*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := take(t, s, t0, req("fresh", 5, 1), req("full", 2, 1)); ok {
+	if ok, _ := storetest.Take(t, s, storetest.T0, storetest.Req("fresh", 5, 1), storetest.Req("full", 2, 1)); ok {
 		t.Fatal("full counter allowed")
 	}
 	if v, _ := client.Get(ctx, key("full")).Result(); v != "2" {

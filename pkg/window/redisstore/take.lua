@@ -66,7 +66,7 @@ local KEYS, ARGV, redis, tonumber, type = KEYS, ARGV, redis, tonumber, type
 local SHADOW = 1  -- checked and counted, but never denies
 local REFUND = 2  -- hits are given back instead of taken
 local SLIDING = 4 -- estimate = previous * weight + current
-local CHARGE = 8  -- hits are counted even when the request is denied
+local CHARGE = 8  -- hits are counted even when the request is denied; never with REFUND
 
 -- has reports whether flags holds flag, one of the values above.
 local function has(flags, flag)
@@ -205,7 +205,7 @@ local function full(n, a, ki)
       local hits = tonumber(ARGV[b + HITS])
       local flags = tonumber(ARGV[b + FLAGS])
       local k = keyOf[i]
-      if hits > 0 and (status == 1 or has(flags, CHARGE) and not has(flags, REFUND)) then
+      if hits > 0 and (status == 1 or has(flags, CHARGE)) then
         local c = count[k]
         if c then -- a shared key: counted here, written after the requests
           if has(flags, REFUND) then

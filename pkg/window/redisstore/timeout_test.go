@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -44,7 +45,7 @@ func TestRedisTakeHonoursDeadline(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, tt.ctxTimeout)
 			}
 			start := time.Now()
-			_, err := s.Take(ctx, t0, []window.Request{req("paused", 10, 1)}, make([]window.Result, 1))
+			_, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("paused", 10, 1)}, make([]window.Result, 1))
 			d := time.Since(start)
 			cancel()
 			if err == nil {
@@ -80,7 +81,7 @@ func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
 	takeAfter := func(delay time.Duration, took *time.Duration, done chan<- struct{}) {
 		time.Sleep(delay) // orders the Takes; far from any bound
 		start := time.Now()
-		_, _ = s.Take(context.Background(), t0, []window.Request{req("paused", 10, 1)}, make([]window.Result, 1))
+		_, _ = s.Take(context.Background(), storetest.T0, []window.Request{storetest.Req("paused", 10, 1)}, make([]window.Result, 1))
 		*took = time.Since(start)
 		done <- struct{}{}
 	}
