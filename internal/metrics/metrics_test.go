@@ -373,7 +373,8 @@ descriptors:
 
 func BenchmarkMetricsDecision(b *testing.B) {
 	m, _ := newTestMetrics(b, Options{})
-	l := &rules.Limit{Rule: "api_key"}
+	path := "api_key"
+	l := &rules.Limit{Rule: path, Path: path} // as rules.Load makes an unnamed limit
 	m.Decision(dec("edge", l, "", envoyrls.OutcomeOK))
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

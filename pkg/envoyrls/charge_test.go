@@ -127,7 +127,7 @@ func runBudget(t *testing.T, rulesSrc, domain string, limits []uint32, steps []b
 func counter(t *testing.T, f *fixture, s window.Store, domain string, d *rlv3.RateLimitDescriptor, limit uint32) uint64 {
 	t.Helper()
 	l := f.srv.Rules().Domain(domain).Match(d.Entries)
-	key := string(f.srv.appendKey(nil, domain, d.Entries, l[0]))
+	key := f.srv.keyOf(domain, d, l[0])
 	res := make([]window.Result, 1)
 	now := time.UnixMilli(f.now.Load())
 	if _, err := s.Take(context.Background(), now, []window.Request{{Key: key, Limit: uint64(limit), Size: time.Hour}}, res); err != nil {

@@ -10,6 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/race"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
@@ -208,5 +209,21 @@ func TestOverrideKeys(t *testing.T) {
 		if got := memoryGet(m)(t, counterAt{tt.want, minute}); got != 1 {
 			t.Errorf("%s: counter %q = %d, want 1", tt.key, tt.want, got)
 		}
+	}
+}
+
+// TestDescriptorKeysShareAllocation checks that a descriptor's limits cost
+// no more allocations than one limit: their keys are slices of one string.
+func TestDescriptorKeysShareAllocation(t *testing.T) {
+	if race.Enabled {
+		t.Skip("the race detector makes sync.Pool drop the server's scratch space at random")
+	}
+	f := newFixture(t, window.NewMemory(), counterRules)
+	allocs := func(d *rlv3.RateLimitDescriptor) float64 {
+		return testing.AllocsPerRun(100, func() { f.call(t, "edge", d) })
+	}
+	one, three := allocs(desc("api_key", "k")), allocs(desc("three", "k"))
+	if three != one {
+		t.Errorf("allocations of a descriptor of three limits = %v, want %v, as for one limit", three, one)
 	}
 }

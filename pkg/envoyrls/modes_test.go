@@ -10,6 +10,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -35,11 +36,16 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
+// keyOf is the key of l's counter for d, as setKeys builds it.
+func (s *Server) keyOf(domain string, d *rlv3.RateLimitDescriptor, l *rules.Limit) string {
+	return string(window.AppendKeyCounter(s.appendKeyHead(nil, domain, d.Entries, l), l.Index(), l.Algorithm))
+}
+
 // count reads the counter of d's first limit without counting.
 func (f *fixture) count(t *testing.T, domain string, d *rlv3.RateLimitDescriptor) uint64 {
 	t.Helper()
 	l := f.srv.Rules().Domain(domain).Match(d.Entries)[0]
-	key := string(f.srv.appendKey(nil, domain, d.Entries, l))
+	key := f.srv.keyOf(domain, d, l)
 	res := make([]window.Result, 1)
 	req := []window.Request{{Key: key, Limit: uint64(l.RequestsPerUnit), Size: l.Size, Shadow: true}}
 	if _, err := f.store.Take(context.Background(), time.UnixMilli(f.now.Load()), req, res); err != nil {

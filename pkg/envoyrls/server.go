@@ -181,7 +181,8 @@ type call struct {
 	slot    []int
 	reqs    []window.Request
 	res     []window.Result
-	key     []byte
+	key     []byte // the keys of one descriptor's counters, end to end
+	keyEnds []int  // where each of them ends in key
 	// quotaOver lists, in increasing order and possibly repeated, the
 	// descriptors of which a quota-mode limit was over.
 	quotaOver []int
@@ -195,7 +196,7 @@ const unknownDomain = "unknown"
 
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
-	c.reqs, c.res, c.key = c.reqs[:0], c.res[:0], c.key[:0]
+	c.reqs, c.res, c.key, c.keyEnds = c.reqs[:0], c.res[:0], c.key[:0], c.keyEnds[:0]
 	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
 	c.counted = false
 }
@@ -253,9 +254,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		c.slot = append(c.slot, len(c.reqs))
 		d := req.Descriptors[c.owner[k]]
 		hits, refund := hitsOf(req, d)
-		c.key = s.appendKey(c.key[:0], req.Domain, d.Entries, l)
 		c.reqs = append(c.reqs, window.Request{
-			Key:    string(c.key),
 			Limit:  uint64(l.RequestsPerUnit),
 			Size:   l.Size,
 			Hits:   hits,
@@ -270,6 +269,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if len(c.reqs) == 0 {
 		return s.response(req, c, now), nil
 	}
+	s.setKeys(req, c)
 	for range c.reqs {
 		c.res = append(c.res, window.Result{})
 	}
