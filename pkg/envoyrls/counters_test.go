@@ -7,10 +7,10 @@ import (
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/race"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
@@ -212,18 +212,28 @@ func TestOverrideKeys(t *testing.T) {
 	}
 }
 
-// TestDescriptorKeysShareAllocation checks that a descriptor's limits cost
-// no more allocations than one limit: their keys are slices of one string.
+// TestDescriptorKeysShareAllocation: a descriptor's counter keys are one
+// string whatever the number of its limits, so setKeys allocates once per
+// descriptor. It drives setKeys on a call of its own, not one from the
+// server's pool, so the count holds under the race detector too.
 func TestDescriptorKeysShareAllocation(t *testing.T) {
-	if race.Enabled {
-		t.Skip("the race detector makes sync.Pool drop the server's scratch space at random")
-	}
 	f := newFixture(t, window.NewMemory(), counterRules)
-	allocs := func(d *rlv3.RateLimitDescriptor) float64 {
-		return testing.AllocsPerRun(100, func() { f.call(t, "edge", d) })
+	allocs := func(d *rlv3.RateLimitDescriptor) (float64, int) {
+		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{d}}
+		c := &call{}
+		for _, l := range f.srv.Rules().Domain("edge").Match(d.Entries) {
+			c.limits, c.owner = append(c.limits, l), append(c.owner, 0)
+			c.slot = append(c.slot, len(c.reqs))
+			c.reqs = append(c.reqs, window.Request{})
+		}
+		return testing.AllocsPerRun(100, func() { f.srv.setKeys(req, c) }), len(c.reqs)
 	}
-	one, three := allocs(desc("api_key", "k")), allocs(desc("three", "k"))
-	if three != one {
-		t.Errorf("allocations of a descriptor of three limits = %v, want %v, as for one limit", three, one)
+	one, n1 := allocs(desc("api_key", "k"))
+	three, n3 := allocs(desc("three", "k"))
+	if n1 != 1 || n3 != 3 {
+		t.Fatalf("matched %d and %d limits, want 1 and 3 (counterRules changed?)", n1, n3)
+	}
+	if one != 1 || three != 1 {
+		t.Errorf("setKeys allocations: %v for one limit, %v for three, want 1 and 1", one, three)
 	}
 }
