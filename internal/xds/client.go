@@ -92,6 +92,10 @@ type Status struct {
 	LastNack *Nack `json:"last_nack"`
 	// LastStreamError is why the last stream ended; "" while none has.
 	LastStreamError string `json:"last_stream_error,omitempty"`
+	// EndedStreams counts the streams that ended in a row since the last
+	// one that brought a push (which counts too): 0 while a stream is
+	// answering, and above 1 while the server is unreachable.
+	EndedStreams int `json:"ended_streams"`
 }
 
 // Resource is one RateLimitConfig of a push.
@@ -167,7 +171,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		d := c.o.Backoff.delay(attempt, rand.Float64())
 		attempt++
-		c.update(func(st *Status) { st.Connected, st.LastStreamError = false, err.Error() })
+		c.update(func(st *Status) { st.Connected, st.LastStreamError, st.EndedStreams = false, err.Error(), attempt })
 		c.log.Warn("xDS stream ended; the last good rules keep serving", zap.String("server", c.o.ServerURL),
 			zap.Error(err), zap.Duration("retry_in", d))
 		t := time.NewTimer(d)
@@ -221,7 +225,7 @@ func (c *Client) stream(ctx context.Context) (answered bool, err error) {
 		}
 		if !answered {
 			answered = true
-			c.update(func(st *Status) { st.Connected = true })
+			c.update(func(st *Status) { st.Connected, st.EndedStreams = true, 0 })
 			c.log.Info("xDS stream open", zap.String("server", c.o.ServerURL), zap.String("node_id", c.o.NodeID))
 		}
 		if version != "" && version == nacked {

@@ -212,7 +212,14 @@ func TestClientServerRestarts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond) // a few failed reconnections
+	// Rules keep serving through failed reconnections, not only until the
+	// first one.
+	for c.Status().EndedStreams < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("ended streams = %d, want a few failed reconnections", c.Status().EndedStreams)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := a.limitOf("l", "u"); got != 5 {
 		t.Fatalf("while the server is down: limit %d, want 5", got)
 	}
