@@ -18,7 +18,29 @@ import (
 type Memory struct {
 	mu        sync.Mutex
 	cells     map[cellID]cell
+	buckets   map[stateID]bucket
+	logs      map[stateID]*hitLog
 	nextSweep int64 // Unix ms of the next sweep of expired cells
+}
+
+// stateID names the state of a TokenBucket or SlidingLog counter: its key
+// and window length, without a window start.
+type stateID struct {
+	key  string
+	size int64
+}
+
+// bucket is a TokenBucket's state.
+type bucket struct {
+	tat     int64 // theoretical arrival time, Unix ns
+	expires int64 // Unix ms
+}
+
+// hitLog is a SlidingLog's state: the times (Unix ms) of its hits, oldest
+// first.
+type hitLog struct {
+	hits    []int64
+	expires int64 // Unix ms
 }
 
 type cellID struct {
@@ -34,7 +56,7 @@ type cell struct {
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{cells: make(map[cellID]cell)}
+	return &Memory{cells: make(map[cellID]cell), buckets: make(map[stateID]bucket), logs: make(map[stateID]*hitLog)}
 }
 
 // Ping always succeeds: the store is this process.
@@ -55,17 +77,8 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 	allowed := true
 	for i := range reqs {
 		r := &reqs[i]
-		w := AtMillis(nowMs, r.Size.Milliseconds())
-		cur := m.get(cellID{r.Key, w.Size, w.Start}, nowMs)
-		pending := pendingHits(reqs[:i], r.Key, w.Size)
-		var prev uint64
-		if r.Algorithm == SlidingWindow {
-			p := w.Previous()
-			prev = m.get(cellID{r.Key, p.Size, p.Start}, nowMs)
-		}
-		over := r.over(cur+pending, prev, r.Weight(w, nowMs))
-		res[i] = Result{Count: cur, Previous: prev, Over: over}
-		if over && !r.Shadow {
+		res[i] = m.check(r, reqs[:i], nowMs)
+		if res[i].Over && !r.Shadow {
 			allowed = false
 		}
 	}
@@ -74,21 +87,120 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 		if r.Hits == 0 || !allowed && !r.charges() {
 			continue
 		}
-		w := AtMillis(nowMs, r.Size.Milliseconds())
-		id := cellID{r.Key, w.Size, w.Start}
-		c, ok := m.cells[id]
-		if !ok || c.expires <= nowMs {
-			c = cell{expires: nowMs + r.TTL().Milliseconds()}
-		}
-		if r.Refund {
-			c.count -= min(c.count, r.Hits)
-		} else {
-			c.count = satAdd(c.count, r.Hits)
-		}
-		m.cells[id] = c
-		res[i].Count = c.count
+		m.count(r, &res[i], nowMs)
 	}
 	return allowed, nil
+}
+
+// check reads r's counter at nowMs and decides whether r fits, after the
+// hits that earlier requests of the call add to the same counter.
+func (m *Memory) check(r *Request, earlier []Request, nowMs int64) Result {
+	size := r.Size.Milliseconds()
+	pending := pendingHits(earlier, r.Key, size)
+	switch r.Algorithm {
+	case TokenBucket:
+		empty := m.bucketEmpty(stateID{r.Key, size}, nowMs)
+		over, retry := r.bucketDecide(empty, pending)
+		return r.bucketResult(empty, over, retry)
+	case SlidingLog:
+		l := m.log(stateID{r.Key, size}, nowMs)
+		over, need := r.logDecide(uint64(len(l.hits)), pending)
+		return l.result(size, nowMs, over, need)
+	}
+	w := AtMillis(nowMs, size)
+	cur := m.get(cellID{r.Key, w.Size, w.Start}, nowMs)
+	var prev uint64
+	if r.Algorithm == SlidingWindow {
+		p := w.Previous()
+		prev = m.get(cellID{r.Key, p.Size, p.Start}, nowMs)
+	}
+	return Result{Count: cur, Previous: prev, Over: r.over(cur+pending, prev, r.Weight(w, nowMs))}
+}
+
+// count adds r's hits to its counter (or gives them back for a refund) and
+// updates res to the counter's new state.
+func (m *Memory) count(r *Request, res *Result, nowMs int64) {
+	size := r.Size.Milliseconds()
+	switch r.Algorithm {
+	case TokenBucket:
+		id := stateID{r.Key, size}
+		empty := r.bucketApply(m.bucketEmpty(id, nowMs))
+		m.buckets[id] = bucket{tat: nowMs*int64(time.Millisecond) + empty, expires: nowMs + BucketTTL(time.Duration(empty)).Milliseconds()}
+		over, retry := res.Over, int64(res.Retry)
+		*res = r.bucketResult(empty, over, retry)
+		return
+	case SlidingLog:
+		id := stateID{r.Key, size}
+		l := m.log(id, nowMs)
+		if r.Refund {
+			l.hits = l.hits[:uint64(len(l.hits))-min(uint64(len(l.hits)), r.Hits)]
+		} else {
+			for range r.LogEntries(r.Hits) {
+				l.hits = append(l.hits, nowMs)
+			}
+		}
+		l.expires = nowMs + r.TTL().Milliseconds()
+		m.logs[id] = l
+		over, retry := res.Over, res.Retry
+		*res = l.result(size, nowMs, false, 0)
+		res.Over, res.Retry = over, retry
+		return
+	}
+	w := AtMillis(nowMs, size)
+	id := cellID{r.Key, w.Size, w.Start}
+	c, ok := m.cells[id]
+	if !ok || c.expires <= nowMs {
+		c = cell{expires: nowMs + r.TTL().Milliseconds()}
+	}
+	if r.Refund {
+		c.count -= min(c.count, r.Hits)
+	} else {
+		c.count = satAdd(c.count, r.Hits)
+	}
+	m.cells[id] = c
+	res.Count = c.count
+}
+
+// bucketEmpty returns how far (ns) the bucket id's state runs ahead of
+// nowMs: 0 when it is full or missing.
+func (m *Memory) bucketEmpty(id stateID, nowMs int64) int64 {
+	b, ok := m.buckets[id]
+	if !ok || b.expires <= nowMs {
+		return 0
+	}
+	return max(b.tat-nowMs*int64(time.Millisecond), 0)
+}
+
+// log returns the log id with the hits that left the window ending at
+// nowMs trimmed; a new, unstored one when it has none.
+func (m *Memory) log(id stateID, nowMs int64) *hitLog {
+	l, ok := m.logs[id]
+	if !ok || l.expires <= nowMs {
+		return &hitLog{}
+	}
+	old := 0
+	for old < len(l.hits) && l.hits[old] <= nowMs-id.size {
+		old++
+	}
+	l.hits = l.hits[old:]
+	return l
+}
+
+// result is the Result of a log of window size ms at nowMs: when over, the
+// request would fit once its need oldest hits left, or never (need 0).
+func (l *hitLog) result(size, nowMs int64, over bool, need uint64) Result {
+	res := Result{Count: uint64(len(l.hits)), Over: over}
+	if n := len(l.hits); n > 0 {
+		res.Empty = time.Duration(l.hits[n-1]+size-nowMs) * time.Millisecond
+	}
+	switch {
+	case !over:
+	case need == 0:
+		res.Retry = res.Empty
+	default:
+		res.Retry = time.Duration(l.hits[need-1]+size-nowMs) * time.Millisecond
+	}
+	return res
 }
 
 func (m *Memory) get(id cellID, nowMs int64) uint64 {
@@ -103,6 +215,16 @@ func (m *Memory) sweep(nowMs int64) {
 	for id, c := range m.cells {
 		if c.expires <= nowMs {
 			delete(m.cells, id)
+		}
+	}
+	for id, b := range m.buckets {
+		if b.expires <= nowMs {
+			delete(m.buckets, id)
+		}
+	}
+	for id, l := range m.logs {
+		if l.expires <= nowMs {
+			delete(m.logs, id)
 		}
 	}
 	m.nextSweep = nowMs + time.Second.Milliseconds()

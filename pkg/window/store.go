@@ -20,15 +20,49 @@ const (
 	// that a rolling window still covers: previous*(1-elapsed) + current.
 	// It reads two counters and writes only the current one.
 	SlidingWindow
+	// TokenBucket is the generic cell rate algorithm (GCRA): a bucket of
+	// Burst tokens that refills Limit tokens per Size, one token every
+	// Interval. Its state is one theoretical arrival time (TAT): the
+	// bucket is full when the TAT is not after now. Over any interval of
+	// length T it admits at most Burst + Limit*T/Size hits.
+	TokenBucket
+	// SlidingLog keeps the time of every counted hit of the last window
+	// and admits a request when the hits of the window ending now, plus
+	// its own, fit the limit: in any window of length Size it admits at
+	// most Limit hits. Its memory grows with the limit.
+	SlidingLog
 )
 
-// String returns "fixed_window" or "sliding_window".
-func (a Algorithm) String() string {
-	if a == SlidingWindow {
-		return "sliding_window"
-	}
-	return "fixed_window"
+var algorithmNames = [...]string{
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	TokenBucket:   "token_bucket",
+	SlidingLog:    "sliding_log",
 }
+
+// String returns the name rules use: "fixed_window", "sliding_window",
+// "token_bucket" or "sliding_log"; "fixed_window" for an unknown value.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return algorithmNames[FixedWindow]
+}
+
+// ParseAlgorithm returns the Algorithm that String names, and false for
+// any other name.
+func ParseAlgorithm(name string) (Algorithm, bool) {
+	for a, n := range algorithmNames {
+		if n == name {
+			return Algorithm(a), true
+		}
+	}
+	return FixedWindow, false
+}
+
+// windowed reports whether a counts hits in epoch-aligned windows, whose
+// key ends with the window's start.
+func (a Algorithm) windowed() bool { return a == FixedWindow || a == SlidingWindow }
 
 // ErrStore wraps every failure of a store to answer (network, timeout,
 // script errors). The request's counters are then in an unknown state for
@@ -106,15 +140,21 @@ type Request struct {
 	// is counted only when the whole request is allowed. Charge means
 	// nothing for a Refund or zero Hits.
 	Charge bool
-	// Algorithm picks the fixed or the sliding window.
+	// Algorithm picks how the counter counts.
 	Algorithm Algorithm
+	// Burst is, for TokenBucket, the most hits the full bucket admits at
+	// once; 0 means Limit. Other algorithms ignore it.
+	Burst uint64
 }
 
 // Result is a store's answer for one Request.
 type Result struct {
 	// Count is the current window's counter after the decision: raised by
 	// Hits when the request was allowed or the counter a charge, unchanged
-	// otherwise.
+	// otherwise. For SlidingLog it is the hits the log holds for the window
+	// ending now; for TokenBucket the tokens taken from a full bucket,
+	// ceil(Empty / Interval), which passes Burst after a charge that did
+	// not fit.
 	Count uint64
 	// Previous is the previous window's counter, read for SlidingWindow
 	// only.
@@ -126,13 +166,24 @@ type Result struct {
 	// request was known to be full and reading the others failed (see
 	// OverLimitCache); Count is then unknown and 0.
 	Skipped bool
+	// Empty is, for TokenBucket and SlidingLog, the time from now until the
+	// counter is back to its start with no further hits: the bucket full,
+	// the log empty. 0 for the windows, whose Reset says it.
+	Empty time.Duration
+	// Retry is, for TokenBucket and SlidingLog when Over, the time from now
+	// until the request's hits would fit with no other traffic: exact, as
+	// these counters only free room as time passes. When the hits can never
+	// fit (more than Burst or Limit) it is Empty. 0 otherwise.
+	Retry time.Duration
 }
 
 // TTL is how long a store keeps a counter of r after its first hit: its
 // window plus one second, so a counter outlives its window even if the
 // clocks of replicas and Redis disagree slightly, and for SlidingWindow one
 // more window, in which it is read as the previous one. It is whole
-// milliseconds, and a store never extends it.
+// milliseconds, and a store never extends it. A SlidingLog's counter lives
+// as long after its last hit; a TokenBucket's after its last hit as long as
+// the bucket takes to fill, plus one second (see BucketTTL).
 func (r *Request) TTL() time.Duration {
 	ms := r.Size.Milliseconds()
 	if r.Algorithm == SlidingWindow {
@@ -177,18 +228,43 @@ func (r *Request) over(count, previous uint64, weight float64) bool {
 	return count > r.Limit || r.need() > r.Limit-count
 }
 
-// Remaining returns how many hits the counter still admits after res, never
-// negative. For SlidingWindow it is the limit minus the rounded-up estimate.
-func (r *Request) Remaining(res Result, now time.Time) uint64 {
-	used := float64(res.Count)
-	if r.Algorithm == SlidingWindow {
-		w := At(now, r.Size)
-		used = math.Ceil(float64(res.Previous)*r.Weight(w, now.UnixMilli()) + used)
+// Used returns how much of the counter res holds: Count, and for
+// SlidingWindow the rounded-up estimate.
+func (r *Request) Used(res Result, now time.Time) uint64 {
+	if r.Algorithm != SlidingWindow {
+		return res.Count
 	}
-	if used >= float64(r.Limit) {
+	w := At(now, r.Size)
+	return uint64(math.Ceil(float64(res.Previous)*r.Weight(w, now.UnixMilli()) + float64(res.Count)))
+}
+
+// Capacity returns the most hits the counter holds: Limit, or for
+// TokenBucket the burst.
+func (r *Request) Capacity() uint64 {
+	if r.Algorithm == TokenBucket {
+		return r.burst()
+	}
+	return r.Limit
+}
+
+// Remaining returns how many hits the counter still admits after res:
+// Capacity less Used, never negative. For a TokenBucket that is the whole
+// tokens left.
+func (r *Request) Remaining(res Result, now time.Time) uint64 {
+	used, c := r.Used(res, now), r.Capacity()
+	if used >= c {
 		return 0
 	}
-	return r.Limit - uint64(used)
+	return c - used
+}
+
+// RetryAfter returns how long a client denied by this counter should wait:
+// Reset for the windows, Retry for TokenBucket and SlidingLog.
+func (r *Request) RetryAfter(res Result, now time.Time) time.Duration {
+	if r.Algorithm.windowed() {
+		return r.Reset(res, now)
+	}
+	return res.Retry
 }
 
 // Reset returns the time until the counter admits again. For FixedWindow it
@@ -196,8 +272,12 @@ func (r *Request) Remaining(res Result, now time.Time) uint64 {
 // left it is also the time to the window's end; when it is full it is the
 // time until the estimate has fallen enough for one more hit, assuming no
 // further traffic, which is at least the time to the next boundary when the
-// current window alone is full.
+// current window alone is full. For TokenBucket and SlidingLog it is Empty:
+// the time until the bucket is full, or the log empty.
 func (r *Request) Reset(res Result, now time.Time) time.Duration {
+	if !r.Algorithm.windowed() {
+		return res.Empty
+	}
 	nowMs := now.UnixMilli()
 	w := At(now, r.Size)
 	untilEnd := w.Until(nowMs)

@@ -1,0 +1,118 @@
+package window
+
+import "time"
+
+// MaxBucketSpan is the longest a TokenBucket's Tolerance may be, and the
+// most a bucket's state may run ahead of now: 2^53 ns, about 104 days.
+// Within it every store, Redis's Lua with its float64 numbers among them,
+// computes the bucket with exact integers.
+const MaxBucketSpan = time.Duration(1 << 53)
+
+// Interval returns, for TokenBucket, the time one token takes to come back:
+// Size / Limit rounded up to the nanosecond, so a bucket never refills
+// faster than its rate; 0 when Limit is 0, which admits nothing.
+func (r *Request) Interval() time.Duration {
+	if r.Limit == 0 {
+		return 0
+	}
+	size := uint64(r.Size)
+	return time.Duration((size + r.Limit - 1) / r.Limit)
+}
+
+// Tolerance returns, for TokenBucket, how far its theoretical arrival time
+// may run ahead of now after a hit: Burst x Interval, at most MaxBucketSpan.
+func (r *Request) Tolerance() time.Duration { return time.Duration(r.bucketCost(r.burst())) }
+
+// BucketTTL returns how long a store keeps a TokenBucket's state after a
+// write that leaves it empty ahead of now: until the bucket is full again,
+// rounded up to the millisecond, plus one second, like a window's TTL.
+func BucketTTL(empty time.Duration) time.Duration {
+	return (empty+time.Millisecond-1)/time.Millisecond*time.Millisecond + time.Second
+}
+
+func (r *Request) burst() uint64 {
+	if r.Burst == 0 {
+		return r.Limit
+	}
+	return r.Burst
+}
+
+// bucketCost returns hits x Interval in nanoseconds, at most MaxBucketSpan.
+func (r *Request) bucketCost(hits uint64) int64 {
+	iv := uint64(r.Interval())
+	if iv != 0 && hits > uint64(MaxBucketSpan)/iv {
+		return int64(MaxBucketSpan)
+	}
+	return int64(hits * iv)
+}
+
+// bucketDecide decides r against a bucket whose state runs empty ns ahead
+// of now (0: full), after pending hits of earlier requests of the same call
+// on the same bucket. It returns whether r's hits (one when it only checks)
+// do not fit, and if so the time until they would. Refunds always fit.
+func (r *Request) bucketDecide(empty int64, pending uint64) (over bool, retry int64) {
+	if r.Refund {
+		return false, 0
+	}
+	if r.Limit == 0 {
+		return true, empty
+	}
+	cost := r.bucketCost(satAdd(pending, r.need()))
+	tol := int64(r.Tolerance())
+	if cost > tol {
+		return true, empty // more than the bucket holds: never fits
+	}
+	if after := empty + cost; after > tol {
+		return true, after - tol
+	}
+	return false, 0
+}
+
+// bucketApply returns the state (ns ahead of now) after counting r's hits on
+// a bucket empty ns ahead: taken, or given back for a refund, never below
+// full nor past MaxBucketSpan.
+func (r *Request) bucketApply(empty int64) int64 {
+	cost := r.bucketCost(r.Hits)
+	if r.Refund {
+		return max(empty-cost, 0)
+	}
+	return min(empty+cost, int64(MaxBucketSpan))
+}
+
+// bucketResult is the Result of a bucket left empty ns ahead of now.
+func (r *Request) bucketResult(empty int64, over bool, retry int64) Result {
+	res := Result{Over: over, Empty: time.Duration(empty)}
+	if iv := int64(r.Interval()); iv > 0 {
+		res.Count = uint64((empty + iv - 1) / iv)
+	}
+	if over {
+		res.Retry = time.Duration(retry)
+	}
+	return res
+}
+
+// logDecide decides r against a SlidingLog holding count hits for the
+// window ending now, after pending hits of earlier requests of the same
+// call on the same log. When r does not fit, need is how many of the oldest
+// hits must leave the window before it would, or 0 when it never fits (its
+// hits alone pass the limit).
+func (r *Request) logDecide(count, pending uint64) (over bool, need uint64) {
+	if r.Refund {
+		return false, 0
+	}
+	want := satAdd(pending, r.need())
+	if want > r.Limit {
+		return true, 0
+	}
+	if count > r.Limit-want {
+		return true, count - (r.Limit - want)
+	}
+	return false, 0
+}
+
+// LogEntries returns how many entries a SlidingLog adds for hits: one per
+// hit, but at most Limit+1. A group of Limit+1 entries at one time keeps
+// every window holding it over the limit, as the hits themselves would, so
+// every decision is the same while a charge far over the limit costs
+// memory in proportion to the limit, not to its hits.
+func (r *Request) LogEntries(hits uint64) uint64 { return min(hits, satAdd(r.Limit, 1)) }
