@@ -218,7 +218,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer os.RemoveAll(b.tmp)
-	b.logs = filepath.Join(o.out, "logs")
+	// Absolute, because redis-server runs in its log directory and is also told it with --dir.
+	if b.logs, err = filepath.Abs(filepath.Join(o.out, "logs")); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(b.logs, 0o755); err != nil {
 		return err
 	}
