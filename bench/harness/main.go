@@ -45,6 +45,7 @@ type options struct {
 	conns        int
 	keys         int
 	distinctKeys int
+	millionKeys  int
 	timeout      time.Duration
 	scenarios    []string
 
@@ -80,8 +81,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.conns, "conns", 1, "load generator gRPC connections")
 	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e, f, fn, h, s, cl")
 	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
+	fs.IntVar(&o.millionKeys, "million-keys", 1000000, "live counters of scenarios million and million-sliding (sent once each before the measured interval)")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
-	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a-f, fn, h, s, cl, ref; -target adds target)")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a-f, fn, h, s, cl, ref, million, million-sliding; -target adds target)")
 	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
 	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
 	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
@@ -120,8 +122,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if len(o.scenarios) == 0 {
 		errs = append(errs, errors.New("no scenario to run"))
 	}
-	if o.runs < 1 || o.c < 1 || o.conns < 1 || o.keys < 1 || o.distinctKeys < 1 {
-		errs = append(errs, errors.New("-runs, -c, -conns, -keys and -distinct-keys must be at least 1"))
+	if o.runs < 1 || o.c < 1 || o.conns < 1 || o.keys < 1 || o.distinctKeys < 1 || o.millionKeys < 1 {
+		errs = append(errs, errors.New("-runs, -c, -conns, -keys, -distinct-keys and -million-keys must be at least 1"))
 	}
 	if o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 {
 		errs = append(errs, errors.New("-duration and -timeout must be positive, -warmup not negative"))
@@ -167,6 +169,8 @@ var allScenarios = []scenario{
 	{"s", "(s) as (a), sliding window", "sidecar", "redis", "allowed", nil, "sliding_window"},
 	{"cl", "(cl) as (a), 3-master Redis Cluster", "sidecar", "cluster", "allowed", nil, ""},
 	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed", nil, ""},
+	{"million", "(million) distinct tenants, hour-long windows, Redis", "sidecar", "redis", keySpaceLoad, nil, ""},
+	{"million-sliding", "(million-sliding) as (million), sliding window", "sidecar", "redis", keySpaceLoad, nil, "sliding_window"},
 	{"target", "external server (-target)", "target", "", "", nil, ""},
 }
 
@@ -214,7 +218,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer os.RemoveAll(b.tmp)
-	b.logs = filepath.Join(o.out, "logs")
+	// Absolute, because redis-server runs in its log directory and is also told it with --dir.
+	if b.logs, err = filepath.Abs(filepath.Join(o.out, "logs")); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(b.logs, 0o755); err != nil {
 		return err
 	}
