@@ -69,7 +69,7 @@ func (c *xdsConfig) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.backoffJitter, "xds-backoff-jitter", true, "spread the waits between reconnections at random")
 	fs.IntVar(&c.maxMsgSize, "xds-max-msg-size", 0, "largest xDS response, in bytes; 0 is gRPC's 4 MiB")
 	fs.BoolVar(&c.forceStart, "force-start", false, "with -config-type grpc-xds-sotw: healthy before the first push (every answer OK until rules come); else not ready until the first good push")
-	fs.StringVar(&c.domainDefaults, "xds-domain-defaults", "", "YAML file of per-domain settings that xDS cannot carry: failure_mode, algorithm, per-rule unit_multiplier (docs/gateway.md)")
+	fs.StringVar(&c.domainDefaults, "xds-domain-defaults", "", "YAML file of per-domain settings that xDS cannot carry: failure_mode, algorithm, per-rule unit_multiplier, algorithm and burst (docs/gateway.md)")
 }
 
 // check reports bad combinations; configPath is -config.

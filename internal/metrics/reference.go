@@ -183,7 +183,7 @@ func appendStatsKey(dst []byte, d *envoyrls.Decision) []byte {
 // limit in shadow_mode too. A failed store call counts in total_hits
 // alone, since the reference counts it before asking Redis.
 func add(c *[numStats]prometheus.Counter, d *envoyrls.Decision) {
-	hits, used, limit, near := d.Hits, d.Used, uint64(d.Limit.RequestsPerUnit), d.NearLimit
+	hits, used, limit, near := d.Hits, d.Used, d.Limit.Capacity(), d.NearLimit
 	after := used + hits
 	counts := [numStats]uint64{statTotalHits: hits}
 	switch d.Outcome {

@@ -30,9 +30,13 @@ const AnyDomain = "*"
 //	      route_r.user:
 //	        unit_multiplier: 2
 //	        algorithm: fixed_window
+//	      api_burst:
+//	        algorithm: token_bucket
+//	        burst: 50
 //
 // A domain's failure_mode and algorithm are its rules file's top-level
-// fields; a rule's unit_multiplier and algorithm are its rate_limit's. A
+// fields; a rule's unit_multiplier, algorithm and burst are its
+// rate_limit's. A
 // rule or domain that no push has is ignored, since pushes change.
 type Defaults struct {
 	Domains map[string]DomainDefaults `yaml:"domains"`
@@ -49,6 +53,8 @@ type DomainDefaults struct {
 type RuleDefaults struct {
 	UnitMultiplier uint32 `yaml:"unit_multiplier"`
 	Algorithm      string `yaml:"algorithm"`
+	// Burst is a token_bucket limit's burst (see rules.RateLimit.Burst).
+	Burst uint32 `yaml:"burst"`
 }
 
 // LoadDefaults reads and checks a Defaults file: unknown fields and bad
@@ -76,21 +82,35 @@ func ParseDefaults(name string, data []byte) (*Defaults, error) {
 }
 
 // check compiles each domain's settings on a domain of one limit per
-// rule, so that a value is checked exactly as in a rules file.
+// rule, so that a value is checked exactly as in a rules file. The rule's
+// own rate is unknown until a push, so its limit refills a token per
+// microsecond when it has a burst, which any burst then fits; a push that
+// cannot hold it is refused when it compiles.
 func (d *Defaults) check(name string) error {
 	var files []*rules.File
-	one := uint32(1)
 	for _, dom := range sortedKeys(d.Domains) {
 		dd := d.Domains[dom]
 		where := fmt.Sprintf("domains[%q]", dom)
-		f := &rules.File{Name: name, Domain: dom, FailureMode: dd.FailureMode, Algorithm: dd.Algorithm, Pos: rules.Pos{Path: where}}
+		alg := dd.Algorithm
+		if alg == "" {
+			alg = d.Domains[AnyDomain].Algorithm // as Apply falls back
+		}
+		f := &rules.File{Name: name, Domain: dom, FailureMode: dd.FailureMode, Algorithm: alg, Pos: rules.Pos{Path: where}}
 		for _, rule := range sortedKeys(dd.Rules) {
 			rd := dd.Rules[rule]
-			r := &rules.RateLimit{Unit: "second", RequestsPerUnit: &one, Algorithm: rd.Algorithm,
+			rate := uint32(1)
+			if rd.Burst > 0 {
+				rate = 1_000_000
+			}
+			r := &rules.RateLimit{Unit: "second", RequestsPerUnit: &rate, Algorithm: rd.Algorithm,
 				Pos: rules.Pos{Path: fmt.Sprintf("%s.rules[%q]", where, rule)}}
 			if rd.UnitMultiplier > 0 {
 				m := rd.UnitMultiplier
 				r.UnitMultiplier = &m
+			}
+			if rd.Burst > 0 {
+				b := rd.Burst
+				r.Burst = &b
 			}
 			f.Descriptors = append(f.Descriptors, rules.Descriptor{Key: rule, RateLimit: r})
 		}
@@ -145,6 +165,10 @@ func applyRules(ds []rules.Descriptor, parent string, byRule map[string]RuleDefa
 				}
 				if r.Algorithm == "" {
 					r.Algorithm = rd.Algorithm
+				}
+				if r.Burst == nil && rd.Burst > 0 {
+					b := rd.Burst
+					r.Burst = &b
 				}
 			}
 		}

@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 func TestParseDefaultsProblems(t *testing.T) {
@@ -19,6 +21,7 @@ func TestParseDefaultsProblems(t *testing.T) {
 		{"bad failure mode", "domains:\n  d:\n    failure_mode: maybe\n", `defaults.yaml: domains["d"].failure_mode: unknown failure mode "maybe"`},
 		{"bad algorithm", "domains:\n  d:\n    rules:\n      r:\n        algorithm: leaky\n", `domains["d"].rules["r"].algorithm: unknown algorithm "leaky"`},
 		{"bad multiplier", "domains:\n  d:\n    rules:\n      r:\n        unit_multiplier: -1\n", "cannot unmarshal"},
+		{"burst without a bucket", "domains:\n  d:\n    rules:\n      r:\n        burst: 5\n", `domains["d"].rules["r"].burst: applies only to algorithm token_bucket, and this limit's algorithm is fixed_window`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,4 +60,33 @@ func TestLoadDefaults(t *testing.T) {
 		t.Errorf("Apply: failure_mode %q, multiplier %d, want allow (kept) and 5", f.FailureMode, *f.Descriptors[0].RateLimit.UnitMultiplier)
 	}
 	(*Defaults)(nil).Apply(f) // a nil Defaults applies nothing
+}
+
+// TestDefaultsAlgorithms: the new algorithms and burst come from the
+// defaults file as the others do; a rule's burst checks against the
+// algorithm it inherits from its domain, or from "*".
+func TestDefaultsAlgorithms(t *testing.T) {
+	t.Parallel()
+	d, err := ParseDefaults("d.yaml", []byte("domains:\n  \"*\":\n    algorithm: token_bucket\n  d:\n    rules:\n      k:\n        burst: 7\n      l:\n        algorithm: sliding_log\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := rules.FromProto("xds:d", &rlsconfv3.RateLimitConfig{Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 2}},
+		{Key: "l", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 20}},
+	}})
+	d.Apply(f)
+	set, err := (rules.Options{}).Compile([]*rules.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := set.Domain("d")
+	k := dom.Match([]*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "x"}})
+	l := dom.Match([]*rlv3.RateLimitDescriptor_Entry{{Key: "l", Value: "x"}})
+	if len(k) != 1 || k[0].Algorithm != window.TokenBucket || k[0].Burst != 7 {
+		t.Errorf("k = %+v, want a token bucket of burst 7", k)
+	}
+	if len(l) != 1 || l[0].Algorithm != window.SlidingLog {
+		t.Errorf("l = %+v, want a sliding log", l)
+	}
 }

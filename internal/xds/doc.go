@@ -6,7 +6,7 @@
 //
 // A Client turns each push into rules.Files (rules.FromProto), fills in
 // what the proto has no field for from Defaults (per-domain failure mode
-// and algorithm, per-rule unit multiplier and algorithm), compiles them
+// and algorithm, per-rule unit multiplier, algorithm and burst), compiles them
 // with rules.Options.Compile, the same checks as files, and applies the
 // Set; the push is then ACKed. A push that does not compile, or holds a
 // resource that is not a RateLimitConfig, is NACKed with every problem in

@@ -45,12 +45,15 @@ type Decision struct {
 	// refund (is_negative_hits), which adds none.
 	Hits uint64
 	// Used is the counter's use before this request, as limit_remaining
-	// counts it (for a sliding window, the estimate); 0 with
-	// OutcomeFailureMode, when it is unknown. Used+Hits is the use the
-	// request asked for: more than the limit is over it.
+	// counts it (window.Request.Used: for a sliding window the estimate,
+	// for a token bucket the tokens taken from a full bucket, for a
+	// sliding log the hits of the window); 0 with OutcomeFailureMode, when
+	// it is unknown. Used+Hits is the use the request asked for: more than
+	// Limit.Capacity() is over it.
 	Used uint64
 	// NearLimit is the use above which an allowed decision is near its
-	// limit: the limit times Options.NearLimitRatio, rounded down.
+	// limit: Limit.Capacity() (the limit, or a token bucket's burst) times
+	// Options.NearLimitRatio, rounded down.
 	NearLimit uint64
 }
 

@@ -1,6 +1,8 @@
 package envoyrls
 
 import (
+	"fmt"
+
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
@@ -12,7 +14,8 @@ import (
 // configured limits. It is keyed apart from them and, as in
 // envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode,
 // algorithm and over_limit of the rule the descriptor matches (its limits
-// are matched), else the domain's, else charges.
+// are matched), else the domain's, else charges. As the override has no
+// burst, a token bucket's is its requests_per_unit.
 func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rules.Limit, dom *rules.Domain) *rules.Limit {
 	unit, _ := overrideUnit(o.Unit) // validated
 	mult := uint32(1)
@@ -28,7 +31,22 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 	case dom != nil:
 		l.FailureMode, l.Algorithm, l.OverLimit = dom.FailureMode, dom.Algorithm, dom.OverLimit
 	}
+	if l.Algorithm == window.TokenBucket {
+		l.Burst = l.RequestsPerUnit
+	}
 	return l
+}
+
+// checkOverride refuses the override l of descriptor i when it asks more
+// than its algorithm holds: a sliding log's memory grows with its limit, so
+// an override may not raise it past what rules accept
+// (rules.MaxSlidingLogLimit).
+func checkOverride(l *rules.Limit, i int) error {
+	if l.Algorithm == window.SlidingLog && l.RequestsPerUnit > rules.MaxSlidingLogLimit {
+		return fmt.Errorf("%w: descriptor %d limit override of %d is more than %d, the most a sliding_log limit holds",
+			ErrInvalidRequest, i, l.RequestsPerUnit, rules.MaxSlidingLogLimit)
+	}
+	return nil
 }
 
 func overrideUnit(u typev3.RateLimitUnit) (window.Unit, bool) {

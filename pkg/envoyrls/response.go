@@ -37,7 +37,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		}
 		r, res := &c.reqs[slot], c.res[slot]
 		var remaining uint64
-		var reset time.Duration
+		var reset, wait time.Duration // duration_until_reset; retry-after when over
 		var over bool
 		switch {
 		case c.isFailed(slot) && l.FailureMode != rules.FailDeny:
@@ -46,6 +46,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			// Fails closed: reported as a full counter until its window
 			// ends (failureResponse observed it).
 			reset, over = window.At(now, l.Size).Until(now.UnixMilli()), true
+			wait = reset
 		case res.Skipped:
 			// Not read: another counter of this denied request was known
 			// full and the read of the others failed (see
@@ -59,7 +60,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			continue
 		default:
 			remaining = r.Remaining(res, now)
-			reset = r.Reset(res, now)
+			reset, wait = r.Reset(res, now), r.RetryAfter(res, now)
 			over = res.Over && !l.Shadow
 			if over && s.quotaMode(l) {
 				over = false
@@ -80,8 +81,8 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		if over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if worst == nil || reset >= retry {
-				retry, worst = reset, l
+			if worst == nil || wait >= retry {
+				retry, worst = wait, l
 			}
 		}
 	}
@@ -172,13 +173,10 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 		d.Outcome = OutcomeShadowOverLimit
 	case res.Over:
 		d.Outcome = OutcomeOverLimit
-	case uint64(l.RequestsPerUnit)-remaining > d.NearLimit:
+	case r.Capacity()-remaining > d.NearLimit: // remaining <= Capacity
 		d.Outcome = OutcomeNearLimit
 	}
-	d.Used = res.Count
-	if r.Algorithm == window.SlidingWindow {
-		d.Used = uint64(math.Ceil(float64(res.Previous)*r.Weight(window.At(now, r.Size), now.UnixMilli()) + float64(res.Count)))
-	}
+	d.Used = r.Used(res, now)
 	if (c.counted || r.Charge) && d.Hits > 0 { // a charge is counted, allowed or not
 		d.Used -= min(d.Used, d.Hits)
 	}
@@ -195,7 +193,7 @@ func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome
 		Value:     metricValue(req, owner, l),
 		Entries:   req.Descriptors[owner].Entries,
 		Outcome:   o,
-		NearLimit: uint64(math.Floor(s.near * float64(l.RequestsPerUnit))),
+		NearLimit: uint64(math.Floor(s.near * float64(r.Capacity()))),
 	}
 	if !r.Refund {
 		d.Hits = r.Hits
@@ -280,9 +278,11 @@ type tooManyRequests struct {
 	Domain            string `json:"domain"`
 }
 
-// addTooManyRequests adds retry-after (whole seconds until the last of the
-// over-limit windows that must pass has reset, at least 1), content-type and
-// the JSON body to an OVER_LIMIT response. l is the limit that decided it.
+// addTooManyRequests adds retry-after (whole seconds, at least 1, of the
+// longest wait among the over-limit counters: until a window resets, or
+// for a token bucket or sliding log until the request's hits would fit;
+// see window.Request.RetryAfter), content-type and the JSON body to an
+// OVER_LIMIT response. l is the limit that decided it.
 func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time.Duration, l *rules.Limit) {
 	secs := int64(math.Ceil(retry.Seconds()))
 	if secs < 1 {
@@ -291,9 +291,9 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 	var t *rules.Denial
 	if l.Override || l.Algorithm != window.FixedWindow {
 		// Made for this denial alone: an override belongs to one request,
-		// and a sliding window's retry-after differs from key to key, so a
-		// cache would be rewritten, by a write all requests share, at
-		// almost every denial.
+		// and the retry-after of a sliding window, token bucket or sliding
+		// log depends on its key's own state, so a cache would be
+		// rewritten, by a write all requests share, at almost every denial.
 		t = newTooMany(domain, secs, l)
 	} else if t = l.Denial.Load(); t == nil || t.RetryAfter != secs {
 		t = newTooMany(domain, secs, l)
@@ -311,11 +311,14 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 // marshalling and Sprintf, would cost every denial of a key under attack,
 // which the over-limit cache otherwise answers cheaply
 // (BenchmarkShouldRateLimitHotKey measures that path). Only fixed windows
-// keep them: a full sliding counter's retry-after is its own estimate of
-// when it admits again, which differs from key to key, so their denials
+// keep them: for the other algorithms retry-after is when that key's own
+// counter admits again, which differs from key to key, so their denials
 // build their own.
 func newTooMany(domain string, secs int64, l *rules.Limit) *rules.Denial {
 	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
+	if l.Algorithm == window.TokenBucket && l.Burst != l.RequestsPerUnit {
+		msg = fmt.Sprintf("rate limit of %d per %s (burst %d) exceeded", l.RequestsPerUnit, windowName(l), l.Burst)
+	}
 	if l.Name != "" {
 		msg += " (" + l.Name + ")"
 	}

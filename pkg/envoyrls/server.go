@@ -70,7 +70,8 @@ type Options struct {
 	// metrics; nil observes nothing.
 	Observer Observer
 	// NearLimitRatio makes an allowed decision OutcomeNearLimit when the
-	// hits counted exceed the limit times it, rounded down, as
+	// hits counted exceed the limit (a token bucket's burst) times it,
+	// rounded down, as
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO; 0 is its default, 0.8.
 	NearLimitRatio float64
 	// ShadowMode is envoyproxy/ratelimit's SHADOW_MODE: every limit is
@@ -236,7 +237,14 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	for i, d := range req.Descriptors {
 		matched := dom.Match(d.Entries)
 		if d.Limit != nil {
-			c.limits = append(c.limits, overrideLimit(d.Limit, matched, dom))
+			ol := overrideLimit(d.Limit, matched, dom)
+			if err := checkOverride(ol, i); err != nil {
+				if s.obs != nil {
+					s.obs.InvalidRequest()
+				}
+				return nil, grpcError(err)
+			}
+			c.limits = append(c.limits, ol)
 			c.owner = append(c.owner, i)
 			continue
 		}
@@ -264,6 +272,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			Shadow:    l.Shadow || s.shadow || s.quotaMode(l),
 			Charge:    l.OverLimit == rules.OverLimitCharge && statesCost(req, d),
 			Algorithm: l.Algorithm,
+			Burst:     uint64(l.Burst),
 		})
 	}
 	if len(c.reqs) == 0 {

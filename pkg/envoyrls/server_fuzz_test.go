@@ -26,7 +26,12 @@ func FuzzShouldRateLimit(f *testing.F) {
 	f.Add("", "", "", uint16(0), uint32(0), uint64(0), false, int32(0), uint32(0), uint32(0))
 	f.Add("api", "multi", strings.Repeat("v", 2000), uint16(5000), ^uint32(0), ^uint64(0), true, int32(6), ^uint32(0), ^uint32(0))
 	f.Add("api", "sliding", "s", uint16(2), uint32(4294967295), uint64(1)<<53, false, int32(9), uint32(0), uint32(3))
-	rules := mustRules(f, testRules) // safe for concurrent use, so shared by every input
+	f.Add("api", "bucket", "b", uint16(4), uint32(2), uint64(4), true, int32(1), uint32(0), uint32(7))
+	f.Add("api", "log", "l", uint16(3), uint32(0), uint64(20000), true, int32(2), uint32(1), uint32(10001))
+	// The semantic suite's rules and a token bucket whose burst passes its
+	// rate, and a sliding log. Safe for concurrent use, so shared by every
+	// input.
+	rules := mustRules(f, testRules+fuzzAlgorithms)
 	f.Fuzz(func(t *testing.T, domain, key, value string, n uint16, reqHits uint32, hits uint64, useHits bool, unit int32, mult, rpu uint32) {
 		srv, err := NewServer(Options{Store: window.NewMemory(), Rules: rules})
 		if err != nil {
@@ -62,8 +67,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 				t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.Descriptors))
 			}
 			for i, st := range resp.Statuses {
-				if cl := st.CurrentLimit; cl != nil && st.LimitRemaining > cl.RequestsPerUnit {
-					t.Fatalf("status %d: remaining %d above limit %d", i, st.LimitRemaining, cl.RequestsPerUnit)
+				if cl := st.CurrentLimit; cl != nil && st.LimitRemaining > max(cl.RequestsPerUnit, fuzzBursts[cl.Name]) {
+					t.Fatalf("status %d: remaining %d above limit %d (burst %d)", i, st.LimitRemaining, cl.RequestsPerUnit, fuzzBursts[cl.Name])
 				}
 				if st.DurationUntilReset != nil && st.DurationUntilReset.AsDuration() < 0 {
 					t.Fatalf("status %d: negative reset %v", i, st.DurationUntilReset.AsDuration())
@@ -72,3 +77,13 @@ func FuzzShouldRateLimit(f *testing.F) {
 		}
 	})
 }
+
+// fuzzAlgorithms adds to testRules a limit of each algorithm beyond the
+// windows; fuzzBursts holds, by name, the bursts that pass their rates.
+const fuzzAlgorithms = `  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 5, name: bucket5}
+  - key: log
+    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: sliding_log}
+`
+
+var fuzzBursts = map[string]uint32{"bucket5": 5}

@@ -118,6 +118,7 @@ type compiler struct {
 	file     string
 	problems []Problem
 	alg      window.Algorithm // the domain's algorithm
+	algBad   bool             // the domain's algorithm had a problem
 }
 
 func (c *compiler) fail(line int, field, format string, args ...any) {
@@ -158,13 +159,13 @@ func (c *compiler) overLimit(p Pos, s string) (o OverLimit, ok bool) {
 	return o, ok
 }
 
-// algorithm parses p's algorithm, reporting an unknown one.
-func (c *compiler) algorithm(p Pos, s string) window.Algorithm {
-	a, ok := parseAlgorithm(s)
-	if !ok {
-		c.fail(p.at("algorithm"), p.field("algorithm"), "unknown algorithm %q (want fixed_window or sliding_window)", s)
+// algorithm parses p's algorithm; ok is false, and the problem reported,
+// for an unknown one.
+func (c *compiler) algorithm(p Pos, s string) (a window.Algorithm, ok bool) {
+	if a, ok = parseAlgorithm(s); !ok {
+		c.fail(p.at("algorithm"), p.field("algorithm"), "unknown algorithm %q (want fixed_window, sliding_window, token_bucket or sliding_log)", s)
 	}
-	return a
+	return a, ok
 }
 
 func (c *compiler) domain(f *File) *Domain {
@@ -175,7 +176,9 @@ func (c *compiler) domain(f *File) *Domain {
 		}
 	}
 	if setting(f.Pos, "algorithm", f.Algorithm) {
-		dom.Algorithm = c.algorithm(f.Pos, f.Algorithm)
+		var ok bool
+		dom.Algorithm, ok = c.algorithm(f.Pos, f.Algorithm)
+		c.algBad = !ok
 	}
 	if setting(f.Pos, "over_limit", f.OverLimit) {
 		if o, ok := c.overLimit(f.Pos, f.OverLimit); ok {
@@ -334,10 +337,16 @@ func (c *compiler) limit(r *RateLimit, d *Descriptor, path string, steps []step,
 			l.Replaces = append(l.Replaces, rp.Name)
 		}
 	}
+	algKnown := !c.algBad && !r.bad("algorithm")
 	if setting(r.Pos, "algorithm", r.Algorithm) {
-		l.Algorithm = c.algorithm(r.Pos, r.Algorithm)
+		var ok bool
+		l.Algorithm, ok = c.algorithm(r.Pos, r.Algorithm)
+		algKnown = ok
 	}
 	c.window(r, l)
+	if algKnown {
+		c.algorithmLimits(r, l)
+	}
 	l.Path = path
 	if index > 0 {
 		l.Path = fmt.Sprintf("%s[%d]", path, index)

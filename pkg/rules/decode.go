@@ -23,8 +23,9 @@ type File struct {
 	// FailureMode ("error", "allow" or "deny") is the default of the
 	// domain's limits; "" is error.
 	FailureMode string `json:"failure_mode,omitempty"`
-	// Algorithm ("fixed_window" or "sliding_window") is the default of the
-	// domain's limits; "" is fixed_window.
+	// Algorithm ("fixed_window", "sliding_window", "token_bucket" or
+	// "sliding_log", in any case) is the default of the domain's limits;
+	// "" is fixed_window.
 	Algorithm string `json:"algorithm,omitempty"`
 	// OverLimit ("charge" or "refuse") is the default of the domain's
 	// limits; "" is charge (see OverLimit).
@@ -87,7 +88,10 @@ type RateLimit struct {
 	Replaces []Replace `json:"replaces,omitempty"`
 	// Algorithm overrides the domain's; "" inherits it.
 	Algorithm string `json:"algorithm,omitempty"`
-	Pos       `json:"-"`
+	// Burst is, for a token_bucket limit, the most hits its full bucket
+	// admits at once; nil is RequestsPerUnit. Other algorithms take none.
+	Burst *uint32 `json:"burst,omitempty"`
+	Pos   `json:"-"`
 }
 
 // Replace names a limit that a RateLimit replaces.
@@ -285,6 +289,8 @@ func (d *decoder) rateLimit(n *yaml.Node, where string) *RateLimit {
 			r.Replaces = d.replaces(v, f)
 		case "algorithm":
 			r.Algorithm = d.name(v, f)
+		case "burst":
+			r.Burst = d.uint32(v, f)
 		default:
 			return false
 		}

@@ -96,15 +96,18 @@ func parseOverLimit(s string) (OverLimit, bool) {
 	return overLimitUnset, false
 }
 
+// parseAlgorithm is window.ParseAlgorithm in any case, as rules write
+// names.
 func parseAlgorithm(s string) (window.Algorithm, bool) {
-	switch strings.ToLower(s) {
-	case "fixed_window":
-		return window.FixedWindow, true
-	case "sliding_window":
-		return window.SlidingWindow, true
-	}
-	return 0, false
+	return window.ParseAlgorithm(strings.ToLower(s))
 }
+
+// MaxSlidingLogLimit is the largest requests_per_unit a sliding_log limit
+// may have. A sliding log keeps one entry per hit of its window in each
+// counter, so a counter's memory and the store's time per call grow with
+// the limit; beyond this, sliding_window or token_bucket bound the same
+// rate in constant memory.
+const MaxSlidingLogLimit = 10000
 
 // Limit is one compiled rate limit of a descriptor node. Its configuration
 // is immutable once compiled, and limits are shared by concurrent requests;
@@ -120,7 +123,11 @@ type Limit struct {
 	Shadow          bool
 	Replaces        []string
 	Algorithm       window.Algorithm
-	FailureMode     FailureMode // resolved: never unset
+	// Burst is, for a TokenBucket limit, the most hits its full bucket
+	// admits at once: the rule's burst, else RequestsPerUnit. 0 for other
+	// algorithms and unlimited limits.
+	Burst       uint32
+	FailureMode FailureMode // resolved: never unset
 	// OverLimit is what the limit does with a stated cost that does not
 	// fit; resolved: never unset.
 	OverLimit OverLimit
@@ -169,6 +176,15 @@ type Limit struct {
 	pb    *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
 	path  []step                             // the nodes that lead to the limit, root first; nil for overrides
 	index int                                // the limit's place in its descriptor's rate_limits
+}
+
+// Capacity returns the most hits the limit's counter holds: Burst for a
+// TokenBucket limit, RequestsPerUnit for the others.
+func (l *Limit) Capacity() uint64 {
+	if l.Algorithm == window.TokenBucket {
+		return uint64(l.Burst)
+	}
+	return uint64(l.RequestsPerUnit)
 }
 
 // Index returns the limit's place (from 0) in its descriptor's

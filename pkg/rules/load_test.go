@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -294,6 +295,10 @@ func FuzzParse(f *testing.F) {
 		"domain: d\nfailure_mode: deny\nalgorithm: sliding_window\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
 		"domain: &a d\ndescriptors: [*a]\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: n}], name: m}\n",
+		"domain: d\nalgorithm: token_bucket\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2, burst: 3}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limits: [{unit: minute, requests_per_unit: 100, algorithm: sliding_log}, {unit: hour, requests_per_unit: 1000000, algorithm: token_bucket, burst: 4294967295}]\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 200, requests_per_unit: 1, algorithm: token_bucket, burst: 0}\n",
+		"domain: d\nalgorithm: sliding_log\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10001, burst: 1}\n",
 		"", "---\n---\n", "[1, 2]", "domain: {a: b}",
 		"domain: d\ndescriptors:\n  - key: k\n    value: 'a*b*c'\n    share_threshold: true\n    value_to_metric: true\n    descriptors:\n      - key: x\n        rate_limit: {unit: day, requests_per_unit: 5}\n  - key: w\n",
 		"domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    metadata: {a: [1, 2.5, true, ~, {b: c}]}\n    rate_limit: {unlimited: true, requests_per_unit: 3}\n    descriptors:\n",
@@ -335,6 +340,7 @@ func walk(t *testing.T, n *node, depth int) {
 		if !l.Unlimited && (l.Unit == 0 || l.Size <= 0 || l.Size > window.MaxSize || l.Multiplier == 0) {
 			t.Fatalf("accepted limit %+v has no valid window", l)
 		}
+		checkAlgorithm(t, l)
 	}
 	for _, c := range n.exact {
 		walk(t, c, depth+1)
@@ -347,5 +353,22 @@ func walk(t *testing.T, n *node, depth int) {
 			t.Fatal("accepted a descriptor with an empty key")
 		}
 		walk(t, c, depth+1)
+	}
+}
+
+// checkAlgorithm fails t unless l's algorithm settings are within the
+// bounds compile promises.
+func checkAlgorithm(t *testing.T, l *Limit) {
+	t.Helper()
+	if (l.Burst != 0) != (l.Algorithm == window.TokenBucket && !l.Unlimited && l.RequestsPerUnit > 0) {
+		t.Fatalf("accepted limit %q: burst %d with algorithm %v", l.Rule, l.Burst, l.Algorithm)
+	}
+	r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Burst: uint64(l.Burst), Algorithm: l.Algorithm}
+	switch {
+	case l.Unlimited:
+	case l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 && (r.Interval() < time.Microsecond || uint64(l.Burst) > uint64(window.MaxBucketSpan)/uint64(r.Interval())):
+		t.Fatalf("accepted bucket %q: interval %v, burst %d", l.Rule, r.Interval(), l.Burst)
+	case l.Algorithm == window.SlidingLog && l.RequestsPerUnit > MaxSlidingLogLimit:
+		t.Fatalf("accepted log %q of %d", l.Rule, l.RequestsPerUnit)
 	}
 }

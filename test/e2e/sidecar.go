@@ -28,7 +28,7 @@ type sidecar struct {
 type sidecarOptions struct {
 	Bin      string // the ratelimit-sidecar binary
 	Rules    string // -config
-	RedisURL string // -redis-url
+	RedisURL string // -redis-url; "" for the in-memory store
 	// RedisTimeout is -redis-timeout. It must stay below the Envoy filter
 	// timeout (0.05 s in these tests) for the failure modes to answer
 	// before Envoy gives up.
@@ -40,16 +40,18 @@ type sidecarOptions struct {
 // registers cleanups that stop it with SIGTERM, which must make it exit 0.
 func startSidecar(t *testing.T, name string, o sidecarOptions) *sidecar {
 	t.Helper()
-	p := startProc(t, name, o.Bin, append([]string{
+	args := []string{
 		"-config", o.Rules,
 		"-grpc-addr", "127.0.0.1:0",
 		"-http-addr", "127.0.0.1:0",
-		"-redis-url", o.RedisURL,
-		"-redis-timeout", o.RedisTimeout.String(),
 		"-key-prefix", "e2e",
 		"-log-level", "info",
 		"-log-format", "json",
-	}, o.Args...)...)
+	}
+	if o.RedisURL != "" { // else the in-memory store, which takes no Redis flags
+		args = append(args, "-redis-url", o.RedisURL, "-redis-timeout", o.RedisTimeout.String())
+	}
+	p := startProc(t, name, o.Bin, append(args, o.Args...)...)
 	// Runs before startProc's cleanup (LIFO), which then only logs.
 	t.Cleanup(func() {
 		if err := p.stop(); err != nil {
