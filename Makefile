@@ -10,7 +10,7 @@ export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -tags=vtprotobuf)
 # the service's requires no charting library). go.work joins them, but ./... stops at a nested module.
 PKGS = ./... ./bench/...
 
-.PHONY: run test deps build lint unit e2e fuzz bench
+.PHONY: run test deps build lint unit e2e fuzz bench capacity
 
 # Run the sidecar on the embedded in-memory store with the example rules.
 run:
@@ -56,3 +56,7 @@ fuzz:
 # The load harness (see docs/benchmarks.md); flags via BENCHFLAGS.
 bench:
 	bench/run.sh $(BENCHFLAGS)
+
+# Remeasures docs/capacity.md's inputs and rewrites its tables and chart (bench/capacity.sh); flags via BENCHFLAGS.
+capacity:
+	bench/capacity.sh $(BENCHFLAGS)

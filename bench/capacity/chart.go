@@ -18,11 +18,11 @@ import (
 
 // chartNames are the short names under the bars.
 var chartNames = map[string]string{
-	"a": "a batched", "a-load": "a, Redis at load", "s": "s sliding", "c": "c 3 desc", "h": "h hot keys", "cl": "cl Cluster today", "ref": "ref envoyproxy",
+	"a": "a batched", "a-load": "a, Redis at load", "s": "s sliding", "c": "c 3 desc", "h": "h hot keys", "cl-old": "cl unbatched", "cl": "cl Cluster", "ref": "ref envoyproxy",
 }
 
 // curves are the cost sets whose shards-against-rate curve the chart draws.
-var curves = []string{"a", "cl", "ref"}
+var curves = []string{"a", "cl-old", "cl", "ref"}
 
 // chart draws two panels: sidecar cores and Redis shards at the workload's rate for each cost set, and the
 // shards needed as the rate grows for a few of them, each curve ending where the hottest slot fills its core.

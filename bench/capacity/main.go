@@ -6,17 +6,18 @@
 //	go run ./bench/capacity                                   # the figures docs/capacity.md was written from
 //	go run ./bench/capacity -results bench/out/results.json   # costs from a harness run instead
 //	go run ./bench/capacity -chart docs/capacity.png          # also draws the chart
+//	bench/capacity.sh                                          # remeasures everything and rewrites docs/capacity.md
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -31,16 +32,17 @@ func main() {
 }
 
 // measured are the medians of the harness run docs/capacity.md quotes (3 alternating runs of 4 s, see there),
-// one cost set per scenario, measured before Cluster batching: (a) is the sidecar on one Redis, batched; (cl) on a 3-master cluster, where each
-// decision is its own script call; (ref) envoyproxy/ratelimit on one Redis. Set a-load is (a) with Redis's
-// cost per decision at high load, from BenchmarkShardCeiling/fixed (median of 3 runs of 3 s).
+// one cost set per scenario, measured before Cluster batching: (a) is the sidecar on one Redis, batched;
+// cl-old on a 3-master cluster, where each decision was its own script call; (ref) envoyproxy/ratelimit on
+// one Redis. Set a-load is (a) with Redis's cost per decision at high load, from BenchmarkShardCeiling/fixed
+// (median of 3 runs of 3 s).
 var measured = []costs{
 	{name: "a", sidecarUs: 21.8, redisUs: 4.8, roundTrips: 0.07, redisBytes: 85},
 	{name: "a-load", sidecarUs: 21.8, redisUs: 1.67, roundTrips: 0.05, redisBytes: 85},
 	{name: "s", sidecarUs: 22.4, redisUs: 8.4, roundTrips: 0.06, redisBytes: 188},
 	{name: "c", sidecarUs: 25.9, redisUs: 7.8, roundTrips: 0.07, redisBytes: 236},
 	{name: "h", sidecarUs: 22.5, redisUs: 4.6, roundTrips: 0.08, redisBytes: 86},
-	{name: "cl", sidecarUs: 40.2, redisUs: 19.6, roundTrips: 1.00, redisBytes: 195},
+	{name: "cl-old", sidecarUs: 40.2, redisUs: 19.6, roundTrips: 1.00, redisBytes: 195},
 	{name: "ref", sidecarUs: 65.9, redisUs: 9.8, roundTrips: 1, redisBytes: 140},
 }
 
@@ -51,7 +53,8 @@ var labels = map[string]string{
 	"s":      "sidecar, sliding window (s)",
 	"c":      "sidecar, 3 descriptors (c)",
 	"h":      "sidecar, half on 10 hot keys (h)",
-	"cl":     "sidecar on Cluster before batching (cl)",
+	"cl-old": "sidecar on Cluster before batching (cl)",
+	"cl":     "sidecar on a 3-master Cluster (cl)",
 	"ref":    "envoyproxy/ratelimit (ref)",
 }
 
@@ -64,7 +67,19 @@ type options struct {
 	replicaCores float64
 	maxShards    int
 	chart        string
+	ceiling      string
+	keySpace     string
+	bytesPerKey  float64
+	bytesSliding float64
+	publish      string
 }
+
+// measuredBytesPerKey are Redis's bytes per live counter, fixed and sliding window, from docs/benchmarks.md's
+// key-space run (scenarios million and million-sliding).
+const (
+	measuredBytesPerKey        = 145
+	measuredBytesPerKeySliding = 161
+)
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -78,14 +93,23 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.replicaCores, "replica-cores", 2, "cores per sidecar replica")
 	fs.IntVar(&o.maxShards, "max-shards", 512, "most Redis Cluster masters to try")
 	fs.StringVar(&o.chart, "chart", "", "also draw the chart to this PNG file")
+	fs.StringVar(&o.ceiling, "ceiling", "", "go test -bench ShardCeiling output to take cost set a-load from (with -results)")
+	fs.StringVar(&o.keySpace, "key-space", "", "harness results.json with scenarios million and million-sliding, for the bytes per counter (default: -results, else the measured figures)")
+	fs.Float64Var(&o.bytesPerKey, "bytes-per-key", measuredBytesPerKey, "Redis bytes per live fixed-window counter")
+	fs.Float64Var(&o.bytesSliding, "bytes-per-key-sliding", measuredBytesPerKeySliding, "Redis bytes per live sliding-window counter")
+	fs.StringVar(&o.publish, "publish", "", "rewrite the generated tables of this page (docs/capacity.md)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.rate <= 0 || o.keys < 1 || o.zipf < 0 || o.util <= 0 || o.util > 1 || o.replicaCores <= 0 || o.maxShards < 1 {
-		return o, errors.New("want -rate, -keys, -replica-cores, -max-shards positive, -zipf not negative, 0 < -util <= 1")
+	if o.rate <= 0 || o.keys < 1 || o.zipf < 0 || o.util <= 0 || o.util > 1 || o.replicaCores <= 0 || o.maxShards < 1 ||
+		o.bytesPerKey <= 0 || o.bytesSliding <= 0 {
+		return o, errors.New("want -rate, -keys, -replica-cores, -max-shards, -bytes-per-key* positive, -zipf not negative, 0 < -util <= 1")
+	}
+	if o.ceiling != "" && o.results == "" {
+		return o, errors.New("-ceiling needs -results")
 	}
 	return o, nil
 }
@@ -96,16 +120,67 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cs := measured
+	var h *harnessRun
 	if o.results != "" {
-		if cs, err = readResults(o.results); err != nil {
+		if h, err = readHarness(o.results); err != nil {
 			return err
 		}
+		if cs = h.costs(); len(cs) == 0 {
+			return fmt.Errorf("%s: no scenario with server and Redis CPU figures", o.results)
+		}
+	}
+	var ceil ceiling
+	if o.ceiling != "" {
+		if ceil, err = readCeiling(o.ceiling); err != nil {
+			return err
+		}
+		if i := slices.IndexFunc(cs, func(c costs) bool { return c.name == "a" }); i >= 0 {
+			if load, ok := ceil.loadCosts(cs[i]); ok {
+				cs = slices.Insert(cs, i+1, load)
+			}
+		}
+	}
+	if err := o.readBytesPerKey(h); err != nil {
+		return err
 	}
 	w := workload{rate: o.rate, keys: o.keys, zipf: o.zipf, name: tenantKey}
 	kl := newKeyLoad(w)
-	fmt.Fprint(stdout, table(cs, w, kl, o))
+	result := table(cs, w, kl, o) + "\n" + memoryTable(o.keys, o.bytesPerKey, o.bytesSliding)
+	fmt.Fprint(stdout, result)
 	if o.chart != "" {
-		return chart(o.chart, cs, w, kl, o)
+		if err := chart(o.chart, cs, w, kl, o); err != nil {
+			return err
+		}
+	}
+	if o.publish != "" {
+		blocks := map[string]string{"result": result}
+		if h != nil {
+			blocks["inputs"] = h.inputsTable()
+		}
+		if ceil != nil {
+			blocks["ceiling"] = ceil.table()
+		}
+		return publish(o.publish, blocks)
+	}
+	return nil
+}
+
+// readBytesPerKey takes the bytes per counter from -key-space's run, else from -results's when it has them.
+func (o *options) readBytesPerKey(h *harnessRun) error {
+	if o.keySpace != "" {
+		var err error
+		if h, err = readHarness(o.keySpace); err != nil {
+			return err
+		}
+	}
+	if h == nil {
+		return nil
+	}
+	if v := h.bytesPerKey("million"); v > 0 {
+		o.bytesPerKey = v
+	}
+	if v := h.bytesPerKey("million-sliding"); v > 0 {
+		o.bytesSliding = v
 	}
 	return nil
 }
@@ -138,43 +213,4 @@ func label(name string) string {
 		return l
 	}
 	return name
-}
-
-// readResults takes one cost set per scenario from a harness results.json's summary (scenarios without Redis
-// figures are left out).
-func readResults(path string) ([]costs, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var rep struct {
-		Summary []struct {
-			Name       string   `json:"name"`
-			ServerCPU  *float64 `json:"server_cpu_us_per_decision"`
-			RedisCPU   *float64 `json:"redis_cpu_us_per_decision"`
-			RoundTrips *float64 `json:"round_trips_per_decision"`
-			RedisBytes *float64 `json:"redis_bytes_per_decision"`
-		} `json:"summary"`
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	var cs []costs
-	for _, s := range rep.Summary {
-		if s.ServerCPU == nil || s.RedisCPU == nil || *s.RedisCPU <= 0 {
-			continue
-		}
-		c := costs{name: s.Name, sidecarUs: *s.ServerCPU, redisUs: *s.RedisCPU, roundTrips: 1}
-		if s.RoundTrips != nil { // envoyproxy/ratelimit exports none: one pipeline per request
-			c.roundTrips = *s.RoundTrips
-		}
-		if s.RedisBytes != nil {
-			c.redisBytes = *s.RedisBytes
-		}
-		cs = append(cs, c)
-	}
-	if len(cs) == 0 {
-		return nil, fmt.Errorf("%s: no scenario with server and Redis CPU figures", path)
-	}
-	return cs, nil
 }

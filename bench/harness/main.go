@@ -46,6 +46,7 @@ type options struct {
 	conns        int
 	keys         int
 	distinctKeys int
+	millionKeys  int
 	timeout      time.Duration
 	scenarios    []string
 
@@ -81,8 +82,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.conns, "conns", 1, "load generator gRPC connections")
 	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, a-sw, a-tb, a-sl, c, e, f, fn, h, s, cl")
 	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
+	fs.IntVar(&o.millionKeys, "million-keys", 1000000, "live counters of scenarios million and million-sliding (sent once each before the measured interval)")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
-	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a to f, fn, h, s, a-sw, a-tb, a-sl, cl, ref; -target adds target)")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a to f, fn, h, s, a-sw, a-tb, a-sl, cl, ref, million, million-sliding; -target adds target)")
 	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
 	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
 	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
@@ -121,8 +123,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if len(o.scenarios) == 0 {
 		errs = append(errs, errors.New("no scenario to run"))
 	}
-	if o.runs < 1 || o.c < 1 || o.conns < 1 || o.keys < 1 || o.distinctKeys < 1 {
-		errs = append(errs, errors.New("-runs, -c, -conns, -keys and -distinct-keys must be at least 1"))
+	if o.runs < 1 || o.c < 1 || o.conns < 1 || o.keys < 1 || o.distinctKeys < 1 || o.millionKeys < 1 {
+		errs = append(errs, errors.New("-runs, -c, -conns, -keys, -distinct-keys and -million-keys must be at least 1"))
 	}
 	if o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 {
 		errs = append(errs, errors.New("-duration and -timeout must be positive, -warmup not negative"))
@@ -171,6 +173,8 @@ var allScenarios = []scenario{
 	{"a-sl", "(a-sl) as (a), sliding log", "sidecar", "redis", "allowed", nil, "sliding_log"},
 	{"cl", "(cl) as (a), 3-master Redis Cluster", "sidecar", "cluster", "allowed", nil, ""},
 	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed", nil, ""},
+	{"million", "(million) distinct tenants, hour-long windows, Redis", "sidecar", "redis", keySpaceLoad, nil, ""},
+	{"million-sliding", "(million-sliding) as (million), sliding window", "sidecar", "redis", keySpaceLoad, nil, "sliding_window"},
 	{"target", "external server (-target)", "target", "", "", nil, ""},
 }
 
@@ -218,7 +222,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer os.RemoveAll(b.tmp)
-	b.logs = filepath.Join(o.out, "logs")
+	// Absolute, because redis-server runs in its log directory and is also told it with --dir.
+	if b.logs, err = filepath.Abs(filepath.Join(o.out, "logs")); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(b.logs, 0o755); err != nil {
 		return err
 	}
@@ -459,15 +466,15 @@ func (b *bench) rulesFor(sc scenario) (string, error) {
 	return path, os.WriteFile(path, algorithmRules(rules, sc.Algorithm), 0o644)
 }
 
-// algorithmLimits are the limits that stand for the bench rules' 10^9 per second under an algorithm whose rules
-// refuse it: a token bucket refills at most one token per microsecond, and a sliding log holds at most 10,000
+// algorithmLimits are the limits that stand for the bench rules' 10^9 (per second, or per hour for the tenants)
+// under an algorithm whose rules refuse it: a token bucket refills at most one token per microsecond, and a sliding log holds at most 10,000
 // hits (rules.MaxSlidingLogLimit). Both stay far above what one of scenario (a)'s -keys keys gets, so those
 // scenarios too measure counting, not refusing; a sliding log's cost grows with the hits in its window, which
 // the load sets, not the limit.
 var algorithmLimits = map[string]string{"token_bucket": "1000000", "sliding_log": "10000"}
 
 // algorithmRules returns rules with algorithm as the file's default (a top-level key may go anywhere in the
-// mapping) and the bench rules' 10^9 per second lowered to algorithmLimits' value where it has one.
+// mapping) and the bench rules' 10^9 limits lowered to algorithmLimits' value where it has one.
 func algorithmRules(rules []byte, algorithm string) []byte {
 	if l, ok := algorithmLimits[algorithm]; ok {
 		rules = bytes.ReplaceAll(rules, []byte("requests_per_unit: 1000000000}"), []byte("requests_per_unit: "+l+"}"))

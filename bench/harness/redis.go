@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -31,7 +32,10 @@ func startRedis(ctx context.Context, bin, logDir string) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &redisServer{Server: s, client: redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, PoolSize: 1})}, nil
+	// FLUSHDB of a million keys (scenario million) takes seconds on a busy machine: more than go-redis's default
+	// 3 s read timeout.
+	return &redisServer{Server: s, client: redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, PoolSize: 1,
+		ReadTimeout: time.Minute})}, nil
 }
 
 func (r *redisServer) info(ctx context.Context) (redisInfo, error) {

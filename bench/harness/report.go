@@ -42,29 +42,30 @@ type machine struct {
 // scenarioResult holds the medians over a scenario's successful runs.
 type scenarioResult struct {
 	scenario
-	Runs       int       `json:"runs"`
-	Failed     int       `json:"failed"`
-	Errors     uint64    `json:"errors"` // summed over runs
-	OK         uint64    `json:"ok"`
-	OverLimit  uint64    `json:"over_limit"`
-	Decisions  *float64  `json:"decisions_per_s"`
-	DecMin     *float64  `json:"decisions_per_s_min"`
-	DecMax     *float64  `json:"decisions_per_s_max"`
-	P50Us      *float64  `json:"p50_us"`
-	P99Us      *float64  `json:"p99_us"`
-	P999Us     *float64  `json:"p999_us"`
-	ServerCPU  *float64  `json:"server_cpu_us_per_decision"`
-	LoadgenCPU *float64  `json:"loadgen_cpu_us_per_decision"`
-	RedisCPU   *float64  `json:"redis_cpu_us_per_decision"`
-	RedisCmds  *float64  `json:"redis_commands_per_decision"`
-	RoundTrips *float64  `json:"round_trips_per_decision"`
-	RedisBytes *float64  `json:"redis_bytes_per_decision"`
-	ServerIO   *float64  `json:"server_io_bytes_per_decision"`
-	RSSBefore  *float64  `json:"server_rss_mib_before"`
-	RSSEnd     *float64  `json:"server_rss_mib_end"`
-	RedisMemB  *float64  `json:"redis_used_memory_mib_before"`
-	RedisMemE  *float64  `json:"redis_used_memory_mib_end"`
-	PerRun     []float64 `json:"decisions_per_s_per_run"`
+	Runs       int              `json:"runs"`
+	Failed     int              `json:"failed"`
+	Errors     uint64           `json:"errors"` // summed over runs
+	OK         uint64           `json:"ok"`
+	OverLimit  uint64           `json:"over_limit"`
+	Decisions  *float64         `json:"decisions_per_s"`
+	DecMin     *float64         `json:"decisions_per_s_min"`
+	DecMax     *float64         `json:"decisions_per_s_max"`
+	P50Us      *float64         `json:"p50_us"`
+	P99Us      *float64         `json:"p99_us"`
+	P999Us     *float64         `json:"p999_us"`
+	ServerCPU  *float64         `json:"server_cpu_us_per_decision"`
+	LoadgenCPU *float64         `json:"loadgen_cpu_us_per_decision"`
+	RedisCPU   *float64         `json:"redis_cpu_us_per_decision"`
+	RedisCmds  *float64         `json:"redis_commands_per_decision"`
+	RoundTrips *float64         `json:"round_trips_per_decision"`
+	RedisBytes *float64         `json:"redis_bytes_per_decision"`
+	ServerIO   *float64         `json:"server_io_bytes_per_decision"`
+	RSSBefore  *float64         `json:"server_rss_mib_before"`
+	RSSEnd     *float64         `json:"server_rss_mib_end"`
+	RedisMemB  *float64         `json:"redis_used_memory_mib_before"`
+	RedisMemE  *float64         `json:"redis_used_memory_mib_end"`
+	PerRun     []float64        `json:"decisions_per_s_per_run"`
+	KeySpace   *keySpaceSummary `json:"key_space,omitempty"`
 	// ByCommand is the median over runs of each Redis command's calls per decision.
 	ByCommand map[string]float64 `json:"redis_commands_per_decision_by_command,omitempty"`
 }
@@ -151,6 +152,7 @@ func (r *report) summarize() {
 		s.RedisBytes, s.ServerIO = opt(median(rbytes)), opt(median(sio))
 		s.RSSBefore, s.RSSEnd = opt(median(rssB)), opt(median(rssE))
 		s.RedisMemB, s.RedisMemE = opt(median(memB)), opt(median(memE))
+		s.KeySpace = summarizeKeySpace(r.Runs, sc.Name)
 		r.Summary = append(r.Summary, s)
 	}
 }
@@ -198,6 +200,9 @@ func (r *report) table() string {
 		if s.Name == "d" && (s.RedisMemE != nil || s.RSSEnd != nil) {
 			fmt.Fprintf(&sb, "Scenario (d) growth: Redis used_memory %s → %s MiB, sidecar RSS %s → %s MiB.\n",
 				f(s.RedisMemB, 1), f(s.RedisMemE, 1), f(s.RSSBefore, 1), f(s.RSSEnd, 1))
+		}
+		if s.KeySpace != nil {
+			sb.WriteString(s.KeySpace.note(s.Label))
 		}
 		if len(s.ByCommand) > 0 {
 			names := slices.Sorted(maps.Keys(s.ByCommand))

@@ -46,6 +46,7 @@ type runResult struct {
 	ServerRSSEnd      uint64            `json:"server_rss_bytes_end,omitempty"`
 	RedisMemoryBefore uint64            `json:"redis_used_memory_before,omitempty"`
 	RedisMemoryEnd    uint64            `json:"redis_used_memory_end,omitempty"`
+	KeySpace          *keySpace         `json:"key_space,omitempty"` // scenarios million and million-sliding
 
 	ServerCmd  string `json:"server_cmd,omitempty"`
 	LoadgenCmd string `json:"loadgen_cmd"`
@@ -109,6 +110,12 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	args := b.loadgenArgs(sc, t)
 	rr.LoadgenCmd = b.display(b.loadgen, args...)
 	snap := b.sampler(ctx, t, b.redisOf(sc), log)
+	var ks *keySpaceProbe
+	if sc.Load == keySpaceLoad && t.pid != 0 {
+		ks = probeKeySpace(ctx, t.pid)
+		defer ks.stop()
+		snap = ks.marking(snap)
+	}
 	pre := snap(nil)
 	l, start, end, err := b.load(ctx, args, log, snap)
 	if err != nil {
@@ -116,6 +123,9 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	}
 	rr.Load = l
 	rr.figures(l, pre, start, end, b.ticks)
+	if ks != nil {
+		rr.KeySpace = ks.result(ctx, b.redisOf(sc), b.o.millionKeys, pre, log)
+	}
 	return rr
 }
 
@@ -126,12 +136,17 @@ func (b *bench) loadgenArgs(sc scenario, t target) []string {
 	if sc.Server == "target" {
 		loadScenario = b.o.targetScenario
 	}
-	if loadScenario == "distinct" {
+	var lap []string
+	switch loadScenario {
+	case "distinct":
 		keys = b.o.distinctKeys
+	case keySpaceLoad:
+		keys, lap = b.o.millionKeys, []string{"-warmup-lap"}
 	}
 	args := []string{"-addr", t.addr, "-domain", t.domain, "-scenario", loadScenario, "-keys", strconv.Itoa(keys),
 		"-c", strconv.Itoa(b.o.c), "-conns", strconv.Itoa(b.o.conns), "-duration", b.o.duration.String(),
 		"-warmup", b.o.warmup.String(), "-timeout", b.o.timeout.String(), "-json", "-marks"}
+	args = append(args, lap...)
 	if b.o.engine == "ghz" {
 		args = append(args, "-engine", "ghz", "-ghz", b.ghz)
 	}

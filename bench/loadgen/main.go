@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -50,6 +51,7 @@ type options struct {
 	conns    int
 	duration time.Duration
 	warmup   time.Duration
+	lap      bool
 	domain   string
 	scenario string
 	keys     int
@@ -69,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections (HTTP/2) the calls are spread over, 1 to 16")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured interval")
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "load before the measured interval, not reported")
+	fs.BoolVar(&o.lap, "warmup-lap", false, "also keep warming up until every one of the -keys requests has been sent once")
 	fs.StringVar(&o.domain, "domain", "bench", "rate-limit domain of every request")
 	fs.StringVar(&o.scenario, "scenario", "allowed", "request shape: "+strings.Join(scenarioNames, " | "))
 	fs.IntVar(&o.keys, "keys", 0, "distinct descriptor values (0: 1000, or 100000 for distinct)")
@@ -107,6 +110,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.engine != "loadgen" && o.engine != "ghz" {
 		errs = append(errs, fmt.Errorf("-engine %q: want loadgen or ghz", o.engine))
+	}
+	if o.lap && o.engine == "ghz" {
+		errs = append(errs, errors.New("-warmup-lap is for -engine loadgen"))
 	}
 	if _, ok := scenarios[o.scenario]; !ok {
 		errs = append(errs, fmt.Errorf("-scenario %q: want one of %s", o.scenario, strings.Join(scenarioNames, ", ")))
@@ -192,9 +198,19 @@ type worker struct {
 
 func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *requests, stderr io.Writer) result.Load {
 	t0 := time.Now()
-	start := t0.Add(o.warmup)
-	end := start.Add(o.duration)
-	ctx, cancel := context.WithDeadline(ctx, end)
+	// The measured interval's bounds, in ns since t0: fixed up front, or with -warmup-lap set once the lap is
+	// done. Until then they are at the end of time, so every call is warm-up.
+	var startNs, endNs atomic.Int64
+	startNs.Store(math.MaxInt64)
+	endNs.Store(math.MaxInt64)
+	setBounds := func(start time.Duration) {
+		endNs.Store(int64(start + o.duration))
+		startNs.Store(int64(start))
+	}
+	if !o.lap {
+		setBounds(o.warmup)
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	var seq atomic.Uint64
@@ -211,12 +227,12 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 				i := seq.Add(1) - 1
 				req := &reqs.msgs[i%uint64(len(reqs.msgs))]
 				callCtx, callCancel := context.WithTimeout(ctx, o.timeout)
-				began := time.Now()
+				began := time.Since(t0)
 				err := cc.Invoke(callCtx, method, req, &resp, callOpt)
-				done := time.Now()
+				done := time.Since(t0)
 				callCancel()
-				if began.Before(start) || done.After(end) || (err != nil && ctx.Err() != nil) {
-					// Warm-up, or cut by the deadline: neither belongs to the measured interval.
+				if began < time.Duration(startNs.Load()) || done > time.Duration(endNs.Load()) || (err != nil && ctx.Err() != nil) {
+					// Warm-up, or cut by the end: neither belongs to the measured interval.
 					continue
 				}
 				if err == nil && resp.statuses != reqs.descriptors {
@@ -225,12 +241,12 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 				if err != nil {
 					ws.errs++
 					if ws.firstErr == nil {
-						ws.firstErr, ws.firstErrAt = err, done
+						ws.firstErr, ws.firstErrAt = err, t0.Add(done)
 					}
 					continue
 				}
 				ws.calls++
-				ws.h.Record(uint64(done.Sub(began)))
+				ws.h.Record(uint64(done - began))
 				switch resp.code {
 				case codeOK:
 					ws.ok++
@@ -242,14 +258,30 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 			}
 		})
 	}
+	start := o.warmup
+	sleepUntil(ctx, t0.Add(start))
+	if o.lap {
+		// The lap is done when its last request has been sent; the harness reads the key space after the end
+		// mark, when its last calls have long been answered.
+		for ctx.Err() == nil && seq.Load() < uint64(len(reqs.msgs)) {
+			sleepUntil(ctx, time.Now().Add(10*time.Millisecond))
+		}
+		start = time.Since(t0)
+		setBounds(start)
+	}
+	end := start + o.duration
 	if o.marks {
-		markAt(ctx, start, stderr, "mark start")
-		markAt(ctx, end, stderr, "mark end")
+		fmt.Fprintln(stderr, "mark start")
+	}
+	sleepUntil(ctx, t0.Add(end))
+	cancel()
+	if o.marks {
+		fmt.Fprintln(stderr, "mark end")
 	}
 	wg.Wait()
 
 	res := o.load()
-	res.Conns, res.MeasuredS = len(conns), end.Sub(start).Seconds()
+	res.Conns, res.WarmupS, res.MeasuredS = len(conns), start.Seconds(), o.duration.Seconds()
 	var h hist.Histogram
 	var firstAt time.Time
 	for i := range workers {
@@ -275,15 +307,20 @@ func (o options) load() result.Load {
 }
 
 // markAt writes line to w at t, so that a harness sampling the server's counters can align its samples with the
-// measured interval. It returns early if ctx ends first, except that an end mark is always written.
+// measured interval. It returns early if ctx ends first, and writes the line either way.
 func markAt(ctx context.Context, t time.Time, w io.Writer, line string) {
+	sleepUntil(ctx, t)
+	fmt.Fprintln(w, line)
+}
+
+// sleepUntil returns at t, or when ctx ends if that is sooner.
+func sleepUntil(ctx context.Context, t time.Time) {
 	timer := time.NewTimer(time.Until(t))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	fmt.Fprintln(w, line)
 }
 
 func printText(w io.Writer, r result.Load) {
