@@ -19,6 +19,7 @@ var chartNames = map[string]string{
 	"noop": "noop", "a": "a allowed", "b": "b hot", "c": "c 3 desc", "d": "d distinct", "e": "e memory",
 	"f": "f one over", "fn": "fn no cache", "h": "h hot keys", "s": "s sliding", "cl": "cl cluster",
 	"ref": "ref envoyproxy", "target": "target",
+	"a-sw": "a sliding", "a-tb": "a bucket", "a-sl": "a log",
 	"million": "1M keys", "million-sliding": "1M sliding",
 }
 

@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -79,11 +80,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of the whole scenario list; figures are medians over them")
 	fs.IntVar(&o.c, "c", 50, "load generator concurrency (calls in flight)")
 	fs.IntVar(&o.conns, "conns", 1, "load generator gRPC connections")
-	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, c, e, f, fn, h, s, cl")
+	fs.IntVar(&o.keys, "keys", 1000, "descriptor values spread over in scenarios noop, a, a-sw, a-tb, a-sl, c, e, f, fn, h, s, cl")
 	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
 	fs.IntVar(&o.millionKeys, "million-keys", 1000000, "live counters of scenarios million and million-sliding (sent once each before the measured interval)")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
-	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a-f, fn, h, s, cl, ref, million, million-sliding; -target adds target)")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a to f, fn, h, s, a-sw, a-tb, a-sl, cl, ref, million, million-sliding; -target adds target)")
 	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
 	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
 	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
@@ -167,6 +168,9 @@ var allScenarios = []scenario{
 	{"fn", "(fn) as (f), without the over-limit cache", "sidecar", "redis", "hotthree", []string{"-over-limit-cache=false"}, ""},
 	{"h", "(h) hot keys allowed: half the calls on 10 keys, Redis", "sidecar", "redis", "hotallowed", nil, ""},
 	{"s", "(s) as (a), sliding window", "sidecar", "redis", "allowed", nil, "sliding_window"},
+	{"a-sw", "(a-sw) as (a), sliding window", "sidecar", "redis", "allowed", nil, "sliding_window"},
+	{"a-tb", "(a-tb) as (a), token bucket", "sidecar", "redis", "allowed", nil, "token_bucket"},
+	{"a-sl", "(a-sl) as (a), sliding log", "sidecar", "redis", "allowed", nil, "sliding_log"},
 	{"cl", "(cl) as (a), 3-master Redis Cluster", "sidecar", "cluster", "allowed", nil, ""},
 	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed", nil, ""},
 	{"million", "(million) distinct tenants, hour-long windows, Redis", "sidecar", "redis", keySpaceLoad, nil, ""},
@@ -446,7 +450,7 @@ func (b *bench) install(ctx context.Context, prebuilt, pkg string) (string, erro
 const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
 
 // rulesFor returns the rules file sc's sidecar reads: the bench rules, or for a scenario with an Algorithm a
-// copy of them that makes it the default (written once; a top-level key may go anywhere in the mapping).
+// copy of them that makes it the default (written once; see algorithmRules).
 func (b *bench) rulesFor(sc scenario) (string, error) {
 	if sc.Algorithm == "" {
 		return b.rules, nil
@@ -459,7 +463,23 @@ func (b *bench) rulesFor(sc scenario) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return path, os.WriteFile(path, append([]byte("algorithm: "+sc.Algorithm+"\n"), rules...), 0o644)
+	return path, os.WriteFile(path, algorithmRules(rules, sc.Algorithm), 0o644)
+}
+
+// algorithmLimits are the limits that stand for the bench rules' 10^9 (per second, or per hour for the tenants)
+// under an algorithm whose rules refuse it: a token bucket refills at most one token per microsecond, and a sliding log holds at most 10,000
+// hits (rules.MaxSlidingLogLimit). Both stay far above what one of scenario (a)'s -keys keys gets, so those
+// scenarios too measure counting, not refusing; a sliding log's cost grows with the hits in its window, which
+// the load sets, not the limit.
+var algorithmLimits = map[string]string{"token_bucket": "1000000", "sliding_log": "10000"}
+
+// algorithmRules returns rules with algorithm as the file's default (a top-level key may go anywhere in the
+// mapping) and the bench rules' 10^9 limits lowered to algorithmLimits' value where it has one.
+func algorithmRules(rules []byte, algorithm string) []byte {
+	if l, ok := algorithmLimits[algorithm]; ok {
+		rules = bytes.ReplaceAll(rules, []byte("requests_per_unit: 1000000000}"), []byte("requests_per_unit: "+l+"}"))
+	}
+	return append([]byte("algorithm: "+algorithm+"\n"), rules...)
 }
 
 // benchRules is the rules file for domain bench (envoyproxy/ratelimit's format, which the sidecar reads).

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
@@ -22,6 +24,34 @@ func TestBenchRulesParse(t *testing.T) {
 	}
 	if r.Domain("bench") == nil {
 		t.Fatal("bench.yaml does not define domain bench")
+	}
+}
+
+// TestAlgorithmRulesParse: the rules of a scenario with an algorithm load, and every limit that scenario (a)'s
+// request hits uses that algorithm.
+func TestAlgorithmRulesParse(t *testing.T) {
+	for _, sc := range allScenarios {
+		if sc.Algorithm == "" {
+			continue
+		}
+		r, err := rules.Parse([]string{"bench.yaml"}, map[string][]byte{"bench.yaml": algorithmRules([]byte(benchRules), sc.Algorithm)})
+		if err != nil {
+			t.Errorf("scenario %s: %v", sc.Name, err)
+			continue
+		}
+		d := r.Domain("bench")
+		if d == nil {
+			t.Fatalf("scenario %s: no domain bench", sc.Name)
+		}
+		limits := d.Match([]*rlv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: "k1"}})
+		if len(limits) == 0 {
+			t.Errorf("scenario %s: (api_key, k1) hits no limit", sc.Name)
+		}
+		for _, l := range limits {
+			if l.Algorithm.String() != sc.Algorithm || l.RequestsPerUnit < 10000 {
+				t.Errorf("scenario %s: (api_key, k1) hits a %s limit of %d, want %s, at least 10000", sc.Name, l.Algorithm, l.RequestsPerUnit, sc.Algorithm)
+			}
+		}
 	}
 }
 
