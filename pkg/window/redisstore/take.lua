@@ -332,8 +332,9 @@ end
 
 -- countWindow counts (or, refunding, gives back) the hits of the fixed or
 -- sliding window counter at ARGV[b] on key k: a shared key in Lua, written
--- after the requests, any other in Redis. It returns the count after, or
--- nil when a refund found nothing to give back.
+-- after the requests, any other in Redis. It returns the count after: 0
+-- when a refund found nothing to give back, although the counter read 1 or
+-- more before the request (an earlier refund of it emptied it).
 local function countWindow(k, b, hits, refund)
   local c = count[k]
   if c then -- a shared key: counted here, written after the requests
@@ -344,7 +345,7 @@ local function countWindow(k, b, hits, refund)
         count[k] = v
         return v
       end
-      return nil
+      return 0
     end
     if c == 0 then ttlOf[k] = ARGV[b + TTL] end
     count[k] = c + hits
@@ -357,7 +358,7 @@ local function countWindow(k, b, hits, refund)
       redis.call('SET', k, v, 'KEEPTTL')
       return v
     end
-    return nil
+    return 0
   end
   local v = redis.call('INCRBY', k, ARGV[b + HITS])
   if v == hits then redis.call('PEXPIRE', k, ARGV[b + TTL]) end
@@ -423,8 +424,7 @@ local function full(n, a, ki)
         elseif has(flags, LOG) then
           cur[i], prev[i] = countLog(k, b, hits, refund)
         else
-          local v = countWindow(k, b, hits, refund)
-          if v then cur[i] = v end
+          cur[i] = countWindow(k, b, hits, refund)
         end
       end
     end
