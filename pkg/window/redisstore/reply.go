@@ -53,7 +53,8 @@ func replySize(short bool, n int) int {
 
 // parseRequest reads one request's part of the script's reply into res,
 // one Result per counter of r, and reports whether the request was
-// allowed. It tells the short form by the part's length.
+// allowed. It tells the short form by the part's length; a TokenBucket or
+// SlidingLog counter never comes in it.
 func parseRequest(vals []any, r *request, res []window.Result) (bool, error) {
 	res = res[:r.len()]
 	short := len(vals) == replySize(true, len(res))
@@ -71,7 +72,7 @@ func parseRequest(vals []any, r *request, res []window.Result) (bool, error) {
 		for i := range res {
 			v, ok := vals[1+i].(int64)
 			switch {
-			case !ok || status == 1 && v < 1:
+			case !ok || status == 1 && v < 1 || !windowed(r.at(i)):
 				return false, fmt.Errorf("%w: unexpected script value %v", window.ErrStore, vals[1+i])
 			case v >= 0:
 				res[i] = window.Result{Count: uint64(v)}
