@@ -28,7 +28,8 @@ func CheckPrefix(prefix string) error {
 //	<prefix>:{<domain>|<key1>=<value1>|<key2>=<value2>...[|!<qualifier>]}[!<counter>]
 //
 // Stores complete it with ":<window size ms>:<window start ms>" (see
-// AppendWindow). The braces are a Redis Cluster hash tag, so every window and
+// AppendWindow), or for TokenBucket and SlidingLog, whose state is not per
+// window, with ":<window size ms>" only (see Request.AppendStoreKey). The braces are a Redis Cluster hash tag, so every window and
 // every limit's counter of one descriptor lands on one slot. Parts are copied
 // verbatim except the bytes % { } | = : and control bytes, which become %XX,
 // so the encoding is injective: two different (domain, entries, qualifier,
@@ -94,6 +95,19 @@ func AppendWindow(key []byte, w Window) []byte {
 	key = strconv.AppendInt(key, w.Size, 10)
 	key = append(key, ':')
 	return strconv.AppendInt(key, w.Start, 10)
+}
+
+// AppendStoreKey appends to dst the key under which a store keeps r's
+// state at nowMs: r.Key, then for FixedWindow and SlidingWindow the current
+// window (AppendWindow), for TokenBucket and SlidingLog ":<size ms>" only.
+func (r *Request) AppendStoreKey(dst []byte, nowMs int64) []byte {
+	dst = append(dst, r.Key...)
+	size := r.Size.Milliseconds()
+	if r.Algorithm.windowed() {
+		return AppendWindow(dst, AtMillis(nowMs, size))
+	}
+	dst = append(dst, ':')
+	return strconv.AppendInt(dst, size, 10)
 }
 
 const hexDigits = "0123456789ABCDEF"

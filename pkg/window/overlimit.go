@@ -15,6 +15,15 @@ import (
 // count >= limit, no hit fits until the next window. A key under attack
 // therefore costs no Redis traffic.
 //
+// TokenBucket and SlidingLog counters only free room as time passes too,
+// so a denial of one is cached until its Retry, exactly the time the store
+// would deny a hit: only a denial of a request that needed one hit (Hits 0
+// or 1, the counter named once), not a shadow, a refund or a charge, since
+// only then is Retry the time until any request of it could fit. A
+// request the cache denies by such a counter gets the Retry of one hit and
+// the Empty as they are by then, with no other traffic, and the count the
+// denial saw (for a bucket the tokens its Empty takes).
+//
 // Two cases are not cached: sliding windows (their estimate falls as time
 // passes) and shadow counters (they never deny). A refund (Envoy's
 // is_negative_hits) through this replica forgets the counter; a refund
@@ -39,33 +48,49 @@ import (
 type OverLimitCache struct {
 	next      Store
 	mu        sync.RWMutex
-	full      map[fullKey]struct{}
+	full      map[fullKey]fullUntil
 	nextSweep atomic.Int64
 }
 
-// fullKey is a counter known full: its key, window (Unix ms) and limit.
+// fullKey is a counter known full: its key, window (Unix ms; 0 for
+// TokenBucket and SlidingLog, whose state is not per window), limit and
+// burst.
 type fullKey struct {
 	key   string
 	size  int64
 	start int64
 	limit uint64
+	burst uint64
+}
+
+// fullUntil is how long a counter stays known full: until (Unix ns), the
+// end of its window or its Retry; and for TokenBucket and SlidingLog what
+// the denial saw: the count and when (Unix ns) the counter is empty.
+type fullUntil struct {
+	until   int64
+	emptyAt int64
+	count   uint64
 }
 
 func newFullKey(r *Request, nowMs int64) fullKey {
+	if !r.Algorithm.windowed() {
+		return fullKey{r.Key, r.Size.Milliseconds(), 0, r.Limit, r.Burst}
+	}
 	w := AtMillis(nowMs, r.Size.Milliseconds())
-	return fullKey{r.Key, w.Size, w.Start, r.Limit}
+	return fullKey{r.Key, w.Size, w.Start, r.Limit, 0}
 }
 
 // NewOverLimitCache wraps a store.
 func NewOverLimitCache(next Store) *OverLimitCache {
-	return &OverLimitCache{next: next, full: make(map[fullKey]struct{})}
+	return &OverLimitCache{next: next, full: make(map[fullKey]fullUntil)}
 }
 
 // Ping pings the wrapped store.
 func (c *OverLimitCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
 
 // Take denies if a non-shadow fixed-window counter of reqs is known full for
-// the current window and no request is a charge, asking the store only for
+// the current window, or a TokenBucket or SlidingLog counter until its
+// Retry, and no request is a charge, asking the store only for
 // the state of the request's other counters; otherwise it asks the wrapped
 // store and remembers the counters that came back full. A charge always
 // goes to the store: a counter known full still receives it.
@@ -106,11 +131,16 @@ func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request
 	nowMs := now.UnixMilli()
 	unread := 0
 	for i := range reqs {
-		if c.isFull(&reqs[i], nowMs) {
-			res[i] = Result{Count: reqs[i].Limit, Over: true}
-		} else {
-			res[i] = Result{Skipped: true}
-			unread++
+		r := &reqs[i]
+		if f, ok := c.known(r, nowMs); ok {
+			res[i] = f.result(r, nowMs)
+			continue
+		}
+		res[i] = Result{Skipped: true}
+		unread++
+		if r.Algorithm == SlidingLog && satAdd(pendingHits(reqs[:i], r.Key, r.Size.Milliseconds()), r.need()) > 1 {
+			// A read with no hits does not say when more would fit.
+			return false
 		}
 	}
 	if unread == len(reqs) {
@@ -151,36 +181,83 @@ func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request
 		r, got := &reqs[i], read[j]
 		w := AtMillis(nowMs, r.Size.Milliseconds())
 		pending := pendingHits(reqs[:i], r.Key, w.Size)
-		res[i] = Result{Count: got.Count, Previous: got.Previous, Over: r.over(got.Count+pending, got.Previous, r.Weight(w, nowMs))}
-		c.remember(reqs[i:i+1], res[i:i+1], nowMs)
+		switch r.Algorithm {
+		case TokenBucket:
+			empty := int64(got.Empty)
+			over, retry := r.bucketDecide(empty, pending)
+			res[i] = r.bucketResult(empty, over, retry)
+		case SlidingLog:
+			res[i] = got // it needed one hit, as the read: see above
+		default:
+			res[i] = Result{Count: got.Count, Previous: got.Previous, Over: r.over(got.Count+pending, got.Previous, r.Weight(w, nowMs))}
+		}
+		c.rememberOne(r, res[i], pending, nowMs)
 	}
 	return true
 }
 
-// isFull reports whether r's counter is cacheable and known full at nowMs.
-func (c *OverLimitCache) isFull(r *Request, nowMs int64) bool {
+// known returns what the cache knows of r's counter at nowMs, and whether
+// it is cacheable and known full.
+func (c *OverLimitCache) known(r *Request, nowMs int64) (fullUntil, bool) {
 	if !cacheable(r) {
-		return false
+		return fullUntil{}, false
 	}
 	c.mu.RLock()
-	_, full := c.full[newFullKey(r, nowMs)]
+	f, full := c.full[newFullKey(r, nowMs)]
 	c.mu.RUnlock()
-	return full
+	return f, full && nowMs*int64(time.Millisecond) < f.until
+}
+
+// result is the Result of a denial of r by a counter known full, at nowMs.
+func (f fullUntil) result(r *Request, nowMs int64) Result {
+	if r.Algorithm.windowed() {
+		return Result{Count: r.Limit, Over: true}
+	}
+	now := nowMs * int64(time.Millisecond)
+	res := Result{Count: f.count, Over: true, Empty: time.Duration(max(f.emptyAt-now, 0)), Retry: time.Duration(f.until - now)}
+	if iv := r.Interval(); r.Algorithm == TokenBucket && iv > 0 {
+		res.Count = uint64((res.Empty + iv - 1) / iv)
+	}
+	return res
 }
 
 // remember adds the cacheable counters of reqs that res shows full.
 func (c *OverLimitCache) remember(reqs []Request, res []Result, nowMs int64) {
 	for i := range reqs {
-		if r := &reqs[i]; cacheable(r) && res[i].Count >= r.Limit {
-			c.mu.Lock()
-			c.full[newFullKey(r, nowMs)] = struct{}{}
-			c.mu.Unlock()
+		r := &reqs[i]
+		if cacheable(r) {
+			c.rememberOne(r, res[i], pendingHits(reqs[:i], r.Key, r.Size.Milliseconds()), nowMs)
 		}
 	}
 }
 
+// rememberOne adds r's counter when res, its answer after pending hits of
+// the same counter, shows it full: a window counted to its limit, or a
+// TokenBucket's or SlidingLog's denial of one hit, until its Retry.
+func (c *OverLimitCache) rememberOne(r *Request, res Result, pending uint64, nowMs int64) {
+	if !cacheable(r) {
+		return
+	}
+	var f fullUntil
+	now := nowMs * int64(time.Millisecond)
+	if r.Algorithm.windowed() {
+		if res.Count < r.Limit {
+			return
+		}
+		f.until = AtMillis(nowMs, r.Size.Milliseconds()).End() * int64(time.Millisecond)
+	} else {
+		if !res.Over || res.Retry <= 0 || r.Hits > 1 || pending > 0 || r.Charge {
+			return
+		}
+		f = fullUntil{until: now + int64(res.Retry), emptyAt: now + int64(res.Empty), count: res.Count}
+	}
+	c.mu.Lock()
+	c.full[newFullKey(r, nowMs)] = f
+	c.mu.Unlock()
+}
+
 func cacheable(r *Request) bool {
-	return r.Algorithm == FixedWindow && !r.Shadow && !r.Refund
+	return r.Algorithm != SlidingWindow && !r.Shadow && !r.Refund
 }
 
 func (c *OverLimitCache) sweep(nowMs int64) {
@@ -190,8 +267,9 @@ func (c *OverLimitCache) sweep(nowMs int64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k := range c.full {
-		if k.start+k.size <= nowMs {
+	now := nowMs * int64(time.Millisecond)
+	for k, f := range c.full {
+		if f.until <= now {
 			delete(c.full, k)
 		}
 	}

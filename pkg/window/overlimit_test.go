@@ -314,3 +314,90 @@ func TestOverLimitCachePeekFails(t *testing.T) {
 		})
 	}
 }
+
+// TestOverLimitCacheBucketAndLog: a token bucket's or sliding log's denial
+// of one hit is cached exactly until its Retry, with Retry and Empty as
+// they are at each moment; denials of more hits, of a counter named twice,
+// of shadows and of charges are not cached.
+func TestOverLimitCacheBucketAndLog(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	bucket := window.Request{Key: "test:{b}!token_bucket", Limit: 10, Size: time.Second, Hits: 1, Algorithm: window.TokenBucket}
+	log := window.Request{Key: "test:{l}!sliding_log", Limit: 2, Size: time.Second, Hits: 1, Algorithm: window.SlidingLog}
+	tests := []struct {
+		name   string
+		r      window.Request
+		denied window.Result // the first denial, at the fill's end
+		later  time.Duration // a moment before Retry
+		cached window.Result // the cache's answer then
+	}{
+		{"bucket", bucket,
+			window.Result{Count: 10, Over: true, Empty: time.Second, Retry: 100 * ms},
+			60 * ms, window.Result{Count: 10, Over: true, Empty: 940 * ms, Retry: 40 * ms}},
+		{"log", log,
+			window.Result{Count: 2, Over: true, Empty: 1000 * ms, Retry: 700 * ms},
+			500 * ms, window.Result{Count: 2, Over: true, Empty: 500 * ms, Retry: 200 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			inner := &countingStore{Store: window.NewMemory()}
+			c := window.NewOverLimitCache(inner)
+			// Fill: a bucket takes its burst at T0, the log one hit at T0 and one at T0+300ms.
+			at := time.Duration(0)
+			if tt.r.Algorithm == window.TokenBucket {
+				full := tt.r
+				full.Hits = 10
+				storetest.Take(t, c, storetest.T0, full)
+			} else {
+				storetest.Take(t, c, storetest.T0, tt.r)
+				at = 300 * ms
+				storetest.Take(t, c, storetest.T0.Add(at), tt.r)
+			}
+			// Not cached: more hits, a shadow, a charge.
+			more, shadow, charge := tt.r, tt.r, tt.r
+			more.Hits, shadow.Shadow, charge.Charge = 2, true, true
+			for _, reqs := range [][]window.Request{{more}, {shadow}, {charge}} {
+				storetest.Take(t, c, storetest.T0.Add(at), reqs...)
+				if n := c.Len(); n != 0 {
+					t.Fatalf("Len = %d after a denial of %+v, want 0", n, reqs)
+				}
+			}
+			// The shadow and the charge were counted: give them back.
+			back := tt.r
+			back.Hits, back.Refund = 2, true
+			storetest.Take(t, c, storetest.T0.Add(at), back)
+			ok, res := storetest.Take(t, c, storetest.T0.Add(at), tt.r)
+			if ok || res[0] != tt.denied {
+				t.Fatalf("denial = %v %+v, want %+v", ok, res[0], tt.denied)
+			}
+			if n := c.Len(); n != 1 {
+				t.Fatalf("Len = %d after a denial of one hit, want 1", n)
+			}
+			before := inner.calls.Load()
+			check := tt.r
+			check.Hits = 0
+			for _, q := range []window.Request{tt.r, check} {
+				ok, res = storetest.Take(t, c, storetest.T0.Add(at+tt.later), q)
+				if ok || res[0] != tt.cached {
+					t.Errorf("cached denial of %d hits = %v %+v, want %+v", q.Hits, ok, res[0], tt.cached)
+				}
+			}
+			retryAt := at + tt.denied.Retry
+			ok, res = storetest.Take(t, c, storetest.T0.Add(retryAt-ms), tt.r)
+			if ok || res[0].Retry != ms {
+				t.Errorf("1 ms before Retry = %v %+v, want denied, Retry 1ms", ok, res[0])
+			}
+			if got := inner.calls.Load() - before; got != 0 {
+				t.Errorf("cached denials made %d store calls, want 0", got)
+			}
+			// At Retry the store is asked again, and admits.
+			if ok, res = storetest.Take(t, c, storetest.T0.Add(retryAt), tt.r); !ok {
+				t.Errorf("at Retry = %v %+v, want allowed", ok, res[0])
+			}
+			if got := inner.calls.Load() - before; got != 1 {
+				t.Errorf("at Retry: %d store calls, want 1", got)
+			}
+		})
+	}
+}

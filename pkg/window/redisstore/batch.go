@@ -133,7 +133,8 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 	if info != nil {
 		queued = time.Now()
 	}
-	c, err := b.enqueue(ctx, deadline, newRequest(nowMs, reqs, nil), slot)
+	r := newRequest(nowMs, reqs, nil)
+	c, err := b.enqueue(ctx, deadline, r, slot)
 	if err != nil {
 		return false, err
 	}
@@ -141,7 +142,7 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 	if err != nil {
 		return false, err
 	}
-	return parseRequest(vals, res)
+	return parseRequest(vals, &r, res)
 }
 
 // enqueue hands r, on slot, to the workers, for wait to collect.

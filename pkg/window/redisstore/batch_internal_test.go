@@ -77,7 +77,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		res := make([]window.Result, len(calls[i]))
 		allowed, err := false, c.err
 		if err == nil {
-			allowed, err = parseRequest(c.vals, res)
+			allowed, err = parseRequest(c.vals, &c.request, res)
 		}
 		if (err != nil) != (i == 3) {
 			t.Errorf("call %d: err %v", i, err)

@@ -61,7 +61,14 @@ func (r *request) at(j int) *window.Request {
 // plain reports whether r is a plain counter, which the script's short form
 // can carry: a fixed window, not a shadow, a refund or a charge, hits >= 1.
 func plain(r *window.Request) bool {
-	return r.Algorithm != window.SlidingWindow && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1
+	return r.Algorithm == window.FixedWindow && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1
+}
+
+// windowed reports whether r counts in windows, integer counters that can
+// be shared keys; a TokenBucket's or SlidingLog's key never is (see
+// take.lua).
+func windowed(r *window.Request) bool {
+	return r.Algorithm == window.FixedWindow || r.Algorithm == window.SlidingWindow
 }
 
 // callBuf is the memory script calls are built in: the argument list, the
@@ -196,17 +203,21 @@ func shortHead(n int) any {
 
 // appendKeys appends r's script keys to dst, each a slice of arena: per
 // counter its current window's key and, for a sliding window, the previous
-// window's. It adds each to sk.
+// window's; a TokenBucket's or SlidingLog's one key. It adds each window
+// key to sk.
 func appendKeys(dst []any, arena []byte, sk *sharedKeys, r *request) ([]any, []byte) {
 	for j := range r.len() {
 		c := r.at(j)
-		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
 		// A slice taken before arena grows keeps pointing at the old array,
 		// whose bytes are never written again: it stays valid.
 		from := len(arena)
-		arena = window.AppendWindow(append(arena, c.Key...), w)
+		arena = c.AppendStoreKey(arena, r.nowMs)
 		key := arena[from:len(arena):len(arena)]
 		dst = append(dst, key)
+		if !windowed(c) {
+			continue // decided exactly one command per use; see take.lua
+		}
+		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
 		var planned uint64 // the hits the script bets on; see take.lua
 		if !c.Refund {
 			planned = c.Hits
@@ -224,12 +235,14 @@ func appendKeys(dst []any, arena []byte, sk *sharedKeys, r *request) ([]any, []b
 }
 
 // The flags of a full-form counter, added up; take.lua names the same
-// values SHADOW, REFUND, SLIDING and CHARGE.
+// values SHADOW, REFUND, SLIDING, CHARGE, TOKEN and LOG.
 const (
-	flagShadow  = 1 // checked and counted, but never denies
-	flagRefund  = 2 // hits are given back instead of taken
-	flagSliding = 4 // estimate = previous*weight + current
-	flagCharge  = 8 // hits are counted even when the request is denied; never with flagRefund
+	flagShadow  = 1  // checked and counted, but never denies
+	flagRefund  = 2  // hits are given back instead of taken
+	flagSliding = 4  // estimate = previous*weight + current
+	flagCharge  = 8  // hits are counted even when the request is denied; never with flagRefund
+	flagToken   = 16 // a token bucket (GCRA)
+	flagLog     = 32 // a sliding log
 )
 
 // appendArgs appends r's script arguments to dst: in the short form minus
@@ -255,13 +268,19 @@ func appendArgs(dst []any, t *triples, r *request) []any {
 		if c.Refund {
 			flags |= flagRefund
 		}
-		if c.Algorithm == window.SlidingWindow {
-			flags |= flagSliding
-		}
 		if c.Charge && !c.Refund { // take.lua takes CHARGE as sent
 			flags |= flagCharge
 		}
-		dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, c.Weight(w, r.nowMs))
+		switch c.Algorithm {
+		case window.TokenBucket:
+			dst = append(dst, int64(c.Tolerance()), c.Hits, r.nowMs, flags|flagToken, int64(c.Interval()))
+		case window.SlidingLog:
+			dst = append(dst, c.Limit, c.Hits, r.nowMs, flags|flagLog, c.Size.Milliseconds())
+		case window.SlidingWindow:
+			dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags|flagSliding, c.Weight(w, r.nowMs))
+		default:
+			dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, 0)
+		}
 	}
 	return dst
 }

@@ -146,7 +146,7 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 			o.res = make([]window.Result, len(reqs))
 			v, err := s.script(ctx, args)
 			if err == nil {
-				o.allowed, err = parseTake(v, o.res)
+				o.allowed, err = parseTake(v, &request{reqs: reqs}, o.res)
 			}
 			o.failed = err != nil
 			for _, r := range reqs {

@@ -36,10 +36,10 @@ func sameSlot(nowMs int64, reqs []window.Request) (uint16, bool) {
 	return id, true
 }
 
-// windowSlot returns the hash slot of r's current window's key at nowMs,
-// built in buf.
+// windowSlot returns the hash slot of r's key at nowMs (its current
+// window's, or a TokenBucket's or SlidingLog's), built in buf.
 func windowSlot(buf []byte, nowMs int64, r *window.Request) uint16 {
-	return slot(window.AppendWindow(append(buf, r.Key...), window.AtMillis(nowMs, r.Size.Milliseconds())))
+	return slot(r.AppendStoreKey(buf, nowMs))
 }
 
 // groupBySlot splits reqs by the hash slot of their current window's key,
@@ -83,11 +83,19 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 	if !allowed {
 		// Undo the slots that counted: each counted request again as a
 		// refund of its hits on its current window (floored at zero,
-		// keeping the TTL), which gives back only what this call added.
-		// Charges stay: every slot counts them whatever the answer.
+		// keeping the TTL), which gives back only what this call added;
+		// on a bucket the time its hits took, on a log the entries they
+		// added (window.Request.LogEntries). Charges stay: every slot
+		// counts them whatever the answer.
 		undo := make([]window.Request, len(reqs))
 		for i, r := range reqs {
-			r.Refund, r.Algorithm = true, window.FixedWindow
+			r.Refund = true
+			switch r.Algorithm {
+			case window.SlidingWindow:
+				r.Algorithm = window.FixedWindow // its current window's counter
+			case window.SlidingLog:
+				r.Hits = r.LogEntries(r.Hits)
+			}
 			undo[i] = r
 		}
 		back := slices.Clone(res) // a request that took no hits needs no undo and keeps its count
@@ -104,8 +112,8 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 			return idx
 		}, func(g *slotGroup, _ bool) {
 			for _, i := range g.take {
-				if !reqs[i].Charge {
-					res[i].Count = back[i].Count // the count as it was before this call
+				if !reqs[i].Charge { // the state as it was before this call
+					res[i].Count, res[i].Empty = back[i].Count, back[i].Empty
 				}
 			}
 		})
@@ -174,7 +182,7 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 		sub := make([]window.Result, len(c.idx))
 		ok, err := false, c.err
 		if err == nil {
-			ok, err = parseRequest(c.vals, sub)
+			ok, err = parseRequest(c.vals, &request{reqs: reqs, idx: c.idx}, sub)
 		}
 		if err != nil {
 			if !errors.Is(err, window.ErrStore) {

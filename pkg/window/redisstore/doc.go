@@ -13,6 +13,13 @@
 // Redis), when nothing ran. Counter keys are the request's Key plus its
 // window (window.AppendWindow); a counter expires its window plus one second
 // after its first hit (window.Request.TTL), and a sliding one a window later.
+// A token bucket's key is the Key plus its window's size only
+// (window.Request.AppendStoreKey), a string holding its theoretical arrival
+// time in ms ("1763800020123.456789", readable with GET) that expires a
+// second after the bucket is full again; a sliding log's is a sorted set of
+// one member per counted hit, scored by its time in ms, that expires its
+// window plus one second after its last write. Neither goes in the short
+// form below or is shared among a call's requests.
 //
 // The script takes the requests of a call one after another and decides
 // each on its own. A request goes either in the full form (five values per

@@ -224,7 +224,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 				for j, c := range batch {
 					err := c.err
 					if err == nil {
-						g.allowed[j], err = parseRequest(c.vals, g.res[j])
+						g.allowed[j], err = parseRequest(c.vals, &c.request, g.res[j])
 					}
 					g.failed[j] = err != nil
 				}

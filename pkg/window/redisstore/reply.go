@@ -2,22 +2,25 @@ package redisstore
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 // The script replies with one list; each request's part of it is its
 // status, then per counter either (current, previous, over) or, in the
-// short form, one value (see take.lua). replyValues, cutReply and
-// parseRequest are the one reader of that reply.
+// short form, one value (see take.lua); a TokenBucket's or SlidingLog's
+// three values mean other things, and parseRequest reads them by the
+// request's counters. replyValues, cutReply and parseRequest are the one
+// reader of that reply.
 
-// parseTake reads the reply v of a call of one request into res.
-func parseTake(v any, res []window.Result) (bool, error) {
+// parseTake reads the reply v of a call of the one request r into res.
+func parseTake(v any, r *request, res []window.Result) (bool, error) {
 	vals, err := replyValues(v)
 	if err != nil {
 		return false, err
 	}
-	return parseRequest(vals, res)
+	return parseRequest(vals, r, res)
 }
 
 // replyValues returns the script's reply v as its list of values.
@@ -49,9 +52,11 @@ func replySize(short bool, n int) int {
 }
 
 // parseRequest reads one request's part of the script's reply into res,
-// one Result per counter, and reports whether the request was allowed. It
-// tells the short form by the part's length.
-func parseRequest(vals []any, res []window.Result) (bool, error) {
+// one Result per counter of r, and reports whether the request was
+// allowed. It tells the short form by the part's length; a TokenBucket or
+// SlidingLog counter never comes in it.
+func parseRequest(vals []any, r *request, res []window.Result) (bool, error) {
+	res = res[:r.len()]
 	short := len(vals) == replySize(true, len(res))
 	if !short && len(vals) != replySize(false, len(res)) {
 		return false, fmt.Errorf("%w: script reply of %d values for %d counters", window.ErrStore, len(vals), len(res))
@@ -61,13 +66,13 @@ func parseRequest(vals []any, res []window.Result) (bool, error) {
 	case !ok || status < -1 || status > 1:
 		return false, fmt.Errorf("%w: unexpected script status %v", window.ErrStore, vals[0])
 	case status == -1:
-		return false, fmt.Errorf("%w: a counter key holds something other than an integer", window.ErrStore)
+		return false, fmt.Errorf("%w: a counter key holds something other than its state", window.ErrStore)
 	}
 	if short {
 		for i := range res {
 			v, ok := vals[1+i].(int64)
 			switch {
-			case !ok || status == 1 && v < 1:
+			case !ok || status == 1 && v < 1 || !windowed(r.at(i)):
 				return false, fmt.Errorf("%w: unexpected script value %v", window.ErrStore, vals[1+i])
 			case v >= 0:
 				res[i] = window.Result{Count: uint64(v)}
@@ -86,7 +91,54 @@ func parseRequest(vals []any, res []window.Result) (bool, error) {
 			}
 			n[j] = v
 		}
-		res[i] = window.Result{Count: uint64(n[0]), Previous: uint64(n[1]), Over: n[2] == 1}
+		var err error
+		switch c := r.at(i); c.Algorithm {
+		case window.TokenBucket:
+			res[i], err = bucketResult(c, n)
+		case window.SlidingLog:
+			res[i], err = logResult(n)
+		default:
+			res[i] = window.Result{Count: uint64(n[0]), Previous: uint64(n[1]), Over: n[2] == 1}
+		}
+		if err != nil {
+			return false, err
+		}
 	}
 	return status == 1, nil
+}
+
+// bucketResult reads a TokenBucket counter's values (empty ns, retry ns,
+// over 0 or 1; see take.lua) into its Result, as window.Memory makes it:
+// Count is the tokens taken, Empty rounded up to whole Intervals.
+func bucketResult(c *window.Request, n [3]int64) (window.Result, error) {
+	empty, retry, over := n[0], n[1], n[2]
+	if over > 1 || over == 0 && retry != 0 {
+		return window.Result{}, fmt.Errorf("%w: unexpected token bucket values %v", window.ErrStore, n)
+	}
+	res := window.Result{Over: over == 1, Empty: time.Duration(empty), Retry: time.Duration(retry)}
+	if iv := int64(c.Interval()); iv > 0 {
+		res.Count = uint64(empty / iv)
+		if empty%iv != 0 {
+			res.Count++
+		}
+	}
+	return res, nil
+}
+
+// maxLogMs bounds a SlidingLog's times in a reply, so that they fit a
+// time.Duration: a log's entries leave within the longest window.
+const maxLogMs = int64(window.MaxSize / time.Millisecond)
+
+// logResult reads a SlidingLog counter's values (count, empty ms, 0 or 1 +
+// retry ms; see take.lua) into its Result.
+func logResult(n [3]int64) (window.Result, error) {
+	count, empty, over := n[0], n[1], n[2]
+	if empty > maxLogMs || over > maxLogMs+1 || count == 0 && empty != 0 {
+		return window.Result{}, fmt.Errorf("%w: unexpected sliding log values %v", window.ErrStore, n)
+	}
+	res := window.Result{Count: uint64(count), Over: over > 0, Empty: time.Duration(empty) * time.Millisecond}
+	if over > 0 {
+		res.Retry = time.Duration(over-1) * time.Millisecond
+	}
+	return res, nil
 }

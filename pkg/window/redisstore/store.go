@@ -180,15 +180,16 @@ func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, 
 	}
 	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
-	args := newCall(nowMs, reqs, nil)
-	return s.run(ctx, args, res)
+	r := newRequest(nowMs, reqs, nil)
+	var b callBuf
+	return s.run(ctx, b.build([]request{r}), &r, res)
 }
 
-// run sends the call args of one request and reads its reply into res.
-func (s *Store) run(ctx context.Context, args []any, res []window.Result) (bool, error) {
+// run sends the call args of the one request r and reads its reply into res.
+func (s *Store) run(ctx context.Context, args []any, r *request, res []window.Result) (bool, error) {
 	v, err := s.script(ctx, args)
 	if err != nil {
 		return false, fmt.Errorf("%w: take %q: %w", window.ErrStore, args[3], err)
 	}
-	return parseTake(v, res)
+	return parseTake(v, r, res)
 }

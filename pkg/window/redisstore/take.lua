@@ -15,8 +15,11 @@
 --       requests; then the triples, each limit, hits, ttl (ms), which
 --       short-form counters name; then per shared key its planned hits.
 --       Per request: n, then per counter five values: limit, hits,
---       ttl (ms), flags (SHADOW, REFUND, SLIDING, CHARGE below, added up),
---       weight.
+--       ttl (ms), flags (SHADOW, REFUND, SLIDING, CHARGE, TOKEN, LOG below,
+--       added up), weight. A TOKEN counter (a token bucket, GCRA) sends
+--       instead: tolerance (ns), hits, now (ms), flags, interval (ns); a
+--       LOG counter (a sliding log): limit, hits, now (ms), flags, window
+--       size (ms). Neither has a previous window's key.
 --       A negative n, -c, heads the short form of the most common request:
 --       c fixed-window counters on distinct keys, none a shadow or a
 --       charge, each taking hits >= 1. One value per counter follows: the
@@ -25,8 +28,16 @@
 --       three, and Lua converts each limit and hits to a number once per
 --       call.
 -- Returns, per request: status (1 allowed, 0 denied, -1 a counter holds a
--- non-integer: nothing written), then per counter: current (after counting,
--- for an allowed request or a charge), previous, over.
+-- non-integer, or a TOKEN or LOG key something else than its state: nothing
+-- written), then per counter: current (after counting, for an allowed
+-- request or a charge), previous, over (0 or 1). A TOKEN counter answers
+-- instead: empty (ns the bucket's TAT runs ahead of now, after counting),
+-- retry (ns until the hits would fit, when over, else 0), over (0 or 1);
+-- Go turns empty into the count of tokens taken, which needs the interval.
+-- A LOG counter answers: count (entries in the window ending now, after
+-- counting), empty (ms until the newest entry leaves the window; 0 when
+-- none), and 0 when not over, else 1 + retry (ms until the hits would fit).
+-- Every value is an integer below 2^53, which Lua's numbers hold exactly.
 -- A short-form request gets one value per counter instead: when allowed,
 -- its count after counting; when denied, its count if it had room and -1
 -- minus its count if it had not; when failed, 0.
@@ -55,6 +66,23 @@
 -- is never extended: a key gets a TTL only from a counter that takes it
 -- from 0.
 --
+-- A TOKEN counter's state is one string, the theoretical arrival time
+-- (TAT) in ms with six digits of ns, "<ms>.<ns>", which GET shows an
+-- operator; the script computes in ns relative to now, below 2^53 (the
+-- tolerance is at most 2^53 ns, window.MaxBucketSpan), so every value is
+-- exact. Each write sets the TTL to the time until the bucket is full
+-- again, rounded up to the ms, plus one second (window.BucketTTL). A LOG
+-- counter is a sorted set of one member per counted hit, scored by its
+-- time (ms): ZCARD is the count, with no sum to keep. A member is
+-- "<ms>:<i>", i the number of the set's earlier members of that score
+-- (ZCOUNT), written as its digit count and its digits ("10", "212") so
+-- that members of one score sort in the order they came: a refund removes
+-- the highest ranks, so the numbers of a score stay 0..n-1 and the next
+-- one is new. Every call first removes the members that left the window
+-- (ZREMRANGEBYSCORE); each write sets the TTL to the window plus one
+-- second. Neither is ever a shared key or in the short form: they are
+-- decided one command per use, exactly.
+--
 -- Strings from ARGV go to redis.call as they came where they can, and are
 -- converted to numbers once per call: Lua formats a number with printf and
 -- parses a string with strtod, each costing more than a table lookup.
@@ -67,6 +95,12 @@ local SHADOW = 1  -- checked and counted, but never denies
 local REFUND = 2  -- hits are given back instead of taken
 local SLIDING = 4 -- estimate = previous * weight + current
 local CHARGE = 8  -- hits are counted even when the request is denied; never with REFUND
+local TOKEN = 16  -- a token bucket (GCRA); see the header for its values
+local LOG = 32    -- a sliding log; see the header for its values
+
+-- SPAN is window.MaxBucketSpan: the most a bucket's cost or its TAT's lead
+-- over now may be, in ns.
+local SPAN = 9007199254740992
 
 -- has reports whether flags holds flag, one of the values above.
 local function has(flags, flag)
@@ -160,6 +194,177 @@ local function short(n, a, ki)
   return a + n, ki + n
 end
 
+-- bucketEmpty returns how far (ns) the TAT at key k runs ahead of nowMs,
+-- 0 when the bucket is full or missing; nil when k holds no TAT.
+local function bucketEmpty(k, nowMs)
+  local v = redis.pcall('GET', k)
+  if v == false then return 0 end
+  if type(v) ~= 'string' then return nil end
+  local ms, ns = string.match(v, '^(%d+)%.(%d%d%d%d%d%d)$')
+  if not ms then return nil end
+  local e = (tonumber(ms) - nowMs) * 1000000 + tonumber(ns)
+  if e < 0 then return 0 end
+  return e
+end
+
+-- bucketCost is hits x interval ns, at most SPAN. The product is exact
+-- when it is at most 2^53 and rounds to at least 2^53 when it is more.
+local function bucketCost(hits, interval)
+  local c = hits * interval
+  if c > SPAN then return SPAN end
+  return c
+end
+
+-- bucketWrite stores at k a bucket empty ns ahead of nowMs: the TAT, with
+-- a TTL until the bucket is full, rounded up to the ms, plus one second.
+-- fmod is exact, so the ms and ns parts are too.
+local function bucketWrite(k, nowMs, empty)
+  local ns = math.fmod(empty, 1000000)
+  local ms = (empty - ns) / 1000000
+  local ttl = ms + 1000
+  if ns > 0 then ttl = ttl + 1 end
+  redis.call('SET', k, string.format('%d.%06d', nowMs + ms, ns), 'PX', ttl)
+end
+
+-- logCount removes from the log at k the members that left the window of
+-- size ms ending at nowMs and returns how many are left; nil when k holds
+-- no sorted set.
+local function logCount(k, nowMs, size)
+  if type(redis.pcall('ZREMRANGEBYSCORE', k, '-inf', nowMs - size)) ~= 'number' then return nil end
+  return redis.call('ZCARD', k)
+end
+
+-- logLeaves returns the ms from nowMs until the log's member of rank r
+-- (from 0, oldest first; -1 the newest) leaves the window of size ms.
+local function logLeaves(k, r, nowMs, size)
+  local m = redis.call('ZRANGE', k, r, r, 'WITHSCORES')
+  return tonumber(m[2]) + size - nowMs
+end
+
+-- logAdd adds n members at nowMs (its ARGV string now) to the log at k.
+-- ZADD takes them in chunks: Lua's unpack has a bounded stack.
+local function logAdd(k, nowMs, now, n)
+  local i = redis.call('ZCOUNT', k, nowMs, nowMs)
+  local prefix = now .. ':'
+  while n > 0 do
+    local args, m = {}, 0
+    while n > 0 and m < 1000 do
+      local d = tostring(i)
+      args[2 * m + 1], args[2 * m + 2] = now, prefix .. #d .. d
+      i, n, m = i + 1, n - 1, m + 1
+    end
+    redis.call('ZADD', k, unpack(args))
+  end
+end
+
+-- decideBucket reads the bucket at k, decides a counter of it that takes
+-- need ns after pending ns (0 interval: a limit of 0, never admits) and
+-- returns empty, retry and over (0 or 1); empty is nil when k holds no TAT.
+local function decideBucket(k, b, hits, pending, refund)
+  local nowMs, tol, iv = tonumber(ARGV[b + TTL]), tonumber(ARGV[b + LIMIT]), tonumber(ARGV[b + WEIGHT])
+  local e = bucketEmpty(k, nowMs)
+  if not e or refund then return e, 0, 0 end
+  local need = hits
+  if need < 1 then need = 1 end
+  if iv == 0 then return e, e, 1 end
+  local c = bucketCost(pending + need, iv)
+  if c > tol then return e, e, 1 end
+  if e + c > tol then return e, e + c - tol, 1 end
+  return e, 0, 0
+end
+
+-- decideLog reads the log at k and decides a counter of it that takes hits
+-- after pending hits; it returns count, empty (ms) and 0 or 1 + retry (ms);
+-- count is nil when k holds no sorted set.
+local function decideLog(k, b, hits, pending, refund)
+  local nowMs, limit, size = tonumber(ARGV[b + TTL]), tonumber(ARGV[b + LIMIT]), tonumber(ARGV[b + WEIGHT])
+  local n = logCount(k, nowMs, size)
+  if not n then return nil, 0, 0 end
+  local empty = 0
+  if n > 0 then empty = logLeaves(k, -1, nowMs, size) end
+  if refund then return n, empty, 0 end
+  local want = hits
+  if want < 1 then want = 1 end
+  want = want + pending
+  if want > limit then return n, empty, 1 + empty end
+  if n > limit - want then return n, empty, 1 + logLeaves(k, n - (limit - want) - 1, nowMs, size) end
+  return n, empty, 0
+end
+
+-- countBucket takes (or, refunding, gives back) the hits of the counter at
+-- ARGV[b] from the bucket at k, empty ns ahead of now, and returns its
+-- new empty.
+local function countBucket(k, b, hits, empty, refund)
+  local nowMs, iv = tonumber(ARGV[b + TTL]), tonumber(ARGV[b + WEIGHT])
+  local c = bucketCost(hits, iv)
+  if refund then
+    empty = empty - c
+    if empty < 0 then empty = 0 end
+  else
+    empty = empty + c
+    if empty > SPAN then empty = SPAN end
+  end
+  bucketWrite(k, nowMs, empty)
+  return empty
+end
+
+-- countLog adds the hits of the counter at ARGV[b] to the log at k, at
+-- most limit + 1 members (window.Request.LogEntries), or removes the
+-- newest of them for a refund; it returns the new count and empty (ms).
+local function countLog(k, b, hits, refund)
+  local now = ARGV[b + TTL]
+  local nowMs, limit, size = tonumber(now), tonumber(ARGV[b + LIMIT]), tonumber(ARGV[b + WEIGHT])
+  local n = logCount(k, nowMs, size)
+  if refund then
+    local m = hits
+    if m > n then m = n end
+    if m > 0 then redis.call('ZREMRANGEBYRANK', k, -m, -1) end
+  else
+    local m = hits
+    if m > limit then m = limit + 1 end
+    logAdd(k, nowMs, now, m)
+  end
+  redis.call('PEXPIRE', k, size + 1000)
+  n = redis.call('ZCARD', k)
+  if n == 0 then return 0, 0 end
+  return n, logLeaves(k, -1, nowMs, size)
+end
+
+-- countWindow counts (or, refunding, gives back) the hits of the fixed or
+-- sliding window counter at ARGV[b] on key k: a shared key in Lua, written
+-- after the requests, any other in Redis. It returns the count after: 0
+-- when a refund found nothing to give back, although the counter read 1 or
+-- more before the request (an earlier refund of it emptied it).
+local function countWindow(k, b, hits, refund)
+  local c = count[k]
+  if c then -- a shared key: counted here, written after the requests
+    if refund then
+      if c > 0 then
+        local v = c - hits
+        if v < 0 then v = 0 end
+        count[k] = v
+        return v
+      end
+      return 0
+    end
+    if c == 0 then ttlOf[k] = ARGV[b + TTL] end
+    count[k] = c + hits
+    return c + hits
+  elseif refund then
+    c = counter(k)
+    if c > 0 then
+      local v = c - hits
+      if v < 0 then v = 0 end
+      redis.call('SET', k, v, 'KEEPTTL')
+      return v
+    end
+    return 0
+  end
+  local v = redis.call('INCRBY', k, ARGV[b + HITS])
+  if v == hits then redis.call('PEXPIRE', k, ARGV[b + TTL]) end
+  return v
+end
+
 -- full decides a request of n counters whose values start at ARGV[a] and
 -- whose first key is KEYS[ki]: it reads every counter, decides, and only
 -- then writes, so a denial writes nothing but its charges.
@@ -167,69 +372,59 @@ local function full(n, a, ki)
   local cur, prev, over, keyOf = {}, {}, {}, {}
   local status = 1
   local pending = {}
+  local empty = {} -- by key: a bucket's empty (ns), as read and as written
   for i = 1, n do
     local b = a + (i - 1) * COUNTER_ARGS
-    local limit = tonumber(ARGV[b + LIMIT])
     local hits = tonumber(ARGV[b + HITS])
     local flags = tonumber(ARGV[b + FLAGS])
+    local refund = has(flags, REFUND)
     local k = KEYS[ki]
     ki = ki + 1
     keyOf[i] = k
-    local c = count[k]
-    if c == nil then c = counter(k) end
-    local p = 0
-    if has(flags, SLIDING) then
-      p = count[KEYS[ki]]
-      if p == nil then p = counter(KEYS[ki]) end
-      ki = ki + 1
+    local c, p, o = nil, 0, 0
+    if has(flags, TOKEN) then
+      c, p, o = decideBucket(k, b, hits, pending[k] or 0, refund)
+      empty[k] = c
+    elseif has(flags, LOG) then
+      c, p, o = decideLog(k, b, hits, pending[k] or 0, refund)
+    else
+      c = count[k]
+      if c == nil then c = counter(k) end
+      if has(flags, SLIDING) then
+        p = count[KEYS[ki]]
+        if p == nil then p = counter(KEYS[ki]) end
+        ki = ki + 1
+      end
+      if c and p and not refund then
+        local need = hits
+        if need < 1 then need = 1 end
+        local est = c + (pending[k] or 0)
+        if has(flags, SLIDING) then est = p * tonumber(ARGV[b + WEIGHT]) + est end
+        if est + need > tonumber(ARGV[b + LIMIT]) then o = 1 end
+      end
     end
     if not c or not p then
-      status, c, p = -1, 0, 0
+      status, c, p, o = -1, 0, 0, 0
     end
-    cur[i], prev[i], over[i] = c, p, 0
-    if not has(flags, REFUND) then
-      local need = hits
-      if need < 1 then need = 1 end
-      local est = c + (pending[k] or 0)
-      if has(flags, SLIDING) then est = p * tonumber(ARGV[b + WEIGHT]) + est end
-      if est + need > limit then
-        over[i] = 1
-        if not has(flags, SHADOW) and status == 1 then status = 0 end
-      end
-      pending[k] = (pending[k] or 0) + hits
-    end
+    cur[i], prev[i], over[i] = c, p, o
+    if o ~= 0 and not has(flags, SHADOW) and status == 1 then status = 0 end
+    if not refund then pending[k] = (pending[k] or 0) + hits end
   end
   if status ~= -1 then
     for i = 1, n do
       local b = a + (i - 1) * COUNTER_ARGS
       local hits = tonumber(ARGV[b + HITS])
       local flags = tonumber(ARGV[b + FLAGS])
+      local refund = has(flags, REFUND)
       local k = keyOf[i]
       if hits > 0 and (status == 1 or has(flags, CHARGE)) then
-        local c = count[k]
-        if c then -- a shared key: counted here, written after the requests
-          if has(flags, REFUND) then
-            if c > 0 then
-              local v = c - hits
-              if v < 0 then v = 0 end
-              count[k], cur[i] = v, v
-            end
-          else
-            if c == 0 then ttlOf[k] = ARGV[b + TTL] end
-            count[k], cur[i] = c + hits, c + hits
-          end
-        elseif has(flags, REFUND) then
-          c = counter(k)
-          if c > 0 then
-            local v = c - hits
-            if v < 0 then v = 0 end
-            redis.call('SET', k, v, 'KEEPTTL')
-            cur[i] = v
-          end
+        if has(flags, TOKEN) then
+          local e = countBucket(k, b, hits, empty[k], refund)
+          empty[k], cur[i] = e, e
+        elseif has(flags, LOG) then
+          cur[i], prev[i] = countLog(k, b, hits, refund)
         else
-          local v = redis.call('INCRBY', k, ARGV[b + HITS])
-          if v == hits then redis.call('PEXPIRE', k, ARGV[b + TTL]) end
-          cur[i] = v
+          cur[i] = countWindow(k, b, hits, refund)
         end
       end
     end
