@@ -126,16 +126,16 @@ func (m *Memory) count(r *Request, res *Result, nowMs int64) {
 		id := stateID{r.Key, size}
 		empty := r.bucketApply(m.bucketEmpty(id, nowMs))
 		m.buckets[id] = bucket{tat: nowMs*int64(time.Millisecond) + empty, expires: nowMs + BucketTTL(time.Duration(empty)).Milliseconds()}
-		over, retry := res.Over, int64(res.Retry)
-		*res = r.bucketResult(empty, over, retry)
+		*res = r.bucketResult(empty, res.Over, int64(res.Retry))
 		return
 	case SlidingLog:
 		id := stateID{r.Key, size}
 		l := m.log(id, nowMs)
+		n := r.LogEntries(r.Hits)
 		if r.Refund {
-			l.hits = l.hits[:uint64(len(l.hits))-min(uint64(len(l.hits)), r.Hits)]
+			l.hits = l.hits[:uint64(len(l.hits))-min(uint64(len(l.hits)), n)]
 		} else {
-			for range r.LogEntries(r.Hits) {
+			for range n {
 				l.hits = append(l.hits, nowMs)
 			}
 		}

@@ -226,25 +226,53 @@ local function bucketWrite(k, nowMs, empty)
   redis.call('SET', k, string.format('%d.%06d', nowMs + ms, ns), 'PX', ttl)
 end
 
--- logCount removes from the log at k the members that left the window of
--- size ms ending at nowMs and returns how many are left; nil when k holds
--- no sorted set.
-local function logCount(k, nowMs, size)
+-- logs holds, by key, what this request's decision read of a LOG
+-- counter's sorted set, kept current by the request's writes: n, members in
+-- the window ending now; newest, the newest member's score (nil when
+-- none); atNow, the members scored now (nil until counted).
+local logs = {}
+
+-- logRead removes from the log at k the members that left the window of
+-- size ms ending at nowMs and returns, and keeps in logs, what is left;
+-- nil when k holds no sorted set.
+local function logRead(k, nowMs, size)
   if type(redis.pcall('ZREMRANGEBYSCORE', k, '-inf', nowMs - size)) ~= 'number' then return nil end
-  return redis.call('ZCARD', k)
+  local s = {n = redis.call('ZCARD', k)}
+  if s.n > 0 then s.newest = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2]) end
+  logs[k] = s
+  return s
 end
 
--- logLeaves returns the ms from nowMs until the log's member of rank r
--- (from 0, oldest first; -1 the newest) leaves the window of size ms.
-local function logLeaves(k, r, nowMs, size)
-  local m = redis.call('ZRANGE', k, r, r, 'WITHSCORES')
-  return tonumber(m[2]) + size - nowMs
+-- logEmpty returns the ms from nowMs until the newest member of s leaves
+-- the window of size ms; 0 when there is none.
+local function logEmpty(s, nowMs, size)
+  if s.n == 0 then return 0 end
+  return s.newest + size - nowMs
 end
 
--- logAdd adds n members at nowMs (its ARGV string now) to the log at k.
+-- logRetry returns 1 + the ms from nowMs until hits (1 when 0) after
+-- pending fit the log s at k of limit in the window of size ms, when they
+-- do not fit now (or 1 + its empty, when they never fit), else 0.
+local function logRetry(k, s, hits, pending, limit, nowMs, size)
+  local want = hits
+  if want < 1 then want = 1 end
+  want = want + pending
+  if want > limit then return 1 + logEmpty(s, nowMs, size) end
+  if s.n <= limit - want then return 0 end
+  local r = s.n - (limit - want) - 1 -- the member whose leaving makes room
+  return 1 + tonumber(redis.call('ZRANGE', k, r, r, 'WITHSCORES')[2]) + size - nowMs
+end
+
+-- logAdd adds n members at nowMs (its ARGV string now) to the log s at k.
 -- ZADD takes them in chunks: Lua's unpack has a bounded stack.
-local function logAdd(k, nowMs, now, n)
-  local i = redis.call('ZCOUNT', k, nowMs, nowMs)
+local function logAdd(k, s, nowMs, now, n)
+  local i = s.atNow
+  if i == nil then
+    i = 0
+    if s.n > 0 and s.newest >= nowMs then i = redis.call('ZCOUNT', k, nowMs, nowMs) end
+  end
+  s.atNow, s.n = i + n, s.n + n
+  if s.newest == nil or s.newest < nowMs then s.newest = nowMs end
   local prefix = now .. ':'
   while n > 0 do
     local args, m = {}, 0
@@ -255,6 +283,15 @@ local function logAdd(k, nowMs, now, n)
     end
     redis.call('ZADD', k, unpack(args))
   end
+end
+
+-- bucketRetry returns the ns until a counter taking need ns (cost) of a
+-- bucket of tolerance tol, empty ns ahead of now, would fit: empty when it
+-- never fits, 0 when it fits now.
+local function bucketRetry(empty, cost, tol)
+  if cost > tol then return empty end
+  if empty + cost > tol then return empty + cost - tol end
+  return 0
 end
 
 -- decideBucket reads the bucket at k, decides a counter of it that takes
@@ -268,9 +305,8 @@ local function decideBucket(k, b, hits, pending, refund)
   if need < 1 then need = 1 end
   if iv == 0 then return e, e, 1 end
   local c = bucketCost(pending + need, iv)
-  if c > tol then return e, e, 1 end
-  if e + c > tol then return e, e + c - tol, 1 end
-  return e, 0, 0
+  if c <= tol and e + c <= tol then return e, 0, 0 end
+  return e, bucketRetry(e, c, tol), 1
 end
 
 -- decideLog reads the log at k and decides a counter of it that takes hits
@@ -278,17 +314,11 @@ end
 -- count is nil when k holds no sorted set.
 local function decideLog(k, b, hits, pending, refund)
   local nowMs, limit, size = tonumber(ARGV[b + TTL]), tonumber(ARGV[b + LIMIT]), tonumber(ARGV[b + WEIGHT])
-  local n = logCount(k, nowMs, size)
-  if not n then return nil, 0, 0 end
-  local empty = 0
-  if n > 0 then empty = logLeaves(k, -1, nowMs, size) end
-  if refund then return n, empty, 0 end
-  local want = hits
-  if want < 1 then want = 1 end
-  want = want + pending
-  if want > limit then return n, empty, 1 + empty end
-  if n > limit - want then return n, empty, 1 + logLeaves(k, n - (limit - want) - 1, nowMs, size) end
-  return n, empty, 0
+  local s = logRead(k, nowMs, size)
+  if not s then return nil, 0, 0 end
+  local empty = logEmpty(s, nowMs, size)
+  if refund then return s.n, empty, 0 end
+  return s.n, empty, logRetry(k, s, hits, pending, limit, nowMs, size)
 end
 
 -- countBucket takes (or, refunding, gives back) the hits of the counter at
@@ -310,24 +340,25 @@ end
 
 -- countLog adds the hits of the counter at ARGV[b] to the log at k, at
 -- most limit + 1 members (window.Request.LogEntries), or removes the
--- newest of them for a refund; it returns the new count and empty (ms).
+-- newest as many for a refund; it returns the new count and empty (ms).
+-- The log is as this request's decision read it (logs[k]).
 local function countLog(k, b, hits, refund)
   local now = ARGV[b + TTL]
   local nowMs, limit, size = tonumber(now), tonumber(ARGV[b + LIMIT]), tonumber(ARGV[b + WEIGHT])
-  local n = logCount(k, nowMs, size)
+  local s = logs[k]
+  local m = hits
+  if m > limit then m = limit + 1 end
   if refund then
-    local m = hits
-    if m > n then m = n end
-    if m > 0 then redis.call('ZREMRANGEBYRANK', k, -m, -1) end
+    if m > s.n then m = s.n end
+    if m > 0 then
+      redis.call('ZREMRANGEBYRANK', k, -m, -1)
+      s = logRead(k, nowMs, size)
+    end
   else
-    local m = hits
-    if m > limit then m = limit + 1 end
-    logAdd(k, nowMs, now, m)
+    logAdd(k, s, nowMs, now, m)
   end
   redis.call('PEXPIRE', k, size + 1000)
-  n = redis.call('ZCARD', k)
-  if n == 0 then return 0, 0 end
-  return n, logLeaves(k, -1, nowMs, size)
+  return s.n, logEmpty(s, nowMs, size)
 end
 
 -- countWindow counts (or, refunding, gives back) the hits of the fixed or
