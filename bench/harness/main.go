@@ -467,11 +467,11 @@ func (b *bench) rulesFor(sc scenario) (string, error) {
 }
 
 // algorithmLimits are the limits that stand for the bench rules' 10^9 (per second, or per hour for the tenants)
-// under an algorithm whose rules refuse it: a token bucket refills at most one token per microsecond, and a sliding log holds at most 10,000
+// under an algorithm whose rules refuse it: a token bucket refills at most one token per microsecond, and a sliding log holds at most 1,000
 // hits (rules.MaxSlidingLogLimit). Both stay far above what one of scenario (a)'s -keys keys gets, so those
 // scenarios too measure counting, not refusing; a sliding log's cost grows with the hits in its window, which
 // the load sets, not the limit.
-var algorithmLimits = map[string]string{"token_bucket": "1000000", "sliding_log": "10000"}
+var algorithmLimits = map[string]string{"token_bucket": "1000000", "sliding_log": "1000"}
 
 // algorithmRules returns rules with algorithm as the file's default (a top-level key may go anywhere in the
 // mapping) and the bench rules' 10^9 limits lowered to algorithmLimits' value where it has one.

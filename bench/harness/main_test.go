@@ -48,8 +48,8 @@ func TestAlgorithmRulesParse(t *testing.T) {
 			t.Errorf("scenario %s: (api_key, k1) hits no limit", sc.Name)
 		}
 		for _, l := range limits {
-			if l.Algorithm.String() != sc.Algorithm || l.RequestsPerUnit < 10000 {
-				t.Errorf("scenario %s: (api_key, k1) hits a %s limit of %d, want %s, at least 10000", sc.Name, l.Algorithm, l.RequestsPerUnit, sc.Algorithm)
+			if l.Algorithm.String() != sc.Algorithm || l.RequestsPerUnit < 1000 {
+				t.Errorf("scenario %s: (api_key, k1) hits a %s limit of %d, want %s, at least 1000", sc.Name, l.Algorithm, l.RequestsPerUnit, sc.Algorithm)
 			}
 		}
 	}

@@ -29,7 +29,7 @@ func TestCompileAlgorithms(t *testing.T) {
 		{"one per microsecond", d + "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}\n", window.TokenBucket, 1000000, 1000000},
 		{"zero rate", d + "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0, algorithm: token_bucket}\n", window.TokenBucket, 0, 0},
 		{"bucket filling in 104 days", d + "descriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 104, requests_per_unit: 104, algorithm: token_bucket}\n", window.TokenBucket, 104, 104},
-		{"log on the limit", d + "descriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10000, algorithm: sliding_log}\n", window.SlidingLog, 0, 10000},
+		{"log on the limit", d + "descriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_log}\n", window.SlidingLog, 0, 1000},
 		{"log from the domain", d + "algorithm: Sliding_Log\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", window.SlidingLog, 0, 5},
 		{"limit overrides the domain's bucket", d + "algorithm: token_bucket\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}\n", window.FixedWindow, 0, 5},
 		{"unlimited takes no burst", d + "algorithm: token_bucket\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n", window.TokenBucket, 0, 0},
@@ -79,8 +79,8 @@ func TestAlgorithmProblems(t *testing.T) {
 			"rules.yaml:4: descriptors[0].rate_limit.burst: burst 9007200 at one token per 1s takes longer than 2^53 ns (about 104.25 days) to fill, the longest a token_bucket may take; at this rate burst may be at most 9007199"},
 		{"default burst too slow to fill", d + "    rate_limit: {unit: day, unit_multiplier: 105, requests_per_unit: 1, algorithm: token_bucket}\n",
 			"rules.yaml:4: descriptors[0].rate_limit.requests_per_unit: burst (requests_per_unit, as burst is not set) 1 at one token per 2520h0m0s takes longer than 2^53 ns (about 104.25 days) to fill, the longest a token_bucket may take; at this rate not one token fits: shorten the window or raise requests_per_unit"},
-		{"log above the cap", d + "    rate_limit: {unit: minute, requests_per_unit: 10001, algorithm: sliding_log}\n",
-			"rules.yaml:4: descriptors[0].rate_limit.requests_per_unit: 10001 is more than 10000, the most a sliding_log limit holds: it keeps one entry per hit of its window (use token_bucket or sliding_window for larger limits)"},
+		{"log above the cap", d + "    rate_limit: {unit: minute, requests_per_unit: 1001, algorithm: sliding_log}\n",
+			"rules.yaml:4: descriptors[0].rate_limit.requests_per_unit: 1001 is more than 1000, the most a sliding_log limit holds: it keeps one entry per hit of its window (use token_bucket or sliding_window for larger limits)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

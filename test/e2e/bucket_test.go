@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
 // The bucket of testdata/bucket.yaml.
@@ -31,9 +33,9 @@ func TestTokenBucketHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The in-process store: the Redis store's token bucket is tested by
-	// its own package and the semantic suite.
-	sc := startSidecar(t, "sidecar-bucket", sidecarOptions{Bin: sidecarBin, Rules: rules, RedisTimeout: redisTimeout})
+	// Through Redis, where replicas keep a bucket: its TAT string and the
+	// script's reply are what Envoy's headers are made from.
+	sc := startSidecar(t, "sidecar-bucket", sidecarOptions{Bin: sidecarBin, Rules: rules, RedisURL: redistest.Start(t).URL(), RedisTimeout: redisTimeout})
 	app := startUpstream(t)
 	cfg := writeEnvoyConfig(t, envoyBin, t.TempDir(), envoyParams{
 		ListenAddr: "127.0.0.1",
