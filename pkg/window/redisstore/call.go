@@ -6,11 +6,11 @@ import (
 
 // The script's arguments are built by the functions below straight into the
 // []any that go-redis writes: numbers as integers (go-redis formats them into
-// its write buffer, no strings) and keys as slices of one byte arena. The
-// batch worker reuses the list, the arena and its triples from call to call;
-// what is left is boxing each key slice, and each other number of 256 or
-// more (Go boxes smaller ones without allocating): per triple its ttl and
-// large limits, per full-form counter its ttl, large limits and weight.
+// its write buffer, no strings) and keys as pointers to slices of one byte
+// arena (see keyArg). The batch worker reuses the list, the arena, the keys
+// and its triples from call to call; what is left is boxing each number of
+// 256 or more (Go boxes smaller ones without allocating): per triple its ttl
+// and large limits, per full-form counter its ttl, large limits and weight.
 
 // request is one request of a script call, which the script decides on
 // its own: the counters reqs[idx] (all of reqs when idx is nil) at nowMs.
@@ -78,6 +78,7 @@ func windowed(r *window.Request) bool {
 type callBuf struct {
 	args    []any
 	arena   []byte
+	keys    []keyArg // what args' keys point to
 	triples triples
 	shared  sharedKeys
 }
@@ -88,10 +89,11 @@ type callBuf struct {
 // request's arguments, the triples and the shared keys' planned hits (see
 // take.lua). It is the one place a call is laid out.
 func (b *callBuf) build(rs []request) []any {
-	args, arena := append(b.args[:0], "evalsha", takeHash, 0), b.arena[:0]
+	args, arena, keys := append(b.args[:0], "evalsha", takeHash, 0), b.arena[:0], b.keys[:0]
 	for i := range rs {
-		args, arena = appendKeys(args, arena, &b.shared, &rs[i])
+		args, arena, keys = appendKeys(args, arena, keys, &b.shared, &rs[i])
 	}
+	b.keys = keys
 	args = b.shared.insertKeys(args, 3)
 	args[2] = len(args) - 3 // the key count
 	head := len(args)
@@ -107,8 +109,25 @@ func (b *callBuf) build(rs []request) []any {
 // release lets go of the keys of the last call and keeps the memory.
 func (b *callBuf) release() {
 	clear(b.args)
-	b.args, b.arena = b.args[:0], b.arena[:0]
+	clear(b.keys)
+	b.args, b.arena, b.keys = b.args[:0], b.arena[:0], b.keys[:0]
 }
+
+// keyArg is a script key in a call's arguments, a slice of its callBuf's
+// arena. It goes in as a pointer into the callBuf's list of keys, which is
+// kept from call to call, so boxing it allocates nothing where boxing a
+// []byte would allocate for every key; go-redis writes it through
+// MarshalBinary.
+type keyArg struct{ b []byte }
+
+// MarshalBinary returns the key's bytes, which the caller must not change.
+func (k *keyArg) MarshalBinary() ([]byte, error) { return k.b, nil }
+
+// String returns the key, for error messages.
+func (k *keyArg) String() string { return string(k.b) }
+
+// keyOf returns the bytes of v, a key in a call's arguments.
+func keyOf(v any) []byte { return v.(*keyArg).b }
 
 // newCall returns the script call of the one request reqs[idx] at nowMs,
 // in memory of its own.
@@ -201,19 +220,17 @@ func shortHead(n int) any {
 	return -n
 }
 
-// appendKeys appends r's script keys to dst, each a slice of arena: per
-// counter its current window's key and, for a sliding window, the previous
-// window's; a TokenBucket's or SlidingLog's one key. It adds each window
-// key to sk.
-func appendKeys(dst []any, arena []byte, sk *sharedKeys, r *request) ([]any, []byte) {
+// appendKeys appends r's script keys to dst, each a slice of arena held
+// by a new element of keys: per counter its current window's key and, for
+// a sliding window, the previous window's; a TokenBucket's or SlidingLog's
+// one key. It adds each window key to sk.
+func appendKeys(dst []any, arena []byte, keys []keyArg, sk *sharedKeys, r *request) ([]any, []byte, []keyArg) {
 	for j := range r.len() {
 		c := r.at(j)
-		// A slice taken before arena grows keeps pointing at the old array,
-		// whose bytes are never written again: it stays valid.
 		from := len(arena)
 		arena = c.AppendStoreKey(arena, r.nowMs)
-		key := arena[from:len(arena):len(arena)]
-		dst = append(dst, key)
+		k := arena[from:len(arena):len(arena)]
+		dst, keys = appendKey(dst, keys, k)
 		if !windowed(c) {
 			continue // decided exactly one command per use; see take.lua
 		}
@@ -222,16 +239,25 @@ func appendKeys(dst []any, arena []byte, sk *sharedKeys, r *request) ([]any, []b
 		if !c.Refund {
 			planned = c.Hits
 		}
-		sk.add(dst, key, len(dst)-1, planned)
+		sk.add(dst, k, len(dst)-1, planned)
 		if c.Algorithm == window.SlidingWindow {
 			from = len(arena)
 			arena = window.AppendWindow(append(arena, c.Key...), w.Previous())
-			key = arena[from:len(arena):len(arena)]
-			dst = append(dst, key)
-			sk.add(dst, key, len(dst)-1, 0)
+			k = arena[from:len(arena):len(arena)]
+			dst, keys = appendKey(dst, keys, k)
+			sk.add(dst, k, len(dst)-1, 0)
 		}
 	}
-	return dst, arena
+	return dst, arena, keys
+}
+
+// appendKey appends k to dst as a pointer to a new element of keys.
+// Both arena and keys may grow while a call is built: a slice or pointer
+// taken before keeps pointing at the old array, whose elements are never
+// written again during the call, so it stays valid.
+func appendKey(dst []any, keys []keyArg, k []byte) ([]any, []keyArg) {
+	keys = append(keys, keyArg{k})
+	return append(dst, &keys[len(keys)-1]), keys
 }
 
 // The flags of a full-form counter, added up; take.lua names the same

@@ -142,7 +142,7 @@ func slotKey(g *slotCall) string {
 	if k := c.at(0).Key; slot(k) == c.slot {
 		return k
 	}
-	return string(g.args[3].([]byte)) // args: EVALSHA, hash, key count, keys
+	return string(keyOf(g.args[3])) // args: EVALSHA, hash, key count, keys
 }
 
 // pipeline sends the script calls gs to node, in one round trip, and

@@ -67,7 +67,7 @@ func (sk *sharedKeys) add(args []any, key []byte, at int, hits uint64) {
 func (sk *sharedKeys) find(args []any, key []byte) *sharedKey {
 	if len(sk.list) <= sharedScanned {
 		for i := range sk.list {
-			if bytes.Equal(args[sk.list[i].at].([]byte), key) {
+			if bytes.Equal(keyOf(args[sk.list[i].at]), key) {
 				return &sk.list[i]
 			}
 		}
@@ -78,7 +78,7 @@ func (sk *sharedKeys) find(args []any, key []byte) *sharedKey {
 			sk.index = make(map[uint64]int)
 		}
 		for i := range sk.list {
-			h := maphash.Bytes(sharedSeed, args[sk.list[i].at].([]byte))
+			h := maphash.Bytes(sharedSeed, keyOf(args[sk.list[i].at]))
 			if _, ok := sk.index[h]; ok {
 				sk.collided = true
 			}
@@ -89,7 +89,7 @@ func (sk *sharedKeys) find(args []any, key []byte) *sharedKey {
 	if !ok {
 		return nil
 	}
-	if !bytes.Equal(args[sk.list[i].at].([]byte), key) {
+	if !bytes.Equal(keyOf(args[sk.list[i].at]), key) {
 		sk.collided = true
 		return nil
 	}

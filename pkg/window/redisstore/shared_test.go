@@ -85,7 +85,7 @@ func TestSharedKeys(t *testing.T) {
 			shared := args[head+1].(int)
 			var keys []string
 			for _, k := range args[3 : 3+shared] {
-				keys = append(keys, string(k.([]byte)))
+				keys = append(keys, string(keyOf(k)))
 			}
 			var planned []uint64
 			for _, p := range args[len(args)-shared:] {
