@@ -181,9 +181,10 @@ type Limit struct {
 }
 
 // Capacity returns the most hits the limit's counter holds: Burst for a
-// TokenBucket limit, RequestsPerUnit for the others.
+// TokenBucket limit, RequestsPerUnit for the others and for a
+// requests_per_unit of 0, which admits nothing whatever the burst.
 func (l *Limit) Capacity() uint64 {
-	if l.Algorithm == window.TokenBucket {
+	if l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 {
 		return uint64(l.Burst)
 	}
 	return uint64(l.RequestsPerUnit)

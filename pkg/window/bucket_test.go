@@ -46,6 +46,23 @@ func TestBucketIntervalAndTolerance(t *testing.T) {
 	}
 }
 
+// TestBucketCapacity: a bucket holds its burst (Limit when 0), and
+// nothing at a Limit of 0, so Remaining never promises a hit it denies.
+func TestBucketCapacity(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ limit, burst, capacity uint64 }{
+		{10, 0, 10}, {10, 3, 3}, {10, 30, 30}, {0, 0, 0}, {0, 5, 0},
+	} {
+		r := window.Request{Limit: tt.limit, Burst: tt.burst, Size: time.Second, Algorithm: window.TokenBucket}
+		if got := r.Capacity(); got != tt.capacity {
+			t.Errorf("limit %d burst %d: Capacity() = %d, want %d", tt.limit, tt.burst, got, tt.capacity)
+		}
+		if got := r.Remaining(window.Result{}, storetest.T0); got != tt.capacity {
+			t.Errorf("limit %d burst %d: Remaining(full) = %d, want %d", tt.limit, tt.burst, got, tt.capacity)
+		}
+	}
+}
+
 // algoStep is one Take at T0+at of the requests reqs and the answer
 // every store must give.
 type algoStep struct {
