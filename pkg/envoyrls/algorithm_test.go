@@ -128,6 +128,38 @@ func header(resp *rlsv3.RateLimitResponse, key string) string {
 	return ""
 }
 
+// TestAlgorithmFailClosed: with the store down and failure_mode deny, a
+// token bucket reads as just emptied (retry-after one token's interval,
+// full again after its tolerance), a sliding log as full until the
+// current window of its length ends, as a fixed window.
+func TestAlgorithmFailClosed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, failingStore{}, `
+domain: alg
+failure_mode: deny
+descriptors:
+  - key: slow
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket, burst: 3}
+  - key: log
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}
+`)
+	for _, tt := range []struct {
+		key        string
+		reset      time.Duration
+		retryAfter string
+	}{
+		{"slow", 90 * time.Second, "30"},
+		{"log", 45 * time.Second, "45"}, // t0 is 15 s into a minute
+	} {
+		resp := f.call(t, "alg", desc(tt.key, "k"))
+		st := resp.Statuses[0]
+		if resp.OverallCode != overCode || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() != tt.reset || header(resp, "retry-after") != tt.retryAfter {
+			t.Errorf("%s: %v remaining %d reset %v retry-after %q, want OVER_LIMIT 0 %v %q", tt.key, resp.OverallCode,
+				st.LimitRemaining, st.DurationUntilReset.AsDuration(), header(resp, "retry-after"), tt.reset, tt.retryAfter)
+		}
+	}
+}
+
 // TestAlgorithmOverride: an override of a token bucket stays a token
 // bucket, of burst its requests_per_unit; one of a sliding log stays a
 // log, and may not pass rules.MaxSlidingLogLimit.
