@@ -205,10 +205,15 @@ func TestAlgorithmObserver(t *testing.T) {
 	for range 6 {
 		f.call(t, "alg", desc("logged", "k"))
 	}
+	// A charge of 20 on the full log adds 6 entries (its limit + 1), and
+	// its Used is still the 5 the log held.
+	charge := desc("logged", "k")
+	charge.HitsAddend = wrapperspb.UInt64(20)
+	f.call(t, "alg", charge)
 	want := []string{
 		"ok 0 8", "ok 1 8", "ok 2 8", "ok 3 8", "ok 4 8", "ok 5 8", "ok 6 8", "ok 7 8",
 		"near_limit 8 8", "near_limit 9 8", "over_limit 10 8",
-		"ok 0 4", "ok 1 4", "ok 2 4", "ok 3 4", "near_limit 4 4", "over_limit 5 4",
+		"ok 0 4", "ok 1 4", "ok 2 4", "ok 3 4", "near_limit 4 4", "over_limit 5 4", "over_limit 5 4",
 	}
 	if strings.Join(rec.got, ",") != strings.Join(want, ",") {
 		t.Errorf("decisions (outcome used near) = %q, want %q", rec.got, want)

@@ -193,7 +193,11 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 	}
 	d.Used = r.Used(res, now)
 	if (c.counted || r.Charge) && d.Hits > 0 { // a charge is counted, allowed or not
-		d.Used -= min(d.Used, d.Hits)
+		took := d.Hits
+		if r.Algorithm == window.SlidingLog {
+			took = r.LogEntries(took) // a log adds at most Limit+1 entries
+		}
+		d.Used -= min(d.Used, took)
 	}
 	s.obs.Decision(d)
 }
