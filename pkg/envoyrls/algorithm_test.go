@@ -161,7 +161,8 @@ descriptors:
 }
 
 // TestAlgorithmOverride: an override of a token bucket stays a token
-// bucket, of burst its requests_per_unit; one of a sliding log stays a
+// bucket, of burst its requests_per_unit (or what fills within
+// window.MaxBucketSpan); one of a sliding log stays a
 // log, and may not pass rules.MaxSlidingLogLimit.
 func TestAlgorithmOverride(t *testing.T) {
 	t.Parallel()
@@ -179,6 +180,19 @@ func TestAlgorithmOverride(t *testing.T) {
 	}
 	if st := f.call(t, "alg", override("bucket", 4)).Statuses[0]; st.Code != overCode {
 		t.Errorf("fifth call of a bucket of 4: %v, want OVER_LIMIT", st.Code)
+	}
+	// 10 a year is a token every 36.5 days: a bucket fills within
+	// window.MaxBucketSpan (about 104 days) with 2 of them, which is its
+	// burst then.
+	yearly := override("bucket", 10)
+	yearly.Limit.Unit = typev3.RateLimitUnit_YEAR
+	for i, want := range []uint32{1, 0} {
+		if st := f.call(t, "alg", yearly).Statuses[0]; st.Code != okCode || st.LimitRemaining != want {
+			t.Errorf("yearly override call %d: %v remaining %d, want OK %d", i, st.Code, st.LimitRemaining, want)
+		}
+	}
+	if st := f.call(t, "alg", yearly).Statuses[0]; st.Code != overCode {
+		t.Errorf("third call of a yearly bucket of 10: %v, want OVER_LIMIT", st.Code)
 	}
 	for range 3 {
 		f.call(t, "alg", override("log", 3))
