@@ -37,7 +37,8 @@ type Admission struct {
 // 1 to Capacity()+1 hits (mostly 1). It fails the test when a store
 // breaks its algorithm's guarantee (see CheckAdmissions) or a denied
 // request consumed anything: a check (Hits 0) right after a denial must
-// find the counter as the denial reported it. It returns the admissions.
+// find the counter as the denial reported it, or when the arrivals were
+// all admitted or all denied. It returns the admissions.
 func Guarantee[S window.Store](t testing.TB, seed uint64, n int, r window.Request, stores ...S) []Admission {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -77,6 +78,11 @@ func Guarantee[S window.Store](t testing.TB, seed uint64, n int, r window.Reques
 		if res[0].Count != denied.Count || res[0].Empty != denied.Empty {
 			t.Fatalf("arrival %d at %v: a denial (%+v) consumed: a check then found %+v", i, now.Sub(T0), denied, res[0])
 		}
+	}
+	if len(admitted) == 0 || len(admitted) == n {
+		// A store that denies (or admits) everything would pass the
+		// checks above untested.
+		t.Fatalf("%d of %d arrivals admitted: the traffic must reach both answers", len(admitted), n)
 	}
 	CheckAdmissions(t, r, admitted)
 	return admitted

@@ -128,8 +128,41 @@ func header(resp *rlsv3.RateLimitResponse, key string) string {
 	return ""
 }
 
+// TestAlgorithmFailClosed: with the store down and failure_mode deny, a
+// token bucket reads as just emptied (retry-after one token's interval,
+// full again after its tolerance), a sliding log as full until the
+// current window of its length ends, as a fixed window.
+func TestAlgorithmFailClosed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, failingStore{}, `
+domain: alg
+failure_mode: deny
+descriptors:
+  - key: slow
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket, burst: 3}
+  - key: log
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}
+`)
+	for _, tt := range []struct {
+		key        string
+		reset      time.Duration
+		retryAfter string
+	}{
+		{"slow", 90 * time.Second, "30"},
+		{"log", 45 * time.Second, "45"}, // t0 is 15 s into a minute
+	} {
+		resp := f.call(t, "alg", desc(tt.key, "k"))
+		st := resp.Statuses[0]
+		if resp.OverallCode != overCode || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() != tt.reset || header(resp, "retry-after") != tt.retryAfter {
+			t.Errorf("%s: %v remaining %d reset %v retry-after %q, want OVER_LIMIT 0 %v %q", tt.key, resp.OverallCode,
+				st.LimitRemaining, st.DurationUntilReset.AsDuration(), header(resp, "retry-after"), tt.reset, tt.retryAfter)
+		}
+	}
+}
+
 // TestAlgorithmOverride: an override of a token bucket stays a token
-// bucket, of burst its requests_per_unit; one of a sliding log stays a
+// bucket, of burst its requests_per_unit (or what fills within
+// window.MaxBucketSpan); one of a sliding log stays a
 // log, and may not pass rules.MaxSlidingLogLimit.
 func TestAlgorithmOverride(t *testing.T) {
 	t.Parallel()
@@ -147,6 +180,19 @@ func TestAlgorithmOverride(t *testing.T) {
 	}
 	if st := f.call(t, "alg", override("bucket", 4)).Statuses[0]; st.Code != overCode {
 		t.Errorf("fifth call of a bucket of 4: %v, want OVER_LIMIT", st.Code)
+	}
+	// 10 a year is a token every 36.5 days: a bucket fills within
+	// window.MaxBucketSpan (about 104 days) with 2 of them, which is its
+	// burst then.
+	yearly := override("bucket", 10)
+	yearly.Limit.Unit = typev3.RateLimitUnit_YEAR
+	for i, want := range []uint32{1, 0} {
+		if st := f.call(t, "alg", yearly).Statuses[0]; st.Code != okCode || st.LimitRemaining != want {
+			t.Errorf("yearly override call %d: %v remaining %d, want OK %d", i, st.Code, st.LimitRemaining, want)
+		}
+	}
+	if st := f.call(t, "alg", yearly).Statuses[0]; st.Code != overCode {
+		t.Errorf("third call of a yearly bucket of 10: %v, want OVER_LIMIT", st.Code)
 	}
 	for range 3 {
 		f.call(t, "alg", override("log", 3))
@@ -173,10 +219,15 @@ func TestAlgorithmObserver(t *testing.T) {
 	for range 6 {
 		f.call(t, "alg", desc("logged", "k"))
 	}
+	// A charge of 20 on the full log adds 6 entries (its limit + 1), and
+	// its Used is still the 5 the log held.
+	charge := desc("logged", "k")
+	charge.HitsAddend = wrapperspb.UInt64(20)
+	f.call(t, "alg", charge)
 	want := []string{
 		"ok 0 8", "ok 1 8", "ok 2 8", "ok 3 8", "ok 4 8", "ok 5 8", "ok 6 8", "ok 7 8",
 		"near_limit 8 8", "near_limit 9 8", "over_limit 10 8",
-		"ok 0 4", "ok 1 4", "ok 2 4", "ok 3 4", "near_limit 4 4", "over_limit 5 4",
+		"ok 0 4", "ok 1 4", "ok 2 4", "ok 3 4", "near_limit 4 4", "over_limit 5 4", "over_limit 5 4",
 	}
 	if strings.Join(rec.got, ",") != strings.Join(want, ",") {
 		t.Errorf("decisions (outcome used near) = %q, want %q", rec.got, want)

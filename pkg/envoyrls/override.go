@@ -15,7 +15,10 @@ import (
 // envoyproxy/ratelimit, is never in shadow mode. It takes the failure mode,
 // algorithm and over_limit of the rule the descriptor matches (its limits
 // are matched), else the domain's, else charges. As the override has no
-// burst, a token bucket's is its requests_per_unit.
+// burst, a token bucket's is its requests_per_unit, or the most tokens
+// that fill within window.MaxBucketSpan when fewer (a burst that rules
+// would refuse): the bucket holds no more, and Capacity must not promise
+// more than it admits.
 func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rules.Limit, dom *rules.Domain) *rules.Limit {
 	unit, _ := overrideUnit(o.Unit) // validated
 	mult := uint32(1)
@@ -31,8 +34,10 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 	case dom != nil:
 		l.FailureMode, l.Algorithm, l.OverLimit = dom.FailureMode, dom.Algorithm, dom.OverLimit
 	}
-	if l.Algorithm == window.TokenBucket {
-		l.Burst = l.RequestsPerUnit
+	if l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 {
+		r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: size, Algorithm: window.TokenBucket}
+		fits := max(uint64(window.MaxBucketSpan)/uint64(r.Interval()), 1)
+		l.Burst = uint32(min(uint64(l.RequestsPerUnit), fits))
 	}
 	return l
 }

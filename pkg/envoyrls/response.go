@@ -20,7 +20,7 @@ import (
 
 // response builds the answer from the store's results (or with none
 // needed). A counter the store failed for is left out, unless its failure
-// mode is deny: then it is over its limit until its window ends. A
+// mode is deny: then it is over its limit (see failClosed for how long). A
 // quota-mode limit that is over reports OK with nothing remaining; with
 // Options.ShadowMode an OVER_LIMIT answer becomes OK (its statuses keep
 // saying which limits are over), as in envoyproxy/ratelimit.
@@ -43,10 +43,9 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		case c.isFailed(slot) && l.FailureMode != rules.FailDeny:
 			continue // nothing is known, and its failure mode lets it pass
 		case c.isFailed(slot):
-			// Fails closed: reported as a full counter until its window
-			// ends (failureResponse observed it).
-			reset, over = window.At(now, l.Size).Until(now.UnixMilli()), true
-			wait = reset
+			// Fails closed (failureResponse observed it).
+			reset, wait = failClosed(r, now)
+			over = true
 		case res.Skipped:
 			// Not read: another counter of this denied request was known
 			// full and the read of the others failed (see
@@ -99,6 +98,22 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		resp.DynamicMetadata = s.dynamicMetadata(req, c)
 	}
 	return resp
+}
+
+// failClosed returns duration_until_reset and the retry-after wait of r's
+// counter when the store failed for it and its failure mode denies. Its
+// state is unknown, so it is reported just full: a window until it ends; a
+// token bucket just emptied, full again after its Tolerance and admitting
+// a hit after one Interval, as a bucket that has just denied one; a
+// sliding log until the current window (of its length, aligned as the
+// windows are) ends, since its oldest hit is somewhere in the last window
+// and that end is a time within one window, as any full log's retry is.
+func failClosed(r *window.Request, now time.Time) (reset, wait time.Duration) {
+	if r.Algorithm == window.TokenBucket && r.Limit > 0 {
+		return r.Tolerance(), r.Interval()
+	}
+	end := window.At(now, r.Size).Until(now.UnixMilli())
+	return end, end
 }
 
 // markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
@@ -178,7 +193,11 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 	}
 	d.Used = r.Used(res, now)
 	if (c.counted || r.Charge) && d.Hits > 0 { // a charge is counted, allowed or not
-		d.Used -= min(d.Used, d.Hits)
+		took := d.Hits
+		if r.Algorithm == window.SlidingLog {
+			took = r.LogEntries(took) // a log adds at most Limit+1 entries
+		}
+		d.Used -= min(d.Used, took)
 	}
 	s.obs.Decision(d)
 }

@@ -28,6 +28,7 @@ func TestCompileAlgorithms(t *testing.T) {
 		{"burst below the rate", d + "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 1}\n", window.TokenBucket, 1, 1},
 		{"one per microsecond", d + "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}\n", window.TokenBucket, 1000000, 1000000},
 		{"zero rate", d + "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0, algorithm: token_bucket}\n", window.TokenBucket, 0, 0},
+		{"zero rate holds nothing whatever its burst", d + "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0, algorithm: token_bucket, burst: 5}\n", window.TokenBucket, 5, 0},
 		{"bucket filling in 104 days", d + "descriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 104, requests_per_unit: 104, algorithm: token_bucket}\n", window.TokenBucket, 104, 104},
 		{"log on the limit", d + "descriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_log}\n", window.SlidingLog, 0, 1000},
 		{"log from the domain", d + "algorithm: Sliding_Log\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", window.SlidingLog, 0, 5},

@@ -106,9 +106,8 @@ func parseAlgorithm(s string) (window.Algorithm, bool) {
 // may have. A sliding log keeps one entry per hit of its window in each
 // counter, so a counter's memory and the store's time per call grow with
 // the limit; beyond this, sliding_window or token_bucket bound the same
-// rate in constant memory. At this cap a full log is about 120 KB of
-// Redis memory, and one call that logs a whole window's hits at once
-// holds Redis's one thread for about a millisecond.
+// rate in constant memory. docs/algorithms.md gives the measurements of
+// memory per entry and of a call's time in Redis it was chosen from.
 const MaxSlidingLogLimit = 1000
 
 // Limit is one compiled rate limit of a descriptor node. Its configuration
@@ -181,9 +180,10 @@ type Limit struct {
 }
 
 // Capacity returns the most hits the limit's counter holds: Burst for a
-// TokenBucket limit, RequestsPerUnit for the others.
+// TokenBucket limit, RequestsPerUnit for the others and for a
+// requests_per_unit of 0, which admits nothing whatever the burst.
 func (l *Limit) Capacity() uint64 {
-	if l.Algorithm == window.TokenBucket {
+	if l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 {
 		return uint64(l.Burst)
 	}
 	return uint64(l.RequestsPerUnit)

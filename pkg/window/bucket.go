@@ -57,15 +57,25 @@ func (r *Request) bucketDecide(empty int64, pending uint64) (over bool, retry in
 	if r.Limit == 0 {
 		return true, empty
 	}
-	cost := r.bucketCost(satAdd(pending, r.need()))
-	tol := int64(r.Tolerance())
-	if cost > tol {
+	want, tol := satAdd(pending, r.need()), int64(r.Tolerance())
+	if want > r.bucketHolds() {
 		return true, empty // more than the bucket holds: never fits
 	}
-	if after := empty + cost; after > tol {
+	if after := empty + r.bucketCost(want); after > tol {
 		return true, after - tol
 	}
 	return false, 0
+}
+
+// bucketHolds returns the most hits one request may take from a full
+// bucket: the whole Intervals in its Tolerance (Burst, unless the
+// Tolerance is capped at MaxBucketSpan), at least one, and below 2^53,
+// which Lua's numbers hold exactly. Deciding by it rather than by a cost
+// capped at MaxBucketSpan keeps a request of more hits than that from
+// fitting when the Tolerance is MaxBucketSpan itself.
+func (r *Request) bucketHolds() uint64 {
+	iv, tol := uint64(r.Interval()), uint64(r.Tolerance())
+	return min(max(tol/iv, 1), uint64(MaxBucketSpan)-1)
 }
 
 // bucketApply returns the state (ns ahead of now) after counting r's hits on

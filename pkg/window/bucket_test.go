@@ -46,6 +46,23 @@ func TestBucketIntervalAndTolerance(t *testing.T) {
 	}
 }
 
+// TestBucketCapacity: a bucket holds its burst (Limit when 0), and
+// nothing at a Limit of 0, so Remaining never promises a hit it denies.
+func TestBucketCapacity(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ limit, burst, capacity uint64 }{
+		{10, 0, 10}, {10, 3, 3}, {10, 30, 30}, {0, 0, 0}, {0, 5, 0},
+	} {
+		r := window.Request{Limit: tt.limit, Burst: tt.burst, Size: time.Second, Algorithm: window.TokenBucket}
+		if got := r.Capacity(); got != tt.capacity {
+			t.Errorf("limit %d burst %d: Capacity() = %d, want %d", tt.limit, tt.burst, got, tt.capacity)
+		}
+		if got := r.Remaining(window.Result{}, storetest.T0); got != tt.capacity {
+			t.Errorf("limit %d burst %d: Remaining(full) = %d, want %d", tt.limit, tt.burst, got, tt.capacity)
+		}
+	}
+}
+
 // algoStep is one Take at T0+at of the requests reqs and the answer
 // every store must give.
 type algoStep struct {
@@ -81,6 +98,10 @@ func TestBucketAndLogSemantics(t *testing.T) {
 	b0 := bucket("b0", 0, 0, time.Second)
 	bBurst := bucket("bb", 10, 3, time.Second)
 	bHuge := bucket("bh", 1, 1_000_000, window.MaxSize) // interval past MaxBucketSpan
+	// 2^22 ns a token and a burst of 2^31: a Tolerance of exactly
+	// MaxBucketSpan, which a capped cost must not fit past the burst.
+	bSpan := bucket("bs", 1_953_125, 1<<31, 8192*time.Second)
+	b7 := bucket("b7", 7, 0, time.Second) // 142857143 ns a token, an odd number
 	l3 := log("l3", 3, 10*time.Second)
 	l0 := log("l0", 0, 10*time.Second)
 	span := window.MaxBucketSpan
@@ -120,6 +141,16 @@ func TestBucketAndLogSemantics(t *testing.T) {
 			{0, []window.Request{bHuge(1)}, true, []window.Result{{Count: 1, Empty: span}}},
 			{0, []window.Request{bHuge(1)}, false, []window.Result{{Count: 1, Empty: span, Over: true, Retry: span}}},
 			{0, []window.Request{charge(bHuge(5))}, false, []window.Result{{Count: 1, Empty: span, Over: true, Retry: span}}},
+		},
+		"bucket tolerance of MaxBucketSpan": {
+			{0, []window.Request{bSpan(1<<31 + 1)}, false, []window.Result{{Over: true}}},
+			{0, []window.Request{bSpan(1 << 31)}, true, []window.Result{{Count: 1 << 31, Empty: span}}},
+		},
+		"bucket charged to MaxBucketSpan": {
+			{0, []window.Request{charge(b7(1 << 40))}, false, []window.Result{{Count: 63050395, Empty: span, Over: true}}},
+			// Retry = span + one interval - Tolerance, exact to the ns
+			// although span + one interval is odd and past 2^53.
+			{0, []window.Request{b7(1)}, false, []window.Result{{Count: 63050395, Empty: span, Over: true, Retry: span - 857_142_858}}},
 		},
 		"bucket pending": {
 			{0, []window.Request{b2(1), b2(1)}, true, []window.Result{{Count: 1, Empty: 500 * ms}, {Count: 2, Empty: time.Second}}},

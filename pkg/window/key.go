@@ -29,8 +29,9 @@ func CheckPrefix(prefix string) error {
 //
 // Stores complete it with ":<window size ms>:<window start ms>" (see
 // AppendWindow), or for TokenBucket and SlidingLog, whose state is not per
-// window, with ":<window size ms>" only (see Request.AppendStoreKey). The braces are a Redis Cluster hash tag, so every window and
-// every limit's counter of one descriptor lands on one slot. Parts are copied
+// window, with ":<window size ms>" only (see Request.AppendStoreKey). The
+// braces are a Redis Cluster hash tag, so every window and every limit's
+// counter of one descriptor lands on one slot. Parts are copied
 // verbatim except the bytes % { } | = : and control bytes, which become %XX,
 // so the encoding is injective: two different (domain, entries, qualifier,
 // counter) never share a key, and an operator still finds "alice" with

@@ -28,7 +28,7 @@ import (
 // passes) and shadow counters (they never deny). A refund (Envoy's
 // is_negative_hits) through this replica forgets the counter; a refund
 // through another replica is not seen, so this replica may deny until the
-// window ends although the refund made room.
+// window ends (a bucket's or log's Retry) although the refund made room.
 //
 // A request whose counters are all known full is denied without a store
 // call. A request with other counters is denied too, and still gets their
@@ -44,7 +44,8 @@ import (
 //
 // An OverLimitCache is safe for concurrent use and needs no goroutine:
 // entries of ended windows are never looked up again (the window start is
-// part of the key) and are swept at most once a second.
+// part of the key), a bucket's or log's entry is ignored once its Retry
+// has passed, and both are swept at most once a second.
 type OverLimitCache struct {
 	next      Store
 	mu        sync.RWMutex

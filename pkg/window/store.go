@@ -239,9 +239,10 @@ func (r *Request) Used(res Result, now time.Time) uint64 {
 }
 
 // Capacity returns the most hits the counter holds: Limit, or for
-// TokenBucket the burst.
+// TokenBucket the burst; 0 when Limit is 0, which admits nothing whatever
+// the burst.
 func (r *Request) Capacity() uint64 {
-	if r.Algorithm == TokenBucket {
+	if r.Algorithm == TokenBucket && r.Limit > 0 {
 		return r.burst()
 	}
 	return r.Limit

@@ -48,12 +48,9 @@ func TestBucketAndLogGuarantee(t *testing.T) {
 			t.Parallel()
 			stores := setup(t)
 			for i, r := range storetest.GuaranteeRequests() {
-				r.Key = strconv.Itoa(i) + r.Key // a hash tag of its own: on a cluster, several slots
-				r.Key = "g:{" + strconv.Itoa(i) + "}" + r.Key[len("0g:{b}"):]
-				admitted := storetest.Guarantee(t, uint64(i), 600, r, stores...)
-				if len(admitted) == 0 {
-					t.Fatalf("%s: nothing admitted", r.Key)
-				}
+				// A hash tag of its own: on a cluster, several slots.
+				r.Key = "g:{" + strconv.Itoa(i) + "}" + r.Key[len("g:{b}"):]
+				storetest.Guarantee(t, uint64(i), 600, r, stores...)
 			}
 		})
 	}

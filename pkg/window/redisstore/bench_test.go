@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -32,19 +34,34 @@ func BenchmarkHotKeys(b *testing.B) {
 	}
 }
 
-func benchHotKeys(b *testing.B, hotOf10 int) {
+// benchBatched starts a Redis and returns it, its client and a batched
+// store on it with the script loaded, closed when b ends. Its timeout is
+// generous: a busy machine must not fail a benchmark.
+func benchBatched(b *testing.B) (*redistest.Server, *redis.Client, *Store) {
 	srv := redistest.Start(b)
 	client := srv.Client(b)
-	// A generous timeout: a busy machine must not fail a benchmark.
-	s, err := NewBatched(client, Options{Timeout: 5 * time.Second}, BatchOptions{})
+	s := mustBatched(b, client, Options{Timeout: 5 * time.Second}, BatchOptions{})
+	b.Cleanup(func() { s.Close() })
+	if err := s.Ping(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return srv, client, s
+}
+
+// redisCPU is Redis's CPU time so far (user and system, in s).
+func redisCPU(b *testing.B, client *redis.Client) float64 {
+	info, err := client.InfoMap(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { s.Close() })
+	user, _ := strconv.ParseFloat(info["CPU"]["used_cpu_user"], 64)
+	sys, _ := strconv.ParseFloat(info["CPU"]["used_cpu_sys"], 64)
+	return user + sys
+}
+
+func benchHotKeys(b *testing.B, hotOf10 int) {
+	srv, client, s := benchBatched(b)
 	ctx := context.Background()
-	if err := s.Ping(ctx); err != nil {
-		b.Fatal(err)
-	}
 	const hotKeys, coldKeys = 10, 1000
 	hot := make([]string, hotKeys)
 	for i := range hot {
@@ -53,15 +70,6 @@ func benchHotKeys(b *testing.B, hotOf10 int) {
 	cold := make([]string, coldKeys)
 	for i := range cold {
 		cold[i] = "bench:{k" + strconv.Itoa(i) + "}"
-	}
-	redisCPU := func() float64 {
-		info, err := client.InfoMap(ctx, "cpu").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		user, _ := strconv.ParseFloat(info["CPU"]["used_cpu_user"], 64)
-		sys, _ := strconv.ParseFloat(info["CPU"]["used_cpu_sys"], 64)
-		return user + sys
 	}
 	commands := func() int64 {
 		stats, err := srv.CommandStats(ctx)
@@ -80,7 +88,7 @@ func benchHotKeys(b *testing.B, hotOf10 int) {
 	var seed atomic.Uint64
 	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
-	cmdsBefore, cpuBefore, rtBefore := commands(), redisCPU(), s.RoundTrips()
+	cmdsBefore, cpuBefore, rtBefore := commands(), redisCPU(b, client), s.RoundTrips()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		rng := rand.New(rand.NewPCG(seed.Add(1), 0))
@@ -101,6 +109,6 @@ func benchHotKeys(b *testing.B, hotOf10 int) {
 	b.StopTimer()
 	decisions := float64(b.N)
 	b.ReportMetric(float64(commands()-cmdsBefore)/decisions, "cmds/op")
-	b.ReportMetric((redisCPU()-cpuBefore)*1e6/decisions, "redis-cpu-us/op")
+	b.ReportMetric((redisCPU(b, client)-cpuBefore)*1e6/decisions, "redis-cpu-us/op")
 	b.ReportMetric(float64(s.RoundTrips()-rtBefore)/decisions, "rt/op")
 }

@@ -285,18 +285,22 @@ local function logAdd(k, s, nowMs, now, n)
   end
 end
 
--- bucketRetry returns the ns until a counter taking need ns (cost) of a
--- bucket of tolerance tol, empty ns ahead of now, would fit: empty when it
--- never fits, 0 when it fits now.
-local function bucketRetry(empty, cost, tol)
-  if cost > tol then return empty end
-  if empty + cost > tol then return empty + cost - tol end
-  return 0
+-- bucketHolds returns the most hits one request may take from a full
+-- bucket of tolerance tol and interval iv: the whole intervals in tol, at
+-- least one (window.Request.bucketHolds). fmod is exact, so the quotient
+-- is too.
+local function bucketHolds(tol, iv)
+  local most = (tol - math.fmod(tol, iv)) / iv
+  if most < 1 then return 1 end
+  return most
 end
 
 -- decideBucket reads the bucket at k, decides a counter of it that takes
--- need ns after pending ns (0 interval: a limit of 0, never admits) and
--- returns empty, retry and over (0 or 1); empty is nil when k holds no TAT.
+-- hits (1 when 0) after pending hits (0 interval: a limit of 0, never
+-- admits) and returns empty, retry and over (0 or 1); empty is nil when k
+-- holds no TAT. A request of more hits than the bucket holds, or of 2^53
+-- or more (which Go tells apart and Lua's numbers do not), never fits:
+-- its retry is empty.
 local function decideBucket(k, b, hits, pending, refund)
   local nowMs, tol, iv = tonumber(ARGV[b + TTL]), tonumber(ARGV[b + LIMIT]), tonumber(ARGV[b + WEIGHT])
   local e = bucketEmpty(k, nowMs)
@@ -304,9 +308,14 @@ local function decideBucket(k, b, hits, pending, refund)
   local need = hits
   if need < 1 then need = 1 end
   if iv == 0 then return e, e, 1 end
-  local c = bucketCost(pending + need, iv)
-  if c <= tol and e + c <= tol then return e, 0, 0 end
-  return e, bucketRetry(e, c, tol), 1
+  local want = pending + need
+  if want >= SPAN or want > bucketHolds(tol, iv) then return e, e, 1 end
+  -- room: how far the bucket may run ahead of now before the hits, at
+  -- least 0. Comparing e with it keeps every value within 2^53, where
+  -- e + cost (up to 2^54 after a charge) would round.
+  local room = tol - bucketCost(want, iv)
+  if e <= room then return e, 0, 0 end
+  return e, e - room, 1
 end
 
 -- decideLog reads the log at k and decides a counter of it that takes hits
