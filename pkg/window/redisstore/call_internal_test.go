@@ -169,7 +169,7 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 // take.lua names.
 func TestFlagsMatchTheScript(t *testing.T) {
 	t.Parallel()
-	for name, want := range map[string]int{"SHADOW": flagShadow, "REFUND": flagRefund, "SLIDING": flagSliding, "CHARGE": flagCharge} {
+	for name, want := range map[string]int{"SHADOW": flagShadow, "REFUND": flagRefund, "SLIDING": flagSliding, "CHARGE": flagCharge, "TOKEN": flagToken, "LOG": flagLog} {
 		m := regexp.MustCompile(`(?m)^local ` + name + ` = (\d+)`).FindStringSubmatch(takeSource)
 		if m == nil || m[1] != strconv.Itoa(want) {
 			t.Errorf("take.lua: %s = %v, want %d", name, m, want)
