@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,13 +138,21 @@ func TestMatchesMemory(t *testing.T) {
 			return b
 		},
 		"cluster": func(t *testing.T) window.Store { return pinged(t, redistest.StartCluster(t, 3).Client(t)) },
+		"batched cluster": func(t *testing.T) window.Store {
+			b := mustBatched(t, redistest.StartCluster(t, 3).Client(t), Options{Timeout: 5 * time.Second}, BatchOptions{})
+			t.Cleanup(func() { _ = b.Close() })
+			if err := b.Ping(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
 	}
 	for name, setup := range setups {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := setup(t)
 			for seed := range uint64(3) {
-				differ(t, seed, name == "cluster", s)
+				differ(t, seed, strings.HasSuffix(name, "cluster"), s)
 			}
 		})
 	}

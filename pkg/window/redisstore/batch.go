@@ -53,11 +53,12 @@ type BatchOptions struct {
 // for more requests first.
 //
 // On a cluster client (one with ForEachShard, MasterForKey and ReloadState)
-// a script may only touch one hash slot, so a batch is one script call per
-// slot, and the calls of one node go to it in one pipeline, every node's at
-// once: a batch costs each node it reaches one round trip. A Take whose
-// counters lie on several slots sends each slot's part in the batches and
-// gives back what was counted when a slot denies (see the package doc).
+// a batch is one script call per node, every node's at once: a batch costs
+// each node it reaches one round trip (see pipeline.go). A Take whose
+// counters lie on several slots of one node is one request of its node's
+// call, decided at once like any other; one whose counters lie on several
+// nodes sends each slot's part in the batches and gives back what was
+// counted when a slot denies (see the package doc).
 //
 // A request whose context ended, or whose deadline (see callDeadline) passed,
 // before its batch was sent is not sent. If the call fails, every request in
@@ -111,7 +112,8 @@ type batchCall struct {
 	ctx      context.Context
 	deadline time.Time // of the Take (callDeadline)
 	request            // the worker reads reqs, which the caller leaves alone until done
-	slot     uint16    // on a cluster: the hash slot of every counter of request
+	slot     uint16    // on a cluster: the hash slot of every counter of request, or of its first (multi)
+	multi    bool      // on a cluster: its counters lie on several slots of one node
 	vals     []any     // its part of the reply
 	err      error
 	done     chan struct{}
@@ -123,18 +125,19 @@ type batchCall struct {
 }
 
 // take queues one Take that must end by deadline, all of whose counters
-// lie on slot on a cluster, and waits for its part of a batch's reply. The
+// lie on slot on a cluster (or, when multi, on several slots of one node,
+// slot its first counter's), and waits for its part of a batch's reply. The
 // wait is bounded: first by the call in flight, whose deadline came before
 // this Take's (see send), then by this Take's batch, whose deadline is the
 // earliest of its Takes'. It fills info, when not nil, with the batch the
 // Take went in.
-func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result, info *callInfo, slot uint16) (bool, error) {
+func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result, info *callInfo, slot uint16, multi bool) (bool, error) {
 	var queued time.Time
 	if info != nil {
 		queued = time.Now()
 	}
 	r := newRequest(nowMs, reqs, nil)
-	c, err := b.enqueue(ctx, deadline, r, slot)
+	c, err := b.enqueue(ctx, deadline, r, slot, multi)
 	if err != nil {
 		return false, err
 	}
@@ -145,10 +148,10 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 	return parseRequest(vals, &r, res)
 }
 
-// enqueue hands r, on slot, to the workers, for wait to collect.
-func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r request, slot uint16) (*batchCall, error) {
+// enqueue hands r, on slot (see take), to the workers, for wait to collect.
+func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r request, slot uint16, multi bool) (*batchCall, error) {
 	c := b.calls.Get().(*batchCall)
-	c.ctx, c.deadline, c.request, c.slot, c.vals, c.err = ctx, deadline, r, slot, nil, nil
+	c.ctx, c.deadline, c.request, c.slot, c.multi, c.vals, c.err = ctx, deadline, r, slot, multi, nil, nil
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
@@ -201,7 +204,7 @@ type sendBuf struct {
 	live  []*batchCall
 	parts []request
 	call  callBuf
-	slots slotCalls // on a cluster
+	slots clusterCalls // on a cluster
 }
 
 func (b *batcher) work() {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -40,6 +42,36 @@ func sameSlot(nowMs int64, reqs []window.Request) (uint16, bool) {
 // window's, or a TokenBucket's or SlidingLog's), built in buf.
 func windowSlot(buf []byte, nowMs int64, r *window.Request) uint16 {
 	return slot(r.AppendStoreKey(buf, nowMs))
+}
+
+// oneNode reports whether a batched Store may send reqs, whose counters lie
+// on several hash slots, as one request of a node's call: whether the
+// cluster client's view puts all their slots on one node, and cross-slot
+// calls are on. first is the slot of reqs[0]'s current window's key.
+func (s *Store) oneNode(ctx context.Context, nowMs int64, reqs []window.Request) (first uint16, ok bool) {
+	if s.batch == nil || s.noCross.Load() {
+		return 0, false
+	}
+	var a [128]byte
+	var node *redis.Client
+	for i := range reqs {
+		r := &reqs[i]
+		key := a[:0]
+		key = r.AppendStoreKey(key, nowMs)
+		id := slot(key)
+		k := r.Key
+		if slot(k) != id {
+			k = string(key)
+		}
+		n, err := s.shards.MasterForKey(ctx, k)
+		if err != nil || (i > 0 && n != node) {
+			return 0, false
+		}
+		if i == 0 {
+			first, node = id, n
+		}
+	}
+	return first, true
 }
 
 // groupBySlot splits reqs by the hash slot of their current window's key,
@@ -158,7 +190,7 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 		dl, _ := ctx.Deadline() // take set it
 		queued := make([]*batchCall, len(calls))
 		for i, c := range calls {
-			queued[i], c.err = s.batch.enqueue(ctx, dl, newRequest(nowMs, reqs, c.idx), c.g.slot)
+			queued[i], c.err = s.batch.enqueue(ctx, dl, newRequest(nowMs, reqs, c.idx), c.g.slot, false)
 		}
 		for i, c := range calls {
 			if queued[i] != nil {

@@ -41,11 +41,12 @@ type kind struct {
 	deniedAfter, admittedMark atomic.Int64 // denials since the move; admitted when marked
 }
 
-// moveKinds returns the load's kinds on tag's slot, with other a tag on
-// another node: alone; two keys of the slot in one request; the slot's
-// counter with a minute and an hour window (two keys, one slot); and a
-// request over two slots, whose other counter never denies.
-func moveKinds(tag, other string) []*kind {
+// moveKinds returns the load's kinds on tag's slot, with near a tag on
+// another slot of the same node and other a tag on another node: alone;
+// two keys of the slot in one request; the slot's counter with a minute
+// and an hour window (two keys, one slot); a request over two slots of one
+// node and one over two nodes, whose other counter never denies.
+func moveKinds(tag, near, other string) []*kind {
 	key := func(i int) window.Request {
 		return window.Request{Key: "test:{" + tag + "}:" + strconv.Itoa(i), Limit: moveLimit, Size: time.Minute, Hits: 1}
 	}
@@ -57,7 +58,8 @@ func moveKinds(tag, other string) []*kind {
 		{name: "alone", reqs: []window.Request{key(0)}},
 		{name: "two keys of the slot", reqs: []window.Request{key(1), roomy}},
 		{name: "minute and hour", reqs: []window.Request{key(2), hour}},
-		{name: "over two slots", reqs: []window.Request{key(4), storetest.Req(other, 1_000_000, 1)}},
+		{name: "over two nodes", reqs: []window.Request{key(4), storetest.Req(other, 1_000_000, 1)}},
+		{name: "two slots of one node", reqs: []window.Request{key(5), storetest.Req(near, 1_000_000, 1)}},
 	}
 }
 
@@ -186,19 +188,19 @@ func nodeClient(t *testing.T, addr string) *redis.Client {
 }
 
 // moveSetup starts a 3-master cluster with replicas and two batched stores,
-// and returns them with the tag whose slot moves (on master 0) and a tag on
-// master 1.
-func moveSetup(t *testing.T) (*redistest.Cluster, []*Store, string, string) {
+// and returns them with the load's kinds (see moveKinds): the tag whose
+// slot moves and near on master 0, other on master 1.
+func moveSetup(t *testing.T) (*redistest.Cluster, []*Store, []*kind) {
 	t.Helper()
 	c := redistest.StartClusterWithReplicas(t, 3)
-	tags := tagsByNode(t, clusterClient(t, c), c, 1)
+	tags := tagsByNode(t, clusterClient(t, c), c, 2)
 	stores := []*Store{clusterReplica(t, c, true), clusterReplica(t, c, true)}
 	for _, s := range stores {
 		if err := s.Ping(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return c, stores, tags[0][0], tags[1][0]
+	return c, stores, moveKinds(tags[0][0], tags[0][1], tags[1][0])
 }
 
 // TestClusterReshardUnderLoad moves the slot of the counters from master 0
@@ -211,9 +213,8 @@ func moveSetup(t *testing.T) (*redistest.Cluster, []*Store, string, string) {
 // limit: no hit lost, none counted twice.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	t.Parallel()
-	c, stores, tag, other := moveSetup(t)
+	c, stores, kinds := moveSetup(t)
 	ctx := context.Background()
-	kinds := moveKinds(tag, other)
 	id := slot(kinds[0].reqs[0].Key)
 	src, dst := nodeClient(t, c.Addrs[0]), nodeClient(t, c.Addrs[1])
 	srcID, err := src.ClusterMyID(ctx).Result()
@@ -280,9 +281,8 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 // counter admits exactly its limit.
 func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
-	c, stores, tag, other := moveSetup(t)
+	c, stores, kinds := moveSetup(t)
 	ctx := context.Background()
-	kinds := moveKinds(tag, other)
 	l := startLoad(t, stores, kinds, 0.6)
 	l.waitFor(t, moveLimit*int64(len(kinds))/5)
 	if err := nodeClient(t, c.Replica(0).Addr).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
@@ -313,9 +313,8 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 // loss is usually nothing; the test checks the bound and logs the loss.
 func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	t.Parallel()
-	c, stores, tag, other := moveSetup(t)
+	c, stores, kinds := moveSetup(t)
 	ctx := context.Background()
-	kinds := moveKinds(tag, other)
 	replica := redis.NewClient(&redis.Options{Addr: c.Replica(0).Addr, Protocol: 2,
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error { return cn.ReadOnly(ctx).Err() }})
 	t.Cleanup(func() { _ = replica.Close() })

@@ -19,6 +19,17 @@ var takeScript = redis.NewScript(takeSource)
 // takeHash is the SHA1 of take.lua, EVALSHA's second argument.
 var takeHash = takeScript.Hash()
 
+//go:embed cross.lua
+var crossHead string
+
+// crossSource is the take script for a call on several hash slots of one
+// cluster node: cross.lua's head, which reads the keys from ARGV and checks
+// that the node serves them all, then take.lua unchanged.
+var crossSource = crossHead + takeSource
+
+// crossHash is the SHA1 of crossSource.
+var crossHash = redis.NewScript(crossSource).Hash()
+
 // script sends one call of the take script (args from callBuf.build) and
 // counts its round trips; see eval.
 func (s *Store) script(ctx context.Context, args []any) (any, error) {
@@ -49,8 +60,9 @@ func (s *Store) eval(ctx context.Context, args []any) (v any, trips int, err err
 //     failover; the cluster client follows the redirection and learns the
 //     new layout), TRYAGAIN (a slot half migrated, some of the call's keys
 //     on each side), CLUSTERDOWN, READONLY and LOADING (a node that is not,
-//     or not yet, the slot's master), and a connection that could not be
-//     made (nothing was sent): again after a pause.
+//     or not yet, the slot's master), NOTLOCAL (cross.lua's: a key of a
+//     node's call that the node does not serve), and a connection that
+//     could not be made (nothing was sent): again after a pause.
 //
 // Anything else, above all a timeout or a connection lost while the call was
 // out, is returned as it is: the script may have run, and a second run
@@ -90,7 +102,14 @@ func notRun(err error) bool {
 		return true
 	}
 	return redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err) ||
-		redis.IsLoadingError(err) || isDial(err)
+		redis.IsLoadingError(err) || isDial(err) || isNotLocal(err)
+}
+
+// isNotLocal reports whether err is cross.lua's answer that a key of the
+// call is not served by the node it went to: nothing was written.
+func isNotLocal(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOTLOCAL ")
 }
 
 // isDial reports whether err is a failure to connect, before anything was
@@ -137,6 +156,40 @@ func scriptCmd(ctx context.Context, source bool, args []any) noRetryCmd {
 		args[0], args[1] = "evalsha", takeHash
 	}
 	return noRetryCmd{redis.NewCmd(ctx, args...)}
+}
+
+// crossArgs rewrites args, a call from callBuf.build, into dst as a call of
+// crossSource (see cross.lua): no declared keys, take.lua's arguments, the
+// keys, their number. dst is returned for reuse; args is left as it was.
+func crossArgs(dst, args []any) []any {
+	nkeys := args[2].(int)
+	keys, rest := args[3:3+nkeys], args[3+nkeys:]
+	dst = append(dst[:0], "evalsha", crossHash, 0)
+	dst = append(dst, rest...)
+	dst = append(dst, keys...)
+	return append(dst, nkeys)
+}
+
+// crossCmd returns the call args (from crossArgs) as EVALSHA of crossSource,
+// or as EVAL of it: it rewrites args' first two values.
+func crossCmd(ctx context.Context, source bool, args []any) noRetryCmd {
+	if source {
+		args[0], args[1] = "eval", crossSource
+	} else {
+		args[0], args[1] = "evalsha", crossHash
+	}
+	return noRetryCmd{redis.NewCmd(ctx, args...)}
+}
+
+// isRefused reports whether err, the answer to SCRIPT LOAD of crossSource,
+// says the node cannot run it: Redis before 7.0 reads no shebang line.
+func isRefused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.Contains(msg, "compiling script") || strings.Contains(msg, "shebang")
 }
 
 func isNoScript(err error) bool {

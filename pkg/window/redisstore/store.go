@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,7 @@ type Store struct {
 	shards     sharded // nil unless the client is a cluster client
 	timeout    time.Duration
 	roundTrips atomic.Uint64
+	noCross    atomic.Bool  // a node refused crossSource: no cross-slot calls (see pipeline.go)
 	batch      *batcher     // nil unless made by NewBatched
 	tracer     trace.Tracer // nil: no spans
 }
@@ -116,6 +118,11 @@ func (s *Store) Ping(ctx context.Context) error {
 			if err := c.ScriptLoad(ctx, takeSource).Err(); err != nil {
 				return fmt.Errorf("script load %s: %w", c.Options().Addr, err)
 			}
+			if err := c.ScriptLoad(ctx, crossSource).Err(); isRefused(err) {
+				s.noCross.Store(true) // the per-slot calls still work
+			} else if err != nil {
+				return fmt.Errorf("script load %s: %w", c.Options().Addr, err)
+			}
 			ok.Add(1)
 			return nil
 		})
@@ -165,6 +172,12 @@ func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, 
 	if s.shards != nil {
 		var one bool
 		if id, one = sameSlot(nowMs, reqs); !one {
+			if first, ok := s.oneNode(ctx, nowMs, reqs); ok {
+				allowed, err := s.batch.take(ctx, dl, nowMs, reqs, res, info, first, true)
+				if !errors.Is(err, errRegroup) {
+					return allowed, err
+				}
+			}
 			ctx, cancel := context.WithDeadline(ctx, dl)
 			defer cancel()
 			groups := groupBySlot(nowMs, reqs)
@@ -176,7 +189,7 @@ func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, 
 	}
 	if s.batch != nil {
 		// No context per Take here: the batch's call gets one.
-		return s.batch.take(ctx, dl, nowMs, reqs, res, info, id)
+		return s.batch.take(ctx, dl, nowMs, reqs, res, info, id, false)
 	}
 	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
