@@ -297,7 +297,7 @@ func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan ti
 }
 
 // send runs the script call of the batch's requests whose contexts are
-// still live (on a cluster, one per slot; see sendSlots), hands each its
+// still live (on a cluster, one per node; see pipeline.go), hands each its
 // part of the reply and tells every request of batch, live or not, that it
 // is done, exactly once (see finish).
 func (b *batcher) send(batch []*batchCall, buf *sendBuf) {

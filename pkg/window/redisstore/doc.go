@@ -46,18 +46,24 @@
 // NewBatched coalesces concurrent Takes into one script call, which costs
 // Redis one invocation and one round trip for the whole batch, while the
 // script still decides each request alone. A lone request is sent at once.
-// On Redis Cluster a batch is one script call per hash slot, and the calls
-// of the slots one node serves go to it in one pipeline, all nodes at once:
-// a batch costs each node it reaches one round trip.
+// On Redis Cluster a batch is one script call per node, all nodes at once:
+// a batch costs each node it reaches one round trip and one script run.
+// Redis 7.0 or later is needed for that; on older servers a batch is one
+// script call per hash slot, the calls of one node in one pipeline.
 //
 // # Redis Cluster
 //
-// A script may only touch keys of one hash slot. Counter keys carry a hash
-// tag per descriptor (see window.AppendKeyHead), so a request whose counters
-// share a slot (always the case with one descriptor) is still one EVALSHA.
-// A request over several slots runs one script per slot, all in parallel
-// (batched, each slot's part joins the batch, with other requests of its
-// slot and node).
+// A call's declared keys must lie in one hash slot. Counter keys carry a
+// hash tag per descriptor (see window.AppendKeyHead), so a request whose
+// counters share a slot (always the case with one descriptor) is one
+// EVALSHA. A batched call over several slots of one node runs take.lua
+// behind cross.lua, a head flagged allow-cross-slot-keys that takes its
+// keys in ARGV and checks that the node serves every one of them before
+// anything is written (pipeline.go); a batched request over several slots
+// of one node is then decided in that one call. A request over slots of
+// several nodes (and any that a cross-slot call could not run) runs one
+// script per slot, all in parallel (batched, each slot's part joins the
+// batch, with other requests of its node).
 // If any slot denies, the slots that allowed, and so counted, are given
 // their hits back in a second parallel step, charges excepted: a denied
 // request still consumes no quota but its charges once Take returns. In

@@ -38,7 +38,7 @@ type sharded interface {
 // Redis Cluster a request whose counters lie on several hash slots is one
 // script per slot, in parallel, with refunds when a slot denies (see the
 // package doc). A batched Store (NewBatched) shares its script calls among
-// concurrent Takes, on a cluster one per slot, pipelined per node.
+// concurrent Takes, on a cluster one per node (see the package doc).
 //
 // Every Take is bounded by Options.Timeout, or sooner by nine tenths of
 // the way to ctx's deadline, so a caller need not wrap its context in a
