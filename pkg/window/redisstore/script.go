@@ -150,10 +150,16 @@ func (noRetryCmd) NoRetry() bool { return true }
 // scriptCmd returns the call args (from callBuf.build) as EVALSHA of the take
 // script, or as EVAL of its source: it rewrites args' first two values.
 func scriptCmd(ctx context.Context, source bool, args []any) noRetryCmd {
+	return evalCmd(ctx, source, takeSource, takeHash, args)
+}
+
+// evalCmd returns args as EVAL of src, when source, else as EVALSHA of its
+// SHA1 hash: it rewrites args' first two values.
+func evalCmd(ctx context.Context, source bool, src, hash string, args []any) noRetryCmd {
 	if source {
-		args[0], args[1] = "eval", takeSource
+		args[0], args[1] = "eval", src
 	} else {
-		args[0], args[1] = "evalsha", takeHash
+		args[0], args[1] = "evalsha", hash
 	}
 	return noRetryCmd{redis.NewCmd(ctx, args...)}
 }
@@ -173,12 +179,7 @@ func crossArgs(dst, args []any) []any {
 // crossCmd returns the call args (from crossArgs) as EVALSHA of crossSource,
 // or as EVAL of it: it rewrites args' first two values.
 func crossCmd(ctx context.Context, source bool, args []any) noRetryCmd {
-	if source {
-		args[0], args[1] = "eval", crossSource
-	} else {
-		args[0], args[1] = "evalsha", crossHash
-	}
-	return noRetryCmd{redis.NewCmd(ctx, args...)}
+	return evalCmd(ctx, source, crossSource, crossHash, args)
 }
 
 // isRefused reports whether err, the answer to SCRIPT LOAD of crossSource,
