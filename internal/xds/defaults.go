@@ -99,9 +99,6 @@ func (d *Defaults) check(name string) error {
 		for _, rule := range sortedKeys(dd.Rules) {
 			rd := dd.Rules[rule]
 			rate := uint32(1)
-			if rd.Burst > 0 {
-				rate = 1_000_000
-			}
 			r := &rules.RateLimit{Unit: "second", RequestsPerUnit: &rate, Algorithm: rd.Algorithm,
 				Pos: rules.Pos{Path: fmt.Sprintf("%s.rules[%q]", where, rule)}}
 			if rd.UnitMultiplier > 0 {
@@ -109,6 +106,7 @@ func (d *Defaults) check(name string) error {
 				r.UnitMultiplier = &m
 			}
 			if rd.Burst > 0 {
+				rate = 1_000_000
 				b := rd.Burst
 				r.Burst = &b
 			}

@@ -60,14 +60,14 @@ func (c *compiler) bucket(r *RateLimit, l *Limit) {
 	}
 	req := window.Request{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Algorithm: window.TokenBucket}
 	iv := uint64(req.Interval())
-	if uint64(l.Burst) <= uint64(window.MaxBucketSpan)/iv {
+	most := uint64(window.MaxBucketSpan) / iv
+	if uint64(l.Burst) <= most {
 		return
 	}
 	field, what := "burst", "burst"
 	if !r.given("burst", r.Burst != nil) {
 		field, what = "requests_per_unit", "burst (requests_per_unit, as burst is not set)"
 	}
-	most := uint64(window.MaxBucketSpan) / iv
 	bound := fmt.Sprintf("at this rate burst may be at most %d", most)
 	if most == 0 {
 		bound = "at this rate not one token fits: shorten the window or raise requests_per_unit"

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 
@@ -86,11 +85,7 @@ func TestAlgorithmProblems(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := parseOne(t, tt.src)
-			var re *Error
-			if !errors.As(err, &re) {
-				t.Fatalf("Parse = %v, want a *Error", err)
-			}
+			re := parseError(t, tt.src)
 			if len(re.Problems) != 1 || re.Problems[0].Error() != tt.want {
 				t.Errorf("problems = %q, want only %q", re.lines(), tt.want)
 			}

@@ -17,6 +17,18 @@ func parseOne(t testing.TB, src string) (*Set, error) {
 	return Parse([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(src)})
 }
 
+// parseError parses src as rules.yaml and fails t unless it is refused
+// with an *Error.
+func parseError(t testing.TB, src string) *Error {
+	t.Helper()
+	_, err := parseOne(t, src)
+	var re *Error
+	if !errors.As(err, &re) {
+		t.Fatalf("Parse = %v, want a *Error", err)
+	}
+	return re
+}
+
 func mustRules(t testing.TB, src string) *Set {
 	t.Helper()
 	r, err := parseOne(t, src)
@@ -117,12 +129,11 @@ func TestParseProblems(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := parseOne(t, tt.src)
-			var re *Error
-			if !errors.As(err, &re) || !errors.Is(err, ErrInvalid) {
-				t.Fatalf("Parse = %v, want a *Error", err)
+			re := parseError(t, tt.src)
+			if !errors.Is(re, ErrInvalid) {
+				t.Fatalf("Parse = %v, want it to wrap ErrInvalid", re)
 			}
-			msg := err.Error()
+			msg := re.Error()
 			for _, w := range tt.want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error\n%s\nlacks %q", msg, w)
@@ -166,17 +177,13 @@ func TestOneProblemOnce(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := parseOne(t, tt.src)
-			var re *Error
-			if !errors.As(err, &re) {
-				t.Fatalf("Parse = %v, want a *Error", err)
-			}
+			re := parseError(t, tt.src)
 			if len(re.Problems) == 0 || !strings.Contains(re.Problems[0].Error(), tt.want) {
-				t.Errorf("first problem of\n%v\nis not %q", err, tt.want)
+				t.Errorf("first problem of\n%v\nis not %q", re, tt.want)
 			}
 			// The key case has a second, real problem: an empty key.
 			if want := 1 + strings.Count(tt.src, "key: ''"); len(re.Problems) != want {
-				t.Errorf("%d problems, want %d:\n%v", len(re.Problems), want, err)
+				t.Errorf("%d problems, want %d:\n%v", len(re.Problems), want, re)
 			}
 		})
 	}
@@ -299,6 +306,7 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limits: [{unit: minute, requests_per_unit: 100, algorithm: sliding_log}, {unit: hour, requests_per_unit: 1000000, algorithm: token_bucket, burst: 4294967295}]\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 200, requests_per_unit: 1, algorithm: token_bucket, burst: 0}\n",
 		"domain: d\nalgorithm: sliding_log\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10001, burst: 1}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0, algorithm: token_bucket, burst: 5}\n",
 		"", "---\n---\n", "[1, 2]", "domain: {a: b}",
 		"domain: d\ndescriptors:\n  - key: k\n    value: 'a*b*c'\n    share_threshold: true\n    value_to_metric: true\n    descriptors:\n      - key: x\n        rate_limit: {unit: day, requests_per_unit: 5}\n  - key: w\n",
 		"domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    metadata: {a: [1, 2.5, true, ~, {b: c}]}\n    rate_limit: {unlimited: true, requests_per_unit: 3}\n    descriptors:\n",
@@ -360,7 +368,9 @@ func walk(t *testing.T, n *node, depth int) {
 // bounds compile promises.
 func checkAlgorithm(t *testing.T, l *Limit) {
 	t.Helper()
-	if (l.Burst != 0) != (l.Algorithm == window.TokenBucket && !l.Unlimited && l.RequestsPerUnit > 0) {
+	// A bucket's burst is set, even on a requests_per_unit of 0 (which
+	// admits nothing whatever it is); no other limit has one.
+	if bucket := l.Algorithm == window.TokenBucket && !l.Unlimited; (l.Burst != 0 && !bucket) || (l.Burst == 0 && bucket && l.RequestsPerUnit > 0) {
 		t.Fatalf("accepted limit %q: burst %d with algorithm %v", l.Rule, l.Burst, l.Algorithm)
 	}
 	r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Burst: uint64(l.Burst), Algorithm: l.Algorithm}
