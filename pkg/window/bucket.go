@@ -89,14 +89,21 @@ func (r *Request) bucketApply(empty int64) int64 {
 	return min(empty+cost, int64(MaxBucketSpan))
 }
 
-// bucketResult is the Result of a bucket left empty ns ahead of now.
-func (r *Request) bucketResult(empty int64, over bool, retry int64) Result {
-	res := Result{Over: over, Empty: time.Duration(empty)}
-	if iv := int64(r.Interval()); iv > 0 {
-		res.Count = uint64((empty + iv - 1) / iv)
+// BucketResult returns the Result of r's TokenBucket left empty ahead of
+// now (0: full), whether r was over and, if so, the time until its hits
+// would fit: Count is the tokens taken, empty (>= 0) rounded up to whole
+// Intervals (0 when Limit is 0), and Retry is 0 unless over. Every store
+// makes a bucket's Result with it.
+func (r *Request) BucketResult(empty time.Duration, over bool, retry time.Duration) Result {
+	res := Result{Over: over, Empty: empty}
+	if iv := r.Interval(); iv > 0 {
+		res.Count = uint64(empty / iv)
+		if empty%iv != 0 { // rounded up without overflow, whatever a reply says
+			res.Count++
+		}
 	}
 	if over {
-		res.Retry = time.Duration(retry)
+		res.Retry = retry
 	}
 	return res
 }

@@ -18,7 +18,7 @@ import (
 type Memory struct {
 	mu        sync.Mutex
 	cells     map[cellID]cell
-	buckets   map[stateID]bucket
+	buckets   map[stateID]int64 // a TokenBucket's theoretical arrival time, Unix ns
 	logs      map[stateID]*hitLog
 	nextSweep int64 // Unix ms of the next sweep of expired cells
 }
@@ -30,17 +30,11 @@ type stateID struct {
 	size int64
 }
 
-// bucket is a TokenBucket's state.
-type bucket struct {
-	tat     int64 // theoretical arrival time, Unix ns
-	expires int64 // Unix ms
-}
-
 // hitLog is a SlidingLog's state: the times (Unix ms) of its hits, oldest
-// first.
+// first. A full bucket, or a log whose hits all left the window, reads the
+// same as none, so neither keeps an expiry of its own: sweep frees them.
 type hitLog struct {
-	hits    []int64
-	expires int64 // Unix ms
+	hits []int64
 }
 
 type cellID struct {
@@ -56,7 +50,7 @@ type cell struct {
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{cells: make(map[cellID]cell), buckets: make(map[stateID]bucket), logs: make(map[stateID]*hitLog)}
+	return &Memory{cells: make(map[cellID]cell), buckets: make(map[stateID]int64), logs: make(map[stateID]*hitLog)}
 }
 
 // Ping always succeeds: the store is this process.
@@ -101,7 +95,7 @@ func (m *Memory) check(r *Request, earlier []Request, nowMs int64) Result {
 	case TokenBucket:
 		empty := m.bucketEmpty(stateID{r.Key, size}, nowMs)
 		over, retry := r.bucketDecide(empty, pending)
-		return r.bucketResult(empty, over, retry)
+		return r.BucketResult(time.Duration(empty), over, time.Duration(retry))
 	case SlidingLog:
 		l := m.log(stateID{r.Key, size}, nowMs)
 		over, need := r.logDecide(uint64(len(l.hits)), pending)
@@ -125,8 +119,8 @@ func (m *Memory) count(r *Request, res *Result, nowMs int64) {
 	case TokenBucket:
 		id := stateID{r.Key, size}
 		empty := r.bucketApply(m.bucketEmpty(id, nowMs))
-		m.buckets[id] = bucket{tat: nowMs*int64(time.Millisecond) + empty, expires: nowMs + BucketTTL(time.Duration(empty)).Milliseconds()}
-		*res = r.bucketResult(empty, res.Over, int64(res.Retry))
+		m.buckets[id] = nowMs*int64(time.Millisecond) + empty
+		*res = r.BucketResult(time.Duration(empty), res.Over, res.Retry)
 		return
 	case SlidingLog:
 		id := stateID{r.Key, size}
@@ -139,7 +133,6 @@ func (m *Memory) count(r *Request, res *Result, nowMs int64) {
 				l.hits = append(l.hits, nowMs)
 			}
 		}
-		l.expires = nowMs + r.TTL().Milliseconds()
 		m.logs[id] = l
 		over, retry := res.Over, res.Retry
 		*res = l.result(size, nowMs, false, 0)
@@ -164,18 +157,14 @@ func (m *Memory) count(r *Request, res *Result, nowMs int64) {
 // bucketEmpty returns how far (ns) the bucket id's state runs ahead of
 // nowMs: 0 when it is full or missing.
 func (m *Memory) bucketEmpty(id stateID, nowMs int64) int64 {
-	b, ok := m.buckets[id]
-	if !ok || b.expires <= nowMs {
-		return 0
-	}
-	return max(b.tat-nowMs*int64(time.Millisecond), 0)
+	return max(m.buckets[id]-nowMs*int64(time.Millisecond), 0)
 }
 
 // log returns the log id with the hits that left the window ending at
 // nowMs trimmed; a new, unstored one when it has none.
 func (m *Memory) log(id stateID, nowMs int64) *hitLog {
 	l, ok := m.logs[id]
-	if !ok || l.expires <= nowMs {
+	if !ok {
 		return &hitLog{}
 	}
 	old := 0
@@ -217,13 +206,17 @@ func (m *Memory) sweep(nowMs int64) {
 			delete(m.cells, id)
 		}
 	}
-	for id, b := range m.buckets {
-		if b.expires <= nowMs {
+	// A bucket goes a second after it is full, a log a second after its
+	// last hit left the window: the slack of a window's TTL (Request.TTL),
+	// for a replica whose clock is a little behind.
+	grace := time.Second.Milliseconds()
+	for id, tat := range m.buckets {
+		if tat <= (nowMs-grace)*int64(time.Millisecond) {
 			delete(m.buckets, id)
 		}
 	}
 	for id, l := range m.logs {
-		if l.expires <= nowMs {
+		if n := len(l.hits); n == 0 || l.hits[n-1]+id.size+grace <= nowMs {
 			delete(m.logs, id)
 		}
 	}

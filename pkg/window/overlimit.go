@@ -184,9 +184,8 @@ func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request
 		pending := pendingHits(reqs[:i], r.Key, w.Size)
 		switch r.Algorithm {
 		case TokenBucket:
-			empty := int64(got.Empty)
-			over, retry := r.bucketDecide(empty, pending)
-			res[i] = r.bucketResult(empty, over, retry)
+			over, retry := r.bucketDecide(int64(got.Empty), pending)
+			res[i] = r.BucketResult(got.Empty, over, time.Duration(retry))
 		case SlidingLog:
 			res[i] = got // it needed one hit, as the read: see above
 		default:

@@ -11,7 +11,7 @@
 -- served here (a slot that moved, or a key already migrated out of a slot
 -- in migration, is not): if one is not, the call answers NOTLOCAL, naming
 -- the key, having written nothing, and the store sends the requests again
--- per slot (see cross in script.go). Redis runs a script alone, so what the
+-- per slot (see redoCross in pipeline.go). Redis runs a script alone, so what the
 -- check saw holds until the script ends.
 local nargs = #ARGV
 local nkeys = tonumber(ARGV[nargs])

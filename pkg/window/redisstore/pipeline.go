@@ -166,13 +166,13 @@ func (b *batcher) sendSlots(ctx context.Context, live []*batchCall, buf *sendBuf
 	clear(byNode)
 	for _, g := range calls {
 		switch {
-		case g.err != nil && g.cross && (isNoScript(g.err) || notRun(g.err)):
-			b.redoCross(g, len(live), sent)
-		case g.err != nil && (isNoScript(g.err) || notRun(g.err)):
-			b.redoSlot(slices.Clone(g.calls), g.err, len(live), sent)
-		default:
+		case g.err == nil || !isNoScript(g.err) && !notRun(g.err):
 			deliver(g.calls, g.v, g.err)
 			b.finish(g.calls, len(live), sent)
+		case g.cross:
+			b.redoCross(g, len(live), sent)
+		default:
+			b.redoSlot(slices.Clone(g.calls), g.err, len(live), sent)
 		}
 		g.call.release()
 		clear(g.calls)

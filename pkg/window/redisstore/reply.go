@@ -108,21 +108,14 @@ func parseRequest(vals []any, r *request, res []window.Result) (bool, error) {
 }
 
 // bucketResult reads a TokenBucket counter's values (empty ns, retry ns,
-// over 0 or 1; see take.lua) into its Result, as window.Memory makes it:
-// Count is the tokens taken, Empty rounded up to whole Intervals.
+// over 0 or 1; see take.lua) into its Result, as window.Memory makes it
+// (window.Request.BucketResult).
 func bucketResult(c *window.Request, n [3]int64) (window.Result, error) {
 	empty, retry, over := n[0], n[1], n[2]
 	if over > 1 || over == 0 && retry != 0 {
 		return window.Result{}, fmt.Errorf("%w: unexpected token bucket values %v", window.ErrStore, n)
 	}
-	res := window.Result{Over: over == 1, Empty: time.Duration(empty), Retry: time.Duration(retry)}
-	if iv := int64(c.Interval()); iv > 0 {
-		res.Count = uint64(empty / iv)
-		if empty%iv != 0 {
-			res.Count++
-		}
-	}
-	return res, nil
+	return c.BucketResult(time.Duration(empty), over == 1, time.Duration(retry)), nil
 }
 
 // maxLogMs bounds a SlidingLog's times in a reply, so that they fit a

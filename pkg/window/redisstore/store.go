@@ -194,8 +194,7 @@ func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, 
 	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
 	r := newRequest(nowMs, reqs, nil)
-	var b callBuf
-	return s.run(ctx, b.build([]request{r}), &r, res)
+	return s.run(ctx, newCall(nowMs, reqs, nil), &r, res)
 }
 
 // run sends the call args of the one request r and reads its reply into res.
