@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
 )
 
 // harnessRun is what the model reads of a harness results.json: its command, the summary and every run's
@@ -21,18 +23,9 @@ type harnessRun struct {
 		Warmup   string `json:"warmup"`
 	} `json:"options"`
 	Summary []struct {
-		Name       string   `json:"name"`
-		Label      string   `json:"label"`
-		Decisions  *float64 `json:"decisions_per_s"`
-		ServerCPU  *float64 `json:"server_cpu_us_per_decision"`
-		RedisCPU   *float64 `json:"redis_cpu_us_per_decision"`
-		RedisCmds  *float64 `json:"redis_commands_per_decision"`
-		RoundTrips *float64 `json:"round_trips_per_decision"`
-		RedisBytes *float64 `json:"redis_bytes_per_decision"`
-		ServerIO   *float64 `json:"server_io_bytes_per_decision"`
-		KeySpace   *struct {
-			BytesPerKey *float64 `json:"redis_bytes_per_key"`
-		} `json:"key_space"`
+		Name  string `json:"name"`
+		Label string `json:"label"`
+		result.Summary
 	} `json:"summary"`
 	Runs []struct {
 		Scenario  string   `json:"scenario"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
 
@@ -192,25 +193,9 @@ func (ks *keySpace) sampleMemoryUsage(ctx context.Context, c *redis.Client) erro
 	return nil
 }
 
-// keySpaceSummary holds the medians of a key-space scenario's runs.
-type keySpaceSummary struct {
-	Values      int      `json:"values"`
-	KeysPerVal  *float64 `json:"redis_keys_per_value"`
-	MemEmptyMiB *float64 `json:"redis_used_memory_mib_empty"`
-	MemEndMiB   *float64 `json:"redis_used_memory_mib_end"`
-	BytesPerKey *float64 `json:"redis_bytes_per_key"`
-	MemoryUsage *float64 `json:"memory_usage_bytes_per_key"`
-	SampledKeys int      `json:"sampled_keys"`
-	KeyExample  string   `json:"key_example"`
-	RSSStartMiB *float64 `json:"server_rss_mib_start"`
-	RSSEndMiB   *float64 `json:"server_rss_mib_end"`
-	RSSMaxMiB   *float64 `json:"server_rss_mib_max"`
-	Samples     int      `json:"server_rss_samples_measured"` // the last run's
-}
-
 // summarizeKeySpace returns the medians of the key-space figures of name's successful runs, nil if none has any.
-func summarizeKeySpace(runs []runResult, name string) *keySpaceSummary {
-	var s keySpaceSummary
+func summarizeKeySpace(runs []runResult, name string) *result.KeySpace {
+	var s result.KeySpace
 	var kpv, memE, memN, bpk, mu, rssS, rssE, rssM []float64
 	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
 	for _, run := range runs {
@@ -248,8 +233,8 @@ func summarizeKeySpace(runs []runResult, name string) *keySpaceSummary {
 	return &s
 }
 
-// note is the line the results table gets for a key-space scenario.
-func (s *keySpaceSummary) note(label string) string {
+// keySpaceNote is the line the results table gets for key-space scenario label.
+func keySpaceNote(s *result.KeySpace, label string) string {
 	f := fmtOpt
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Key space, %s: %d values, %s Redis keys per value; Redis used_memory %s → %s MiB, %s bytes per key",

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
 )
 
 // report is results.json: how the runs were made and every run, plus the medians the table shows.
@@ -39,35 +41,10 @@ type machine struct {
 	Redis  string `json:"redis"`
 }
 
-// scenarioResult holds the medians over a scenario's successful runs.
+// scenarioResult is a scenario and the medians over its successful runs.
 type scenarioResult struct {
 	scenario
-	Runs       int              `json:"runs"`
-	Failed     int              `json:"failed"`
-	Errors     uint64           `json:"errors"` // summed over runs
-	OK         uint64           `json:"ok"`
-	OverLimit  uint64           `json:"over_limit"`
-	Decisions  *float64         `json:"decisions_per_s"`
-	DecMin     *float64         `json:"decisions_per_s_min"`
-	DecMax     *float64         `json:"decisions_per_s_max"`
-	P50Us      *float64         `json:"p50_us"`
-	P99Us      *float64         `json:"p99_us"`
-	P999Us     *float64         `json:"p999_us"`
-	ServerCPU  *float64         `json:"server_cpu_us_per_decision"`
-	LoadgenCPU *float64         `json:"loadgen_cpu_us_per_decision"`
-	RedisCPU   *float64         `json:"redis_cpu_us_per_decision"`
-	RedisCmds  *float64         `json:"redis_commands_per_decision"`
-	RoundTrips *float64         `json:"round_trips_per_decision"`
-	RedisBytes *float64         `json:"redis_bytes_per_decision"`
-	ServerIO   *float64         `json:"server_io_bytes_per_decision"`
-	RSSBefore  *float64         `json:"server_rss_mib_before"`
-	RSSEnd     *float64         `json:"server_rss_mib_end"`
-	RedisMemB  *float64         `json:"redis_used_memory_mib_before"`
-	RedisMemE  *float64         `json:"redis_used_memory_mib_end"`
-	PerRun     []float64        `json:"decisions_per_s_per_run"`
-	KeySpace   *keySpaceSummary `json:"key_space,omitempty"`
-	// ByCommand is the median over runs of each Redis command's calls per decision.
-	ByCommand map[string]float64 `json:"redis_commands_per_decision_by_command,omitempty"`
+	result.Summary
 }
 
 func opt(x float64) *float64 {
@@ -202,7 +179,7 @@ func (r *report) table() string {
 				f(s.RedisMemB, 1), f(s.RedisMemE, 1), f(s.RSSBefore, 1), f(s.RSSEnd, 1))
 		}
 		if s.KeySpace != nil {
-			sb.WriteString(s.KeySpace.note(s.Label))
+			sb.WriteString(keySpaceNote(s.KeySpace, s.Label))
 		}
 		if len(s.ByCommand) > 0 {
 			names := slices.Sorted(maps.Keys(s.ByCommand))

@@ -1,5 +1,5 @@
-// Package result holds the JSON the load generator prints with -json, so the harness reads the same type the
-// generator writes.
+// Package result holds the JSON the benchmark programs pass each other: the load generator's -json run, which
+// the harness reads, and the harness's per-scenario summary in results.json, which the capacity model reads.
 package result
 
 import "github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/hist"
