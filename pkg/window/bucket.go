@@ -23,10 +23,10 @@ func (r *Request) Interval() time.Duration {
 // may run ahead of now after a hit: Burst x Interval, at most MaxBucketSpan.
 func (r *Request) Tolerance() time.Duration { return time.Duration(r.bucketCost(r.burst())) }
 
-// BucketTTL returns how long a store keeps a TokenBucket's state after a
+// bucketTTL returns how long a store keeps a TokenBucket's state after a
 // write that leaves it empty ahead of now: until the bucket is full again,
 // rounded up to the millisecond, plus one second, like a window's TTL.
-func BucketTTL(empty time.Duration) time.Duration {
+func bucketTTL(empty time.Duration) time.Duration {
 	return (empty+time.Millisecond-1)/time.Millisecond*time.Millisecond + time.Second
 }
 

@@ -16,3 +16,7 @@ func (c *OverLimitCache) Len() int {
 	defer c.mu.RUnlock()
 	return len(c.full)
 }
+
+// BucketTTL is bucketTTL: the TTL that the Redis script gives a bucket,
+// which Memory derives from the bucket's state instead.
+var BucketTTL = bucketTTL

@@ -183,7 +183,7 @@ type Result struct {
 // more window, in which it is read as the previous one. It is whole
 // milliseconds, and a store never extends it. A SlidingLog's counter lives
 // as long after its last hit; a TokenBucket's after its last hit as long as
-// the bucket takes to fill, plus one second (see BucketTTL).
+// the bucket takes to fill, plus one second (see bucketTTL in bucket.go).
 func (r *Request) TTL() time.Duration {
 	ms := r.Size.Milliseconds()
 	if r.Algorithm == SlidingWindow {

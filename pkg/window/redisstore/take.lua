@@ -71,7 +71,7 @@
 -- operator; the script computes in ns relative to now, below 2^53 (the
 -- tolerance is at most 2^53 ns, window.MaxBucketSpan), so every value is
 -- exact. Each write sets the TTL to the time until the bucket is full
--- again, rounded up to the ms, plus one second (window.BucketTTL). A LOG
+-- again, rounded up to the ms, plus one second (bucketTTL in pkg/window). A LOG
 -- counter is a sorted set of one member per counted hit, scored by its
 -- time (ms): ZCARD is the count, with no sum to keep. A member is
 -- "<ms>:<i>", i the number of the set's earlier members of that score
