@@ -59,11 +59,14 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			continue
 		default:
 			remaining = r.Remaining(res, now)
-			reset, wait = r.Reset(res, now), r.RetryAfter(res, now)
+			reset = r.Reset(res, now)
 			over = res.Over && !l.Shadow
 			if over && s.quotaMode(l) {
 				over = false
 				c.quotaOver = append(c.quotaOver, c.owner[k])
+			}
+			if over { // only a denial needs it; for a window it is reset again
+				wait = r.RetryAfter(res, now)
 			}
 			s.observe(req, c, k, res, remaining, now)
 		}

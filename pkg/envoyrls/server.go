@@ -218,10 +218,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.now()
 	if err := s.validate(req); err != nil {
-		if s.obs != nil {
-			s.obs.InvalidRequest()
-		}
-		return nil, grpcError(err)
+		return nil, s.invalid(err)
 	}
 	dom := s.rules.Load().Domain(req.Domain)
 	c := s.calls.Get().(*call)
@@ -239,10 +236,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		if d.Limit != nil {
 			ol := overrideLimit(d.Limit, matched, dom)
 			if err := checkOverride(ol, i); err != nil {
-				if s.obs != nil {
-					s.obs.InvalidRequest()
-				}
-				return nil, grpcError(err)
+				return nil, s.invalid(err)
 			}
 			c.limits = append(c.limits, ol)
 			c.owner = append(c.owner, i)
@@ -289,6 +283,15 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		return resp, grpcError(err)
 	}
 	return s.response(req, c, now), nil
+}
+
+// invalid tells the Observer of a request refused as malformed and returns
+// its gRPC error.
+func (s *Server) invalid(err error) error {
+	if s.obs != nil {
+		s.obs.InvalidRequest()
+	}
+	return grpcError(err)
 }
 
 // quotaMode reports whether l is in quota mode: over its limit, it is
