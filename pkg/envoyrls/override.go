@@ -36,7 +36,7 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 	}
 	if l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 {
 		r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: size, Algorithm: window.TokenBucket}
-		fits := max(uint64(window.MaxBucketSpan)/uint64(r.Interval()), 1)
+		fits := max(r.MaxBurst(), 1)
 		l.Burst = uint32(min(uint64(l.RequestsPerUnit), fits))
 	}
 	return l

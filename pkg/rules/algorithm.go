@@ -59,8 +59,7 @@ func (c *compiler) bucket(r *RateLimit, l *Limit) {
 		return
 	}
 	req := window.Request{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Algorithm: window.TokenBucket}
-	iv := uint64(req.Interval())
-	most := uint64(window.MaxBucketSpan) / iv
+	most := req.MaxBurst()
 	if uint64(l.Burst) <= most {
 		return
 	}
@@ -74,5 +73,5 @@ func (c *compiler) bucket(r *RateLimit, l *Limit) {
 	}
 	c.fail(r.at(field), r.field(field),
 		"%s %d at one token per %v takes longer than 2^53 ns (about 104.25 days) to fill, the longest a token_bucket may take; %s",
-		what, l.Burst, time.Duration(iv), bound)
+		what, l.Burst, req.Interval(), bound)
 }

@@ -23,6 +23,17 @@ func (r *Request) Interval() time.Duration {
 // may run ahead of now after a hit: Burst x Interval, at most MaxBucketSpan.
 func (r *Request) Tolerance() time.Duration { return time.Duration(r.bucketCost(r.burst())) }
 
+// MaxBurst returns, for TokenBucket, the largest Burst whose Tolerance
+// (Burst x Interval) is at most MaxBucketSpan; 0 when not even one token
+// fits, or when Limit is 0.
+func (r *Request) MaxBurst() uint64 {
+	iv := uint64(r.Interval())
+	if iv == 0 {
+		return 0
+	}
+	return uint64(MaxBucketSpan) / iv
+}
+
 // bucketTTL returns how long a store keeps a TokenBucket's state after a
 // write that leaves it empty ahead of now: until the bucket is full again,
 // rounded up to the millisecond, plus one second, like a window's TTL.
