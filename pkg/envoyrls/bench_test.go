@@ -55,6 +55,13 @@ type discardExporter struct{}
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
+// benchStoreOptions are the Redis stores' options in every benchmark: a
+// generous timeout, since 50 callers on a busy machine can wait longer than
+// the default, and a benchmark must not fail for it; tracer may be nil.
+func benchStoreOptions(tracer trace.Tracer) redisstore.Options {
+	return redisstore.Options{Tracer: tracer, Timeout: 5 * time.Second}
+}
+
 // benchShouldRateLimit runs BenchmarkShouldRateLimit's cases, with tracer
 // (nil for none) handed to the server and the Redis stores.
 func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
@@ -68,14 +75,14 @@ func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
 	}{
 		{"memory", func(b *testing.B) Store { return window.NewMemory() }},
 		{"redis", func(b *testing.B) Store {
-			s := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{Tracer: tracer})
+			s := redisstore.New(redistest.Start(b).Client(b), benchStoreOptions(tracer))
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
 		{"redis-batched", func(b *testing.B) Store {
-			s, err := redisstore.NewBatched(redistest.Start(b).Client(b), redisstore.Options{Tracer: tracer}, redisstore.BatchOptions{})
+			s, err := redisstore.NewBatched(redistest.Start(b).Client(b), benchStoreOptions(tracer), redisstore.BatchOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -141,7 +148,7 @@ func clusterStore(b *testing.B, tracer trace.Tracer, batched bool) Store {
 	c := redistest.StartCluster(b, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { client.Close() })
-	o := redisstore.Options{Tracer: tracer, Timeout: 5 * time.Second}
+	o := benchStoreOptions(tracer)
 	s := redisstore.New(client, o)
 	if batched {
 		var err error
@@ -245,9 +252,7 @@ func benchOneFull(b *testing.B, rs *rules.Set, batched, cached bool, n int) {
 	client := srv.Client(b)
 	var rt roundTripper
 	var store Store
-	// A generous timeout: 50 unbatched callers on a busy machine can wait
-	// longer than the default, and a benchmark must not fail for it.
-	o := redisstore.Options{Timeout: 5 * time.Second}
+	o := benchStoreOptions(nil)
 	if batched {
 		s, err := redisstore.NewBatched(client, o, redisstore.BatchOptions{})
 		if err != nil {
