@@ -32,6 +32,7 @@ type options struct {
 	debugAddr       string
 	metricsAddr     string // "": metrics only on httpAddr
 	metricsPath     string
+	responseTimeMs  bool          // ratelimit_service_response_time_seconds in milliseconds
 	grpcMaxAge      time.Duration // 0: connections live for ever
 	grpcMaxAgeGrace time.Duration // 0: for ever
 	grpcTLS         grpcTLSConfig // see tls.go
@@ -125,6 +126,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthcheck, /json, /rlconfig, /healthz, /readyz, /rules and /metrics; empty disables")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, at -metrics-path; empty serves them only at /metrics on -http-addr")
 	fs.StringVar(&c.metricsPath, "metrics-path", config.DefaultMetricsPath, "path of the metrics on -metrics-addr")
+	fs.BoolVar(&c.responseTimeMs, "metrics-response-time-ms", false, "export envoyproxy/ratelimit's ratelimit_service_response_time_seconds in milliseconds, its unit before its #1104, instead of seconds")
 	fs.DurationVar(&c.grpcMaxAge, "grpc-max-connection-age", 0, "close gRPC connections after about this long (GOAWAY), so clients rebalance; 0 never")
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	c.grpcTLS.addFlags(fs)

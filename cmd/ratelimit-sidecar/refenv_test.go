@@ -83,6 +83,10 @@ func TestReferenceEnv(t *testing.T) {
 		{"prometheus", nil, map[string]string{"RLS_CONFIG": "r", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats/prometheus"}, func(o *options) string {
 			return want(o.metricsAddr == ":19001" && o.metricsPath == "/stats/prometheus", "metrics on :19001", o)
 		}, ""},
+		{"prometheus response time in milliseconds", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, func(o *options) string {
+			return want(o.responseTimeMs, "-metrics-response-time-ms", o)
+		}, ""},
+		{"bad prometheus response time", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "ms"}, nil, `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="ms"`},
 		{"prometheus off", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_ADDR": ":19001"}, func(o *options) string {
 			return want(o.metricsAddr == "" && hasNote(o, "PROMETHEUS_ADDR", "USE_PROMETHEUS"), "no metrics listener, a note", o)
 		}, ""},

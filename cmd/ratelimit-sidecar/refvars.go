@@ -57,6 +57,7 @@ var refVars = []refVar{
 		"EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS"}, note: noteStats},
 	{names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, defs: []string{"false", ":9090", "/metrics"}, to: refPrometheus},
 	{names: []string{"PROMETHEUS_MAPPER_YAML"}, note: noteMapper},
+	refFlag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "metrics-response-time-ms", boolConv, false),
 	{names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, defs: []string{refDefaultRuntimeRoot, "", "config"}, to: runtimePath, always: true},
 	{names: []string{"RUNTIME_IGNOREDOTFILES"}, to: refIgnoreDotFiles},
 	{names: []string{"RUNTIME_WATCH_ROOT"}, to: refWatchRoot},
