@@ -87,6 +87,14 @@ func TestReferenceEnv(t *testing.T) {
 			return want(o.responseTimeMs, "-metrics-response-time-ms", o)
 		}, ""},
 		{"bad prometheus response time", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "ms"}, nil, `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="ms"`},
+		{"cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:1,b:2",
+			"REDIS_CLUSTER_PIPELINE_PARALLELISM": "8", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "4"}, func(o *options) string {
+			return want(o.redis.mode == "cluster" && o.redis.batchWorkers == 1 && hasNote(o, "REDIS_CLUSTER_PIPELINE_PARALLELISM", "one script call per node") &&
+				hasNote(o, "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "one Redis"), "cluster, batching unchanged, two notes", o)
+		}, ""},
+		{"bad cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_CLUSTER_PIPELINE_PARALLELISM": "auto"}, nil, `REDIS_CLUSTER_PIPELINE_PARALLELISM="auto"`},
+		{"negative cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "a:1",
+			"REDIS_CLUSTER_PIPELINE_PARALLELISM": "-1"}, nil, "REDIS_CLUSTER_PIPELINE_PARALLELISM=-1: want 0"},
 		{"prometheus off", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_ADDR": ":19001"}, func(o *options) string {
 			return want(o.metricsAddr == "" && hasNote(o, "PROMETHEUS_ADDR", "USE_PROMETHEUS"), "no metrics listener, a note", o)
 		}, ""},
