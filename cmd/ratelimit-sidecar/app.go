@@ -271,8 +271,19 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	healthDone := make(chan struct{})
 	a.stopHealth = func() { cancelHealth(); <-healthDone }
 	defer a.stopHealth()
+	unreachable := make(chan error, 1)
 	go func() {
 		defer close(healthDone)
+		if a.o.usesRedis() && a.o.redis.startup.enabled() {
+			// Serving already: failure modes answer until Redis does.
+			err := newStartupWait(a.o.redis.startup, a.o.healthInterval, a.srv.Ping, a.log).run(healthCtx)
+			if err != nil {
+				if healthCtx.Err() == nil {
+					unreachable <- err
+				}
+				return
+			}
+		}
 		a.health.loop(healthCtx, a.srv.Ping, a.o.healthInterval, a.log)
 	}()
 
@@ -280,6 +291,10 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	case <-ctx.Done():
 	case err := <-grpcDone:
 		return fmt.Errorf("grpc server: %w", err)
+	case err := <-unreachable:
+		a.log.Error("giving up: redis not reachable since start (-redis-startup-max-elapsed)", zap.Error(err))
+		a.shutdown()
+		return err
 	}
 	a.shutdown()
 	return nil

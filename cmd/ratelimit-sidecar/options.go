@@ -176,6 +176,7 @@ type redisConfig struct {
 	breakerFailFor  time.Duration
 	batchWorkers    int
 	batchLinger     time.Duration
+	startup         startupConfig // the wait for Redis's first answer: see startup.go
 }
 
 // addFlags registers the Redis flags on fs; parseOptions gives each its RLS_
@@ -200,6 +201,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")
 	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; on a cluster one call per hash slot, pipelined per node")
+	c.startup.addFlags(fs)
 	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
 }
 
