@@ -168,14 +168,16 @@ func (d egDesc) proto() *rlv3.RateLimitDescriptor {
 }
 
 // egCall is one request, made times times (default once), each answered
-// want.
+// want, and once more if thenOver.
 type egCall struct {
 	domain string
 	descs  []egDesc
 	want   rlsv3.RateLimitResponse_Code
 	times  int
-	// check, if set, looks further at the last answer.
+	// check, if set, looks further at the last answer of the times.
 	check func(*rlsv3.RateLimitResponse) string
+	// thenOver makes the request once more, answered OVER_LIMIT.
+	thenOver bool
 }
 
 const (
@@ -187,22 +189,24 @@ func call(domain string, want rlsv3.RateLimitResponse_Code, times int, descs ...
 	return egCall{domain: domain, descs: descs, want: want, times: times}
 }
 
+// fill is a request allowed n times, and then OVER_LIMIT: a limit of n.
+func fill(domain string, n int, descs ...egDesc) egCall {
+	return egCall{domain: domain, descs: descs, want: ok, times: n, thenOver: true}
+}
+
 // egCalls are the requests each fixture answers, all in one second (the
 // clock does not move), on a fresh store.
 var egCalls = map[string][]egCall{
 	"distinct-match.yaml": {
-		call(egListener, ok, 3, onRoute(egRoute, "rule-0-match-0", "alice")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "alice")),
+		fill(egListener, 3, onRoute(egRoute, "rule-0-match-0", "alice")),
 		call(egListener, ok, 1, onRoute(egRoute, "rule-0-match-0", "bob")),
 	},
 	"distinct-remote-address-match.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "masked_remote_address", "10.0.0.0/8", "remote_address", "10.1.2.3")),
-		call(egListener, over, 1, onRoute(egRoute, "masked_remote_address", "10.0.0.0/8", "remote_address", "10.1.2.3")),
+		fill(egListener, 2, onRoute(egRoute, "masked_remote_address", "10.0.0.0/8", "remote_address", "10.1.2.3")),
 		call(egListener, ok, 1, onRoute(egRoute, "masked_remote_address", "10.0.0.0/8", "remote_address", "10.9.9.9")),
 	},
 	"empty-header-matches.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match--1", "rule-0-match--1")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match--1", "rule-0-match--1")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match--1", "rule-0-match--1")),
 	},
 	"global-shadow-mode.yaml": {
 		// Over its limit of 1 from the second on, but in shadow mode.
@@ -211,37 +215,30 @@ var egCalls = map[string][]egCall{
 			check: statusCode(ok)}, // as the reference: a shadow-mode status is OK
 	},
 	"global-shared-distinct-match.yaml": {
-		call(egPolicy, ok, 2, onShared(egPolicy, 0, "rule-0-match-0", "alice")),
-		call(egPolicy, over, 1, onShared(egPolicy, 0, "rule-0-match-0", "alice")),
+		fill(egPolicy, 2, onShared(egPolicy, 0, "rule-0-match-0", "alice")),
 		call(egPolicy, ok, 1, onShared(egPolicy, 0, "rule-0-match-0", "bob")),
 	},
 	"global-shared-multiple-shared-policies.yaml": {
 		call(egListener, ok, 10, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
-		call(egPolicy, ok, 1, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
-		call(egPolicy, over, 1, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
-		call(egPolicy2, ok, 3, onShared(egPolicy2, 0, "rule-0-match-0", "rule-0-match-0")),
-		call(egPolicy2, over, 1, onShared(egPolicy2, 0, "rule-0-match-0", "rule-0-match-0")),
+		fill(egPolicy, 1, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
+		fill(egPolicy2, 3, onShared(egPolicy2, 0, "rule-0-match-0", "rule-0-match-0")),
 		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
 	},
 	"header-and-cidr-matches.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1", "rule-0-match-2", "rule-0-match-2", "masked_remote_address", "0.0.0.0/0")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1", "rule-0-match-2", "rule-0-match-2", "masked_remote_address", "0.0.0.0/0")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1", "rule-0-match-2", "rule-0-match-2", "masked_remote_address", "0.0.0.0/0")),
 		// Envoy sends no descriptor for a rule one of whose matches fails;
 		// a partial one matches no limit.
 		call(egListener, ok, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1")),
 	},
 	"masked-remote-address-match.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "masked_remote_address", "172.16.0.0/12")),
-		call(egListener, over, 1, onRoute(egRoute, "masked_remote_address", "172.16.0.0/12")),
+		fill(egListener, 2, onRoute(egRoute, "masked_remote_address", "172.16.0.0/12")),
 	},
 	"method-match.yaml": {
-		call(egListener, ok, 1, onRoute(egRoute, "rule-0-method", "rule-0-method")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-method", "rule-0-method")),
+		fill(egListener, 1, onRoute(egRoute, "rule-0-method", "rule-0-method")),
 		call(egListener, ok, 1, onRoute(egRoute, "rule-1-method", "rule-1-method")),
 		// Both rules: the first is spent, so nothing counts on the second.
 		call(egListener, over, 1, onRoute(egRoute, "rule-0-method", "rule-0-method"), onRoute(egRoute, "rule-1-method", "rule-1-method")),
-		call(egListener, ok, 3, onRoute(egRoute, "rule-1-method", "rule-1-method")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-1-method", "rule-1-method")),
+		fill(egListener, 3, onRoute(egRoute, "rule-1-method", "rule-1-method")),
 	},
 	"month-year-rule.yaml": {
 		{domain: egListener, want: ok, times: 3, descs: []egDesc{onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")}, check: unit(rlsv3.RateLimitResponse_RateLimit_MONTH)},
@@ -256,87 +253,65 @@ var egCalls = map[string][]egCall{
 			"rule-0-method", "rule-0-method", "rule-0-path", "rule-0-path", "masked_remote_address", "0.0.0.0/0")),
 	},
 	"multiple-domains.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute2, "rule-0-match-0", "rule-0-match-0")),
-		call(egListener, over, 1, onRoute(egRoute2, "rule-0-match-0", "rule-0-match-0")),
-		call(egPolicy, ok, 2, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
-		call(egPolicy, over, 1, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
+		fill(egListener, 2, onRoute(egRoute2, "rule-0-match-0", "rule-0-match-0")),
+		fill(egPolicy, 2, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
 	},
 	"multiple-global-shared-distinct-match.yaml": {
-		call(egPolicy, ok, 2, onShared(egPolicy, 1, "rule-1-match-0", "alice")),
-		call(egPolicy, over, 1, onShared(egPolicy, 1, "rule-1-match-0", "alice")),
+		fill(egPolicy, 2, onShared(egPolicy, 1, "rule-1-match-0", "alice")),
 		call(egPolicy, ok, 2, onShared(egPolicy, 0, "rule-0-match-0", "alice")),
-		call(egPolicy, ok, 2, onShared(egPolicy, 2, "rule-2-match-0", "alice")),
-		call(egPolicy, over, 1, onShared(egPolicy, 2, "rule-2-match-0", "alice")),
+		fill(egPolicy, 2, onShared(egPolicy, 2, "rule-2-match-0", "alice")),
 	},
 	"multiple-listeners-distinct-match.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "alice")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "alice")),
-		call("default/eg/https", ok, 2, onRoute(egRoute, "rule-0-match-0", "alice")),
-		call("default/eg/https", over, 1, onRoute(egRoute, "rule-0-match-0", "alice")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match-0", "alice")),
+		fill("default/eg/https", 2, onRoute(egRoute, "rule-0-match-0", "alice")),
 	},
 	"multiple-listeners-same-shared-distinct-match.yaml": {
 		// Envoy's filters on both listeners send the same domain and entries.
-		call(egPolicy, ok, 2, onShared(egPolicy, 0, "rule-0-match-0", "alice")),
-		call(egPolicy, over, 1, onShared(egPolicy, 0, "rule-0-match-0", "alice")),
+		fill(egPolicy, 2, onShared(egPolicy, 0, "rule-0-match-0", "alice")),
 	},
 	"multiple-listeners-shared-distinct-match.yaml": {
 		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "alice")),
-		call(egPolicy2, ok, 2, onShared(egPolicy2, 0, "rule-0-match-0", "alice")),
-		call(egPolicy2, over, 1, onShared(egPolicy2, 0, "rule-0-match-0", "alice")),
+		fill(egPolicy2, 2, onShared(egPolicy2, 0, "rule-0-match-0", "alice")),
 		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "alice")),
 	},
 	"multiple-masked-remote-address-match-with-same-cidr.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "masked_remote_address", "192.0.2.10/32")),
-		call(egListener, over, 1, onRoute(egRoute, "masked_remote_address", "192.0.2.10/32")),
+		fill(egListener, 2, onRoute(egRoute, "masked_remote_address", "192.0.2.10/32")),
 		{domain: egListener, want: ok, times: 1, descs: []egDesc{onRoute(egRoute2, "masked_remote_address", "192.0.2.10/32")}, check: remaining(299)},
 	},
 	"multiple-matches.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1")),
 	},
 	"multiple-routes.yaml": {
-		call(egListener, ok, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
-		call(egListener, ok, 2, onRoute(egRoute2, "rule-0-match-0", "rule-0-match-0")),
-		call(egListener, over, 1, onRoute(egRoute2, "rule-0-match-0", "rule-0-match-0")),
+		fill(egListener, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
+		fill(egListener, 2, onRoute(egRoute2, "rule-0-match-0", "rule-0-match-0")),
 	},
 	"multiple-rules.yaml": {
 		{domain: egListener, want: ok, times: 1, descs: []egDesc{onRoute(egRoute, "rule-1-match-0", "rule-1-match-0").withHits(1000)}, check: remaining(4294967295 - 1000)},
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0"), onRoute(egRoute, "rule-1-match-0", "rule-1-match-0")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0"), onRoute(egRoute, "rule-1-match-0", "rule-1-match-0")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0"), onRoute(egRoute, "rule-1-match-0", "rule-1-match-0")),
 	},
 	"multiple-shared-and-unshared.yaml": {
-		call(egPolicy, ok, 2, onShared(egPolicy, 2, "rule-1-match-0", "rule-1-match-0")),
-		call(egPolicy, over, 1, onShared(egPolicy, 2, "rule-1-match-0", "rule-1-match-0")),
-		call(egPolicy, ok, 1, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
-		call(egPolicy, over, 1, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
+		fill(egPolicy, 2, onShared(egPolicy, 2, "rule-1-match-0", "rule-1-match-0")),
+		fill(egPolicy, 1, onShared(egPolicy, 0, "rule-0-match-0", "rule-0-match-0")),
 		call(egListener, ok, 3, onRoute(egRoute, "rule-1-match-0", "rule-1-match-0")),
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
 	},
 	"multiple-shared-ratelimit-rules.yaml": {
-		call(egPolicy, ok, 2, onShared(egPolicy, 1, "rule-1-match-0", "rule-1-match-0")),
-		call(egPolicy, over, 1, onShared(egPolicy, 1, "rule-1-match-0", "rule-1-match-0")),
-		call(egListener, ok, 3, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
+		fill(egPolicy, 2, onShared(egPolicy, 1, "rule-1-match-0", "rule-1-match-0")),
+		fill(egListener, 3, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
 	},
 	"path-match.yaml": {
-		call(egListener, ok, 1, onRoute(egRoute, "rule-0-path", "rule-0-path")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-path", "rule-0-path")),
+		fill(egListener, 1, onRoute(egRoute, "rule-0-path", "rule-0-path")),
 		call(egListener, ok, 2, onRoute(egRoute, "rule-1-path", "rule-1-path")),
 	},
 	"query-parameters-match.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1")),
 	},
 	"ratelimit-sourceip-invert.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "masked_remote_address", "invert:10.0.0.0/8")),
-		call(egListener, over, 1, onRoute(egRoute, "masked_remote_address", "invert:10.0.0.0/8")),
+		fill(egListener, 2, onRoute(egRoute, "masked_remote_address", "invert:10.0.0.0/8")),
 		call(egListener, ok, 1, onRoute(egRoute, "masked_remote_address", "10.0.0.0/8")),
 	},
 	"value-match.yaml": {
-		call(egListener, ok, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
-		call(egListener, over, 1, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
+		fill(egListener, 2, onRoute(egRoute, "rule-0-match-0", "rule-0-match-0")),
 	},
 	"shared-with-cost.yaml": {
 		// requestCost 3 against 5 per second: counted; a check (cost 0)
@@ -479,10 +454,18 @@ func TestEnvoyGatewayConfigs(t *testing.T) {
 				for _, d := range c.descs {
 					req.Descriptors = append(req.Descriptors, d.proto())
 				}
-				for n := range max(c.times, 1) {
+				times := max(c.times, 1)
+				if c.thenOver {
+					times++
+				}
+				for n := range times {
+					want := c.want
+					if c.thenOver && n == times-1 {
+						want = over
+					}
 					resp, err := srv.ShouldRateLimit(context.Background(), req)
-					if err != nil || resp.OverallCode != c.want {
-						t.Fatalf("call %d (%s %v), time %d: %v, %v; want %v", i, c.domain, c.descs[0].kv, n+1, resp.GetOverallCode(), err, c.want)
+					if err != nil || resp.OverallCode != want {
+						t.Fatalf("call %d (%s %v), time %d: %v, %v; want %v", i, c.domain, c.descs[0].kv, n+1, resp.GetOverallCode(), err, want)
 					}
 					if c.check != nil && n == max(c.times, 1)-1 {
 						if msg := c.check(resp); msg != "" {
