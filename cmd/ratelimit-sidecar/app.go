@@ -232,8 +232,11 @@ func (a *app) listen(addr string) (net.Listener, error) {
 }
 
 // serve serves gRPC and HTTP, watches the rules and reloads them on each
-// value of hup, and runs the health loop, until ctx ends; then it shuts
-// down. It returns nil after a clean shutdown, or the gRPC server's error.
+// value of hup, and runs the health loop (after the wait for Redis at
+// start, see startupWait), until ctx ends; then it shuts down. It returns
+// nil after a clean shutdown, the gRPC server's error, or, after shutting
+// down, errStoreUnreachable when Redis never answered within
+// -redis-startup-max-elapsed.
 func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	a.serveHTTP()
 	httpAddr := addrOf(a.httpLis)
