@@ -107,10 +107,13 @@ func TestReferenceEnv(t *testing.T) {
 			return want(!o.usesRedis() && hasNote(o, "REDIS_STARTUP_MAX_ELAPSED_TIME", "in memory"), "memory store and a note", o)
 		}, ""},
 		{"bad redis startup interval", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "a:1", "REDIS_STARTUP_INITIAL_INTERVAL": "1"}, nil, `REDIS_STARTUP_INITIAL_INTERVAL="1"`},
-		{"redis startup max below initial", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_STARTUP_INITIAL_INTERVAL": "1m",
-			"REDIS_STARTUP_MAX_INTERVAL": "10s"}, func(o *options) string {
+		{"redis startup initial above the max default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_STARTUP_INITIAL_INTERVAL": "1m"}, func(o *options) string {
 			_, err := redisOptions(o) // the Redis flags are checked together, when the client is built
-			return want(err != nil && strings.Contains(err.Error(), "-redis-startup-max-interval 10s: want at least -redis-startup-initial-interval (1m0s)"), "a problem with the intervals", o)
+			return want(err == nil && o.redis.startup.initial == time.Minute && o.redis.startup.max == 30*time.Second, "accepted, as the reference does (its waits are then the max)", o)
+		}, ""},
+		{"bad redis startup max", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_STARTUP_MAX_ELAPSED_TIME": "-1s"}, func(o *options) string {
+			_, err := redisOptions(o)
+			return want(err != nil && strings.Contains(err.Error(), "-redis-startup-max-elapsed -1s: want 0"), "a problem with the elapsed time", o)
 		}, ""},
 		{"prometheus off", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_ADDR": ":19001"}, func(o *options) string {
 			return want(o.metricsAddr == "" && hasNote(o, "PROMETHEUS_ADDR", "USE_PROMETHEUS"), "no metrics listener, a note", o)

@@ -51,8 +51,8 @@ func (c *startupConfig) check(p *problems) {
 	if c.initial < 0 {
 		p.add("-redis-startup-initial-interval %v: want 0 (off) or more", c.initial)
 	}
-	if c.initial > 0 && c.max < c.initial {
-		p.add("-redis-startup-max-interval %v: want at least -redis-startup-initial-interval (%v)", c.max, c.initial)
+	if c.max <= 0 {
+		p.add("-redis-startup-max-interval %v: want more than 0", c.max)
 	}
 	if c.maxElapsed < 0 {
 		p.add("-redis-startup-max-elapsed %v: want 0 (for ever) or more", c.maxElapsed)
@@ -125,11 +125,15 @@ func (w *startupWait) run(ctx context.Context) error {
 
 // wait is the space after the failed ping number attempt (from 0): with
 // cfg.initial, initial·2^attempt capped at cfg.max, then jittered
-// uniformly down to no less than initial (as the reference's backoff);
-// else the health interval.
+// uniformly down to no less than initial (as the reference's backoff,
+// which also waits max each time when max is below initial); else the
+// health interval.
 func (w *startupWait) wait(attempt int) time.Duration {
 	if w.cfg.initial <= 0 {
 		return w.interval
+	}
+	if w.cfg.max <= w.cfg.initial {
+		return w.cfg.max
 	}
 	d := w.cfg.initial
 	for range attempt {

@@ -67,6 +67,7 @@ func TestStartupWait(t *testing.T) {
 		// jitter 0.5: halfway between initial and initial·2^n.
 		{"doubling, jittered", startupConfig{initial: s, max: 30 * s}, 0.5, 6, []time.Duration{s, 1500 * time.Millisecond, 2500 * time.Millisecond, 4500 * time.Millisecond, 8500 * time.Millisecond, 15500 * time.Millisecond}, 7, false},
 		{"capped at max", startupConfig{initial: s, max: 5 * s}, 0.999999, 5, []time.Duration{s, 2 * s, 4 * s, 5 * s, 5 * s}, 6, false},
+		{"max below initial: max, as the reference", startupConfig{initial: 10 * s, max: 3 * s}, 0.5, 2, []time.Duration{3 * s, 3 * s}, 3, false},
 		{"health interval without initial", startupConfig{maxElapsed: time.Hour}, 0.5, 3, []time.Duration{2 * s, 2 * s, 2 * s}, 4, false},
 		// Gives up at 10s: pings at 0, 1, 3, 7 and 10 (the last wait cut
 		// short so the time is up at a ping, not after it).
