@@ -32,6 +32,7 @@ type options struct {
 	debugAddr       string
 	metricsAddr     string // "": metrics only on httpAddr
 	metricsPath     string
+	responseTimeMs  bool          // ratelimit_service_response_time_seconds in milliseconds
 	grpcMaxAge      time.Duration // 0: connections live for ever
 	grpcMaxAgeGrace time.Duration // 0: for ever
 	grpcTLS         grpcTLSConfig // see tls.go
@@ -125,6 +126,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthcheck, /json, /rlconfig, /healthz, /readyz, /rules and /metrics; empty disables")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, at -metrics-path; empty serves them only at /metrics on -http-addr")
 	fs.StringVar(&c.metricsPath, "metrics-path", config.DefaultMetricsPath, "path of the metrics on -metrics-addr")
+	fs.BoolVar(&c.responseTimeMs, "metrics-response-time-ms", false, "export envoyproxy/ratelimit's ratelimit_service_response_time_seconds in milliseconds, its unit before its #1104, instead of seconds")
 	fs.DurationVar(&c.grpcMaxAge, "grpc-max-connection-age", 0, "close gRPC connections after about this long (GOAWAY), so clients rebalance; 0 never")
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	c.grpcTLS.addFlags(fs)
@@ -174,6 +176,7 @@ type redisConfig struct {
 	breakerFailFor  time.Duration
 	batchWorkers    int
 	batchLinger     time.Duration
+	startup         startupConfig // the wait for Redis's first answer: see startup.go
 }
 
 // addFlags registers the Redis flags on fs; parseOptions gives each its RLS_
@@ -198,6 +201,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")
 	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; on a cluster one call per hash slot, pipelined per node")
+	c.startup.addFlags(fs)
 	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
 }
 

@@ -193,6 +193,7 @@ func checkRedisLimits(c *options, p *problems) {
 	if r.batchLinger > 0 && r.batchWorkers == 0 {
 		p.add("-redis-batch-linger needs batching: not with -redis-batch-workers 0")
 	}
+	r.startup.check(p)
 }
 
 // applyRedisTLS sets o's TLS configuration from -redis-tls and its CA,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -16,6 +17,7 @@ const (
 	noteMemcache   = "not used: memcached is not supported; counters are in Redis (REDIS_URL) or in memory"
 	notePerSecond  = "not used: one Redis holds every window; per-second limits are not sent to a second Redis"
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
+	noteParallel   = "not used: on a Redis Cluster each batch is one script call per node, every node's call sent at once on one of its connections, never one call per key; -redis-batch-workers bounds the calls in flight on each node"
 	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
 	noteJitter     = "not used: a counter expires when its window ends, with no jitter"
 	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
@@ -57,6 +59,7 @@ var refVars = []refVar{
 		"EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS"}, note: noteStats},
 	{names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, defs: []string{"false", ":9090", "/metrics"}, to: refPrometheus},
 	{names: []string{"PROMETHEUS_MAPPER_YAML"}, note: noteMapper},
+	refFlag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "metrics-response-time-ms", boolConv, false),
 	{names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, defs: []string{refDefaultRuntimeRoot, "", "config"}, to: runtimePath, always: true},
 	{names: []string{"RUNTIME_IGNOREDOTFILES"}, to: refIgnoreDotFiles},
 	{names: []string{"RUNTIME_WATCH_ROOT"}, to: refWatchRoot},
@@ -77,13 +80,17 @@ var refVars = []refVar{
 	refFlag("REDIS_TLS_CACERT", "redis-tls-ca", nil, true),
 	refFlag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", boolConv, true),
 	{names: []string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"}, note: notePipeline},
+	{names: []string{"REDIS_CLUSTER_PIPELINE_PARALLELISM"}, to: refClusterParallelism},
 	{names: []string{"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
 		"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH",
 		"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_TIMEOUT",
-		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}, note: notePerSecond},
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM"}, note: notePerSecond},
 	{names: []string{"REDIS_SENTINEL_AUTH"}, to: refRedisAuth("REDIS_SENTINEL_AUTH", "redis-sentinel-username", "redis-sentinel-password")},
 	{names: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"}, note: noteHealthConn},
 	refFlag("REDIS_TIMEOUT", "redis-timeout", refDuration, true),
+	refFlag("REDIS_STARTUP_INITIAL_INTERVAL", "redis-startup-initial-interval", refDuration, true),
+	refFlag("REDIS_STARTUP_MAX_INTERVAL", "redis-startup-max-interval", refDuration, true),
+	refFlag("REDIS_STARTUP_MAX_ELAPSED_TIME", "redis-startup-max-elapsed", refDuration, true),
 	{names: []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR"}, note: notePoolEmpty},
 	{names: []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
 		"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}, note: noteMemcache},
@@ -256,6 +263,23 @@ func refStopIncrement(m *refMapping, v []string) error {
 		m.note("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "a denied request never counts here, whatever its value", false)
 	}
 	return err
+}
+
+// refClusterParallelism checks REDIS_CLUSTER_PIPELINE_PARALLELISM as the
+// reference does (a whole number; below 0 stops a cluster's start) and
+// notes why it is not needed: it bounds how many of one pipeline's per-key
+// command groups the reference sends to a cluster at once (1, its default,
+// one after another), and the sidecar sends no per-key groups.
+func refClusterParallelism(m *refMapping, v []string) error {
+	n, err := strconv.Atoi(v[0])
+	if err != nil {
+		return fmt.Errorf("REDIS_CLUSTER_PIPELINE_PARALLELISM=%q: want a whole number", v[0])
+	}
+	if n < 0 && strings.EqualFold(m.getenv("REDIS_TYPE"), "cluster") {
+		return fmt.Errorf("REDIS_CLUSTER_PIPELINE_PARALLELISM=%d: want 0 (the pool size) or more", n)
+	}
+	m.note("REDIS_CLUSTER_PIPELINE_PARALLELISM", noteParallel, false)
+	return nil
 }
 
 // refRedisAddr maps REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL onto the

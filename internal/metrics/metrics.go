@@ -26,6 +26,11 @@ type Options struct {
 	// ratelimit_redis_pool_*. It is called at each scrape; nil statistics
 	// export nothing for that scrape.
 	PoolStats func() *PoolStats
+	// ResponseTimeAsMilliseconds makes ratelimit_service_response_time_seconds
+	// count milliseconds, the reference's unit before its #1104 (its
+	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS), for dashboards built on
+	// that; false counts seconds, as the reference does by default since.
+	ResponseTimeAsMilliseconds bool
 }
 
 // PoolStats are a Redis client's connection pool counters, as go-redis's
@@ -60,6 +65,8 @@ type PoolStats struct {
 //	ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}{domain,key1[,key2]}
 //	ratelimit_service_should_rate_limit_error{err_type}
 //	ratelimit_service_config_load_{success,error}
+//	ratelimit_service_total_requests{grpc_method}            counter, with ObserveCall
+//	ratelimit_service_response_time_seconds{grpc_method}     histogram, with ObserveCall
 //
 // and the Go runtime and process collectors.
 type Recorder struct {
@@ -148,7 +155,7 @@ func New(o Options) (*Recorder, error) {
 	m.reloadOK = reloads.WithLabelValues("ok")
 	m.reloadError = reloads.WithLabelValues("error")
 
-	ref, refCollectors := newRefMetrics()
+	ref, refCollectors := newRefMetrics(o.ResponseTimeAsMilliseconds)
 	m.ref = ref
 	cs := append([]prometheus.Collector{
 		m.decisions, m.storeDuration, m.storeErrors, m.failing, reloads, m.reloadSuccess,
@@ -249,6 +256,17 @@ func (m *Recorder) StoreCall(d time.Duration, err error) {
 		return
 	}
 	m.failing.Set(0)
+}
+
+// ObserveCall records one ShouldRateLimit call over gRPC, answered or
+// failed, that took d from receipt to answer: the reference's
+// ratelimit_service_total_requests and ratelimit_service_response_time_seconds
+// (in milliseconds with Options.ResponseTimeAsMilliseconds), which its
+// gRPC interceptor records. Unlike the reference's, d is not rounded down
+// to a whole millisecond.
+func (m *Recorder) ObserveCall(d time.Duration) {
+	m.ref.calls.Inc()
+	m.ref.callTime.Observe(d.Seconds() * m.ref.callUnit)
 }
 
 // InvalidRequest counts a malformed request as the reference's

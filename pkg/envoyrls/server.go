@@ -30,7 +30,7 @@ type Store interface {
 // InputLimits caps what one request may ask, so hostile input costs bounded
 // work. A zero field takes its default.
 type InputLimits struct {
-	MaxDescriptors int    // per request; default 64
+	MaxDescriptors int    // per request; default 256, Envoy Gateway's most rules in a policy
 	MaxEntries     int    // per descriptor; default 32
 	MaxEntryBytes  int    // per entry key or value; default 1024
 	MaxHits        uint64 // per descriptor; default 1<<32 - 1
@@ -38,7 +38,7 @@ type InputLimits struct {
 
 func (l InputLimits) withDefaults() InputLimits {
 	if l.MaxDescriptors <= 0 {
-		l.MaxDescriptors = 64
+		l.MaxDescriptors = 256
 	}
 	if l.MaxEntries <= 0 {
 		l.MaxEntries = 32
