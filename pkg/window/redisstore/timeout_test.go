@@ -115,7 +115,7 @@ func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
 
 // boundedClient is a client of addr with the options of the sidecar's
 // counting path (see redistest.Server.BoundedClient).
-func boundedClient(t *testing.T, addr string) *redis.Client {
+func boundedClient(t testing.TB, addr string) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
