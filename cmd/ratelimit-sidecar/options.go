@@ -130,7 +130,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	c.grpcTLS.addFlags(fs)
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on a Redis counting call for a request that carries no deadline; a request with one (Envoy sends its filter timeout) gets nine tenths of the time left to it instead, longer or shorter, so its failure mode still answers in time; health pings and the in-memory store are not bound by it")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on a Redis counting call for a request that carries no deadline; a request with one (Envoy sends its filter timeout) gets the time left to it less a margin for answering (a tenth, at least 5ms) instead, longer or shorter, so its failure mode still answers in time; health pings and the in-memory store are not bound by it")
 	fs.DurationVar(&c.redisTimeoutCap, "redis-timeout-cap", 0, "when above 0, no Redis counting call waits longer, whatever the request's deadline: for failure modes fast rather than decisions from a slow Redis; 0 follows each request's deadline")
 	c.redis.addFlags(fs)
 	c.tracing.addFlags(fs)

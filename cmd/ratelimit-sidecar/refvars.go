@@ -328,8 +328,8 @@ func refRedisAuth(name, userFlag, passFlag string) func(m *refMapping, v []strin
 // (dial and each read or write; 10s by default), onto -redis-timeout (a
 // call without a deadline) and -redis-timeout-cap (every call): started
 // with the reference's Redis variables, no call waits longer than the
-// reference's would, and a request with a deadline still gets nine tenths
-// of it. Without Redis it is only noted, when set.
+// reference's would, and a request with a deadline still keeps its
+// margin for answering (see redisstore.Options). Without Redis it is only noted, when set.
 func refRedisTimeout(m *refMapping, v []string) error {
 	if !m.redis {
 		if m.getenv("REDIS_TIMEOUT") != "" {
