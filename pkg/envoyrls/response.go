@@ -118,7 +118,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		addTooManyRequests(resp, req.Domain, retry, worst)
 	}
 	if s.meta {
-		resp.DynamicMetadata = s.dynamicMetadata(req, c)
+		resp.DynamicMetadata = s.dynamicMetadata(req, c, resp.Statuses)
 	}
 	return resp
 }
