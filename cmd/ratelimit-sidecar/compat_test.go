@@ -38,7 +38,17 @@ type refProcess struct {
 // environment, and waits until it serves. It is killed when the test ends.
 func startWithEnv(t *testing.T, vars map[string]string) *refProcess {
 	t.Helper()
-	cmd := exec.Command(binary(t))
+	return startAs(t, "", nil, vars)
+}
+
+// startAs is startWithEnv with argv0 as the name the process is started
+// under ("": the binary's path) and args as its arguments.
+func startAs(t *testing.T, argv0 string, args []string, vars map[string]string) *refProcess {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	if argv0 != "" {
+		cmd.Args[0] = argv0
+	}
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
