@@ -237,7 +237,9 @@ func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome
 		Outcome:   o,
 		NearLimit: uint64(math.Floor(s.near * float64(r.Capacity()))),
 	}
-	if !r.Refund {
+	if r.Refund {
+		d.Refunded = r.Hits
+	} else {
 		d.Hits = r.Hits
 	}
 	return d

@@ -326,6 +326,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		resp, err := s.failureResponse(ctx, req, c, now, allowed, err)
 		return resp, grpcError(err)
 	}
+	if !allowed {
+		s.giveBack(ctx, now, c)
+	}
 	resp := s.response(req, c, now)
 	s.refundQuotaDenial(ctx, now, c, resp)
 	return resp, nil
@@ -438,6 +441,37 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 		s.log.Info("store recovered")
 	}
 	return allowed, nil
+}
+
+// giveBack applies the refunds (is_negative_hits) of a request the store
+// denied, which it therefore did not count. Hits given back are not asked
+// for: they return what earlier requests took (tokens reserved and not
+// used), so they apply whatever the answer, as envoyproxy/ratelimit
+// applies them (its #1140). Their results replace the denied call's, so
+// their statuses tell the room they made.
+func (s *Server) giveBack(ctx context.Context, now time.Time, c *call) {
+	var idx []int
+	for i, r := range c.reqs {
+		if r.Refund && r.Hits > 0 {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	back := make([]window.Request, len(idx))
+	res := make([]window.Result, len(idx))
+	for j, i := range idx {
+		back[j] = c.reqs[i]
+	}
+	// Even when the caller is gone: the hits were given back all the same.
+	if _, err := s.store.Take(context.WithoutCancel(ctx), now, back, res); err != nil {
+		s.log.Debug("refund of a denied request failed", zap.Error(err))
+		return
+	}
+	for j, i := range idx {
+		c.res[i] = res[j]
+	}
 }
 
 // refund gives back the hits that a store call counted for a request that
