@@ -189,7 +189,11 @@ type call struct {
 	quotaOver []int
 	// quota is, per descriptor, what its quota-mode limits say (see
 	// quotaState); empty when no limit of the request is in quota mode.
-	quota []quotaState
+	// quotaWait and quotaLimit are, for a spent descriptor, the longest
+	// retry-after wait among its quota limits over and that limit.
+	quota      []quotaState
+	quotaWait  []time.Duration
+	quotaLimit []*rules.Limit
 	// refunded: the counted hits that are not charges were given back.
 	refunded bool
 }
@@ -203,20 +207,38 @@ const (
 	quotaSpent                   // a quota-mode limit over
 )
 
-// markQuota records that a quota-mode limit of descriptor i is over, or
-// not: a descriptor is spent when any of its quota limits is, as a
-// descriptor with plain limits is over when any of them is.
-func (c *call) markQuota(i, n int, spent bool) {
+// markQuota records that quota-mode limit l of descriptor i (of n) is
+// over, with wait its retry-after, or not: a descriptor is spent when any
+// of its quota limits is, as a descriptor with plain limits is over when
+// any of them is, and it has room again when all of them have.
+func (c *call) markQuota(i, n int, l *rules.Limit, spent bool, wait time.Duration) {
 	for len(c.quota) < n {
-		c.quota = append(c.quota, quotaNone)
+		c.quota, c.quotaWait, c.quotaLimit = append(c.quota, quotaNone), append(c.quotaWait, 0), append(c.quotaLimit, nil)
 	}
 	switch {
 	case spent:
 		c.quota[i] = quotaSpent
 		c.quotaOver = append(c.quotaOver, i)
+		if c.quotaLimit[i] == nil || wait >= c.quotaWait[i] {
+			c.quotaWait[i], c.quotaLimit[i] = wait, l
+		}
 	case c.quota[i] == quotaNone:
 		c.quota[i] = quotaRoom
 	}
+}
+
+// quotaRetry returns the retry-after of a request denied because all its
+// quota descriptors are spent, and the limit that decides it: it passes
+// again as soon as one of them has room, so the shortest of their waits.
+func (c *call) quotaRetry() (time.Duration, *rules.Limit) {
+	var retry time.Duration
+	var worst *rules.Limit
+	for i, l := range c.quotaLimit {
+		if l != nil && (worst == nil || c.quotaWait[i] < retry) {
+			retry, worst = c.quotaWait[i], l
+		}
+	}
+	return retry, worst
 }
 
 // quotaSpent reports whether the request has quota descriptors and every
@@ -242,7 +264,8 @@ const unknownDomain = "unknown"
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key, c.keyEnds = c.reqs[:0], c.res[:0], c.key[:0], c.keyEnds[:0]
-	c.failed, c.quotaOver, c.quota = c.failed[:0], c.quotaOver[:0], c.quota[:0]
+	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
+	c.quota, c.quotaWait, c.quotaLimit = c.quota[:0], c.quotaWait[:0], c.quotaLimit[:0]
 	c.counted, c.refunded = false, false
 }
 
