@@ -4,9 +4,7 @@ import (
 	"context"
 	"flag"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -104,14 +102,7 @@ func isSubsequence(sub, of []string) bool {
 func TestCommandLineUnderReferenceName(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
-	root := t.TempDir()
-	dir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(compatRules("2")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root, _ := runtimeRoot(t)
 	vars := refEnv(map[string]string{"USE_STATSD": "false", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis.Addr,
 		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit"})
 	args := append(slices.Clone(aiGatewayArgs), "-log-level", "debug", "stray")
