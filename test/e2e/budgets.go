@@ -27,6 +27,12 @@ func inOneHour() {
 	}
 }
 
+// The budget stacks' Redis and filter timeouts: generous, see startBudgetStack.
+const (
+	budgetRedisTimeout  = time.Second
+	budgetFilterTimeout = "2s"
+)
+
 // budgetStack is a token-budget route: Envoy from a template whose rate
 // limits take the x-user-id header as descriptor "user", a sidecar with
 // the rules of testdata/<domain>.yaml on a redis-server of its own, and
@@ -46,12 +52,15 @@ func startBudgetStack(t *testing.T, domain string, tmpl *template.Template, app 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := startSidecar(t, "sidecar-"+domain, sidecarOptions{Bin: sidecarBin, Rules: rules, RedisURL: rdb.URL(), RedisTimeout: redisTimeout})
+	// These tests are about what is counted, not about time: a loaded
+	// machine must not turn a slow Redis call into a failure-mode answer
+	// (the templates set failure_mode_deny, so any error is a 500).
+	sc := startSidecar(t, "sidecar-"+domain, sidecarOptions{Bin: sidecarBin, Rules: rules, RedisURL: rdb.URL(), RedisTimeout: budgetRedisTimeout})
 	cfg := writeEnvoyTemplate(t, envoyBin, t.TempDir(), tmpl, envoyParams{
 		AppPort: port(t, app.Listener.Addr().String()),
 		RLSPort: port(t, sc.GRPCAddr),
 		Domain:  domain,
-		Timeout: filterTimeout,
+		Timeout: budgetFilterTimeout,
 	})
 	return &budgetStack{domain: domain, e: startEnvoy(t, envoyBin, "envoy-"+domain, cfg), sc: sc, c: newClient(t), redis: rdb.Client(t)}
 }
@@ -75,25 +84,35 @@ func (b *budgetStack) call(t *testing.T, user string, want int) {
 	}
 }
 
-// key is the key of user's hourly counter now (the sidecar's prefix is e2e).
-func (b *budgetStack) key(user string) string {
-	k := window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "e2e", b.domain), "user", user))
-	return string(window.AppendWindow(k, window.At(time.Now(), time.Hour)))
+// key is the key of the hourly counter now of the descriptor of entries
+// (key, value pairs); the sidecar's prefix is e2e.
+func (b *budgetStack) key(entries ...string) string {
+	k := window.AppendKeyHead(nil, "e2e", b.domain)
+	for i := 0; i+1 < len(entries); i += 2 {
+		k = window.AppendKeyEntry(k, entries[i], entries[i+1])
+	}
+	return string(window.AppendWindow(window.AppendKeyEnd(k), window.At(time.Now(), time.Hour)))
 }
 
-// counted waits until user's counter holds want. Envoy reports at stream
-// end after the response, without waiting: poll.
+// counted waits until user's counter (descriptor user=<user>) holds want.
 func (b *budgetStack) counted(t *testing.T, user string, want int) {
+	t.Helper()
+	b.holds(t, b.key("user", user), want)
+}
+
+// holds waits until the counter at key holds want. Envoy reports at stream
+// end after the response, without waiting: poll.
+func (b *budgetStack) holds(t *testing.T, key string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		v, err := b.redis.Get(context.Background(), b.key(user)).Result()
+		v, err := b.redis.Get(context.Background(), key).Result()
 		n, _ := strconv.Atoi(v)
 		if n == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("GET %s = %q, %v; want %d", b.key(user), v, err, want)
+			t.Fatalf("GET %s = %q, %v; want %d", key, v, err, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
