@@ -498,7 +498,7 @@ func (s *Server) giveBack(ctx context.Context, now time.Time, c *call) {
 }
 
 // refund gives back the hits that a store call counted for a request that
-// a failure mode then denied.
+// a failure mode, or the quota rule (refundQuotaDenial), then denied.
 func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
 	c.refunded = true
 	var back []window.Request
