@@ -78,7 +78,7 @@ func startSidecar(t *testing.T, args []string, vars map[string]string) *sidecar 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &sidecar{log: &logBuffer{}, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx, "ratelimit-sidecar", args, env(vars), io.Discard, s.log) }()
+	go func() { s.done <- run(ctx, args, env(vars), io.Discard, s.log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -10,10 +10,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// run is the command started as name (argv[0]): the "validate"
+// run is the command started under its own name: the "validate"
 // subcommand, or the service, which serves until ctx ends and then shuts
 // down gracefully.
-func run(ctx context.Context, name string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runAs(ctx, "ratelimit-sidecar", args, getenv, stdout, stderr)
+}
+
+// runAs is run started under name (argv[0]), which decides what happens to
+// arguments the command does not define (see referenceName).
+func runAs(ctx context.Context, name string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "validate" {
 		return validate(args[1:], getenv, stdout, stderr)
 	}

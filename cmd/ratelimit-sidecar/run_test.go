@@ -54,7 +54,7 @@ func TestRunErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := run(context.Background(), "ratelimit-sidecar", tt.args, env(nil), io.Discard, io.Discard)
+			err := run(context.Background(), tt.args, env(nil), io.Discard, io.Discard)
 			if err == nil {
 				t.Fatalf("run(%q) = nil, want an error", tt.args)
 			}
@@ -251,7 +251,7 @@ func TestRunErrorClosesListeners(t *testing.T) {
 	grpcSock, httpSock := filepath.Join(dir, "grpc.sock"), filepath.Join(dir, "http.sock")
 	args := []string{"-config", writeRules(t, goodRules(5)), "-grpc-addr", "unix://" + grpcSock,
 		"-http-addr", "unix://" + httpSock, "-debug-addr", busy.Addr().String()}
-	if err := run(context.Background(), "ratelimit-sidecar", args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "-debug-addr") {
+	if err := run(context.Background(), args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "-debug-addr") {
 		t.Fatalf("run with a busy -debug-addr = %v, want a -debug-addr error", err)
 	}
 	for _, sock := range []string{grpcSock, httpSock} {

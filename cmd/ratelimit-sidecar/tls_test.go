@@ -189,7 +189,7 @@ func TestGRPCTLSStartErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var log sidecartest.Buffer
-			err := run(context.Background(), "ratelimit-sidecar", nil, env(tc.env), io.Discard, &log)
+			err := run(context.Background(), nil, env(tc.env), io.Discard, &log)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("run = %v, want an error naming %s; log:\n%s", err, tc.want, log.String())
 			}

@@ -14,17 +14,17 @@ func TestValidate(t *testing.T) {
 	t.Parallel()
 	good, bad := writeRules(t, goodRules(5)), writeRules(t, badRules)
 	var out bytes.Buffer
-	if err := run(context.Background(), "ratelimit-sidecar", []string{"validate", "-config", good}, env(nil), &out, io.Discard); err != nil {
+	if err := run(context.Background(), []string{"validate", "-config", good}, env(nil), &out, io.Discard); err != nil {
 		t.Fatalf("validate good rules = %v", err)
 	}
 	if got := out.String(); got != "ok: 1 domain(s) edge from 1 file(s)\n" {
 		t.Errorf("validate good rules printed %q", got)
 	}
 	out.Reset()
-	if err := run(context.Background(), "ratelimit-sidecar", []string{"validate"}, env(map[string]string{"RLS_CONFIG": good}), &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "ok:") {
+	if err := run(context.Background(), []string{"validate"}, env(map[string]string{"RLS_CONFIG": good}), &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "ok:") {
 		t.Errorf("validate with RLS_CONFIG = %v, printed %q", err, out.String())
 	}
-	err := run(context.Background(), "ratelimit-sidecar", []string{"validate", "-config", bad}, env(nil), io.Discard, io.Discard)
+	err := run(context.Background(), []string{"validate", "-config", bad}, env(nil), io.Discard, io.Discard)
 	if err == nil {
 		t.Fatal("validate bad rules = nil, want an error")
 	}
@@ -33,7 +33,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("validate bad rules = %q, want %q", err, bad+line)
 		}
 	}
-	if err := run(context.Background(), "ratelimit-sidecar", []string{"validate"}, env(nil), io.Discard, io.Discard); err == nil {
+	if err := run(context.Background(), []string{"validate"}, env(nil), io.Discard, io.Discard); err == nil {
 		t.Error("validate without -config = nil, want an error")
 	}
 }
@@ -60,7 +60,7 @@ func TestValidateMergeDomains(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := run(context.Background(), "ratelimit-sidecar", tt.args, env(tt.env), &out, io.Discard)
+			err := run(context.Background(), tt.args, env(tt.env), &out, io.Discard)
 			if (err == nil) != tt.ok {
 				t.Fatalf("validate %v with %v = %v, want ok %v", tt.args, tt.env, err, tt.ok)
 			}

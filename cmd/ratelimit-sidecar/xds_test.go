@@ -199,7 +199,7 @@ func TestXDSTLSRefused(t *testing.T) {
 	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "ca.crt")
 	var stderr strings.Builder
-	err := run(context.Background(), "ratelimit-sidecar", nil, env(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+	err := run(context.Background(), nil, env(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": missing,
 		"RLS_GRPC_ADDR":                     "127.0.0.1:0", "RLS_HTTP_ADDR": "127.0.0.1:0"}), io.Discard, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "CONFIG_GRPC_XDS_SERVER_TLS_CACERT") {
@@ -226,7 +226,7 @@ func TestXDSDomainDefaults(t *testing.T) {
 	if !strings.Contains(body, `"failure_mode": "allow"`) {
 		t.Errorf("GET /rules = %s, want failure_mode allow from the defaults", body)
 	}
-	err := run(context.Background(), "ratelimit-sidecar", []string{"-config-type", "grpc_xds_sotw", "-xds-domain-defaults", path + ".missing",
+	err := run(context.Background(), []string{"-config-type", "grpc_xds_sotw", "-xds-domain-defaults", path + ".missing",
 		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, env(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "-xds-domain-defaults") {
 		t.Errorf("run with a missing defaults file = %v, want an error naming -xds-domain-defaults", err)
@@ -262,7 +262,7 @@ func TestValidateXDS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer
-		err := run(context.Background(), "ratelimit-sidecar", append([]string{"validate"}, tt.args...), env(nil), &out, io.Discard)
+		err := run(context.Background(), append([]string{"validate"}, tt.args...), env(nil), &out, io.Discard)
 		got := out.String()
 		if err != nil {
 			got = "error: " + err.Error()
