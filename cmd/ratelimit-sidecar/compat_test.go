@@ -38,7 +38,17 @@ type refProcess struct {
 // environment, and waits until it serves. It is killed when the test ends.
 func startWithEnv(t *testing.T, vars map[string]string) *refProcess {
 	t.Helper()
-	cmd := exec.Command(binary(t))
+	return startAs(t, "", nil, vars)
+}
+
+// startAs is startWithEnv with argv0 as the name the process is started
+// under ("": the binary's path) and args as its arguments.
+func startAs(t *testing.T, argv0 string, args []string, vars map[string]string) *refProcess {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	if argv0 != "" {
+		cmd.Args[0] = argv0
+	}
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -95,20 +105,28 @@ func refEnv(vars map[string]string) map[string]string {
 	return vars
 }
 
+// runtimeRoot makes a RUNTIME_ROOT whose RUNTIME_SUBDIRECTORY "ratelimit"
+// holds config/config.yaml, compatRules("2"), and returns both paths.
+func runtimeRoot(t *testing.T) (root, file string) {
+	t.Helper()
+	root = t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file = filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte(compatRules("2")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, file
+}
+
 // TestReferenceQuickStart starts the binary with the environment of the
 // reference README's quick start: rules under RUNTIME_ROOT, Redis over TCP.
 func TestReferenceQuickStart(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
-	root := t.TempDir()
-	dir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(file, []byte(compatRules("2")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root, file := runtimeRoot(t)
 	p := startWithEnv(t, refEnv(map[string]string{
 		"USE_STATSD": "false", "LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis.Addr,
 		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit",

@@ -47,12 +47,17 @@ type options struct {
 	// refNotes are what the reference's environment asked that this
 	// project does differently, one log line each at start; see refenv.go.
 	refNotes []refNote
+	// ignoredArgs are the arguments dropped because the binary was
+	// started under the reference's name (see referenceName); logged once.
+	ignoredArgs []string
 	// redisGiven names the -redis-* flags given a value other than "",
 	// on the command line or by their RLS_ variable; see usesRedis.
 	redisGiven []string
 }
 
-// parseOptions resolves the settings: each flag from args, else from its
+// parseOptions resolves the settings of the command started as name: each
+// flag from args (under the reference's name, only those it defines: see
+// referenceName), else from its
 // RLS_ variable (see config.EnvName), else from envoyproxy/ratelimit's
 // variables (see refenv.go), else its default. Every bad value is reported
 // at once.
@@ -61,6 +66,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.addFlags(fs)
+	if startedAsReference(name) {
+		args, c.ignoredArgs = splitForeign(fs, args)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

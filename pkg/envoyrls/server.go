@@ -187,6 +187,72 @@ type call struct {
 	// quotaOver lists, in increasing order and possibly repeated, the
 	// descriptors of which a quota-mode limit was over.
 	quotaOver []int
+	// quota is, per descriptor, what its quota-mode limits say (see
+	// quotaState); empty when no limit of the request is in quota mode.
+	// quotaWait and quotaLimit are, for a spent descriptor, the longest
+	// retry-after wait among its quota limits over and that limit.
+	quota      []quotaState
+	quotaWait  []time.Duration
+	quotaLimit []*rules.Limit
+	// refunded: the counted hits that are not charges were given back.
+	refunded bool
+}
+
+// quotaState is what a descriptor's quota-mode limits say of it.
+type quotaState uint8
+
+const (
+	quotaNone  quotaState = iota // no quota-mode limit
+	quotaRoom                    // quota-mode limits, none over
+	quotaSpent                   // a quota-mode limit over
+)
+
+// markQuota records that quota-mode limit l of descriptor i (of n) is
+// over, with wait its retry-after, or not: a descriptor is spent when any
+// of its quota limits is, as a descriptor with plain limits is over when
+// any of them is, and it has room again when all of them have.
+func (c *call) markQuota(i, n int, l *rules.Limit, spent bool, wait time.Duration) {
+	for len(c.quota) < n {
+		c.quota, c.quotaWait, c.quotaLimit = append(c.quota, quotaNone), append(c.quotaWait, 0), append(c.quotaLimit, nil)
+	}
+	switch {
+	case spent:
+		c.quota[i] = quotaSpent
+		c.quotaOver = append(c.quotaOver, i)
+		if c.quotaLimit[i] == nil || wait >= c.quotaWait[i] {
+			c.quotaWait[i], c.quotaLimit[i] = wait, l
+		}
+	case c.quota[i] == quotaNone:
+		c.quota[i] = quotaRoom
+	}
+}
+
+// quotaRetry returns the retry-after of a request denied because all its
+// quota descriptors are spent, and the limit that decides it: it passes
+// again as soon as one of them has room, so the shortest of their waits.
+func (c *call) quotaRetry() (time.Duration, *rules.Limit) {
+	var retry time.Duration
+	var worst *rules.Limit
+	for i, l := range c.quotaLimit {
+		if l != nil && (worst == nil || c.quotaWait[i] < retry) {
+			retry, worst = c.quotaWait[i], l
+		}
+	}
+	return retry, worst
+}
+
+// quotaSpent reports whether the request has quota descriptors and every
+// one of them is spent: envoyproxy/ratelimit's rule (its #1059) for when
+// quota-mode limits make a request OVER_LIMIT.
+func (c *call) quotaSpent() bool {
+	spent := false
+	for _, q := range c.quota {
+		if q == quotaRoom {
+			return false
+		}
+		spent = spent || q == quotaSpent
+	}
+	return spent
 }
 
 // isFailed reports whether the store failed for the counter in slot i.
@@ -199,7 +265,8 @@ func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key, c.keyEnds = c.reqs[:0], c.res[:0], c.key[:0], c.keyEnds[:0]
 	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
-	c.counted = false
+	c.quota, c.quotaWait, c.quotaLimit = c.quota[:0], c.quotaWait[:0], c.quotaLimit[:0]
+	c.counted, c.refunded = false, false
 }
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
@@ -282,7 +349,25 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		resp, err := s.failureResponse(ctx, req, c, now, allowed, err)
 		return resp, grpcError(err)
 	}
-	return s.response(req, c, now), nil
+	if !allowed {
+		s.giveBack(ctx, now, c)
+	}
+	resp := s.response(req, c, now)
+	s.refundQuotaDenial(ctx, now, c, resp)
+	return resp, nil
+}
+
+// refundQuotaDenial gives back the hits of a request that the store
+// counted (its quota-mode limits never deny there, see quotaMode) and that
+// response then denied because every quota descriptor of it was spent: a
+// denied request consumes nothing but its charges. Between the count and
+// the refund, other requests see these counters higher by this request's
+// hits; the quota counters are over already, so only a plain limit of the
+// same request with room left can answer differently in that instant.
+func (s *Server) refundQuotaDenial(ctx context.Context, now time.Time, c *call, resp *rlsv3.RateLimitResponse) {
+	if c.counted && !c.refunded && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && c.quotaSpent() {
+		s.refund(ctx, now, c)
+	}
 }
 
 // invalid tells the Observer of a request refused as malformed and returns
@@ -294,10 +379,14 @@ func (s *Server) invalid(err error) error {
 	return grpcError(err)
 }
 
-// quotaMode reports whether l is in quota mode: over its limit, it is
-// counted and reported (status OK, limit_remaining 0, in
-// dynamic_metadata's quotaModeViolations) but never makes the request
-// OVER_LIMIT, as in envoyproxy/ratelimit.
+// quotaMode reports whether l is in quota mode. Over its limit, its
+// descriptor is reported OVER_LIMIT (limit_remaining 0, and listed in
+// dynamic_metadata's quotaModeViolations) but makes the request OVER_LIMIT
+// only when every quota descriptor of the request is over too, as
+// envoyproxy/ratelimit decides since its #1059 (see call.quotaSpent). The
+// store counts it like a shadow limit, over or not, when the request is
+// allowed there; a request that the quota rule then denies gets its
+// non-charge hits back (see refundQuotaDenial).
 func (s *Server) quotaMode(l *rules.Limit) bool { return s.quota || l.QuotaMode }
 
 // hitsOf returns the descriptor's hits: its own hits_addend when present
@@ -377,9 +466,41 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 	return allowed, nil
 }
 
+// giveBack applies the refunds (is_negative_hits) of a request the store
+// denied, which it therefore did not count. Hits given back are not asked
+// for: they return what earlier requests took (tokens reserved and not
+// used), so they apply whatever the answer, as envoyproxy/ratelimit
+// applies them (its #1140). Their results replace the denied call's, so
+// their statuses tell the room they made.
+func (s *Server) giveBack(ctx context.Context, now time.Time, c *call) {
+	var idx []int
+	for i, r := range c.reqs {
+		if r.Refund && r.Hits > 0 {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	back := make([]window.Request, len(idx))
+	res := make([]window.Result, len(idx))
+	for j, i := range idx {
+		back[j] = c.reqs[i]
+	}
+	// Even when the caller is gone: the hits were given back all the same.
+	if _, err := s.store.Take(context.WithoutCancel(ctx), now, back, res); err != nil {
+		s.log.Debug("refund of a denied request failed", zap.Error(err))
+		return
+	}
+	for j, i := range idx {
+		c.res[i] = res[j]
+	}
+}
+
 // refund gives back the hits that a store call counted for a request that
-// a failure mode then denied.
+// a failure mode, or the quota rule (refundQuotaDenial), then denied.
 func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
+	c.refunded = true
 	var back []window.Request
 	for i, r := range c.reqs {
 		// A charge stays counted: it was spent whatever the answer.
