@@ -177,7 +177,7 @@ func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 // counts only the charges (window.Request.Charge). It writes one window.Result
 // per request into res (len(res) >= len(reqs)) and reports whether the
 // requests were allowed. now should be the time the replicas agree on (see
-// window.Clock); Redis's own clock only runs the TTLs. Errors wrap
+// Clock); Redis's own clock only runs the TTLs. Errors wrap
 // window.ErrStore; on a cluster they may be a *window.PartialError.
 func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	if len(reqs) == 0 {
