@@ -28,7 +28,7 @@ func ExampleNew() {
 
 // A batched store, over one node, Sentinel or a cluster (with several
 // addresses, NewUniversalClient makes a cluster client): concurrent Takes
-// share script calls, on a cluster one per hash slot, pipelined per node.
+// share script calls, on a cluster one per node.
 func ExampleNewBatched() {
 	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"localhost:6379"}, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer client.Close()
