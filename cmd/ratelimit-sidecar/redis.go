@@ -193,6 +193,9 @@ func checkRedisLimits(c *options, p *problems) {
 	if r.batchLinger > 0 && r.batchWorkers == 0 {
 		p.add("-redis-batch-linger needs batching: not with -redis-batch-workers 0")
 	}
+	if r.batchSpacing <= 0 {
+		p.add("-redis-batch-spacing %v: want more than 0", r.batchSpacing)
+	}
 }
 
 // applyRedisTLS sets o's TLS configuration from -redis-tls and its CA,
@@ -321,7 +324,7 @@ func (s *redisStore) Close() error { return s.redis.Close() }
 
 // batchOptions are the batched store's options from the flags.
 func (r *redisConfig) batchOptions() redisstore.BatchOptions {
-	return redisstore.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
+	return redisstore.BatchOptions{Workers: r.batchWorkers, Spacing: r.batchSpacing, Linger: r.batchLinger}
 }
 
 // newRedisStore returns the store over client; see redisStore. The
