@@ -19,8 +19,9 @@ type options struct {
 	grpcAddr        string
 	httpAddr        string
 	redisURL        string
-	redisTimeout    time.Duration
-	redis           redisConfig // topology, credentials, TLS, breaker: see redis.go
+	redisTimeout    time.Duration // a call without a deadline
+	redisTimeoutCap time.Duration // 0: calls follow their deadlines
+	redis           redisConfig   // topology, credentials, TLS, breaker: see redis.go
 	tracing         tracingConfig
 	keyPrefix       string
 	logLevel        string
@@ -129,7 +130,8 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	c.grpcTLS.addFlags(fs)
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on a Redis counting call for a request that carries no deadline; a request with one (Envoy sends its filter timeout) gets the time left to it less a margin for answering (a tenth, at least 5ms) instead, longer or shorter, so its failure mode still answers in time; health pings and the in-memory store are not bound by it")
+	fs.DurationVar(&c.redisTimeoutCap, "redis-timeout-cap", 0, "when above 0, no Redis counting call waits longer, whatever the request's deadline: for failure modes fast rather than decisions from a slow Redis; 0 follows each request's deadline")
 	c.redis.addFlags(fs)
 	c.tracing.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
@@ -152,7 +154,8 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 }
 
 // redisConfig is the Redis topology, credentials, TLS and circuit breaker
-// flags. -redis-url and -redis-timeout live in options itself.
+// flags. -redis-url, -redis-timeout and -redis-timeout-cap live in options
+// itself.
 type redisConfig struct {
 	mode            string // single, sentinel or cluster
 	addrs           string // comma-separated host:port

@@ -48,9 +48,27 @@ func TestReferenceEnv(t *testing.T) {
 		{"no rules anywhere", nil, nil, nil, "-config (or RLS_CONFIG) is required"},
 		{"redis single tcp", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_POOL_SIZE": "7", "REDIS_AUTH": "user:pa:ss", "REDIS_TIMEOUT": "2s"}, func(o *options) string {
 			r := o.redis
-			return want(o.usesRedis() && r.mode == "single" && r.addrs == "redis:6379" && r.poolSize == 7 && r.username == "user" && r.password == "pa:ss" && o.redisTimeout == 2*time.Second,
-				"single redis:6379, pool 7, user and password, 2s", o)
+			return want(o.usesRedis() && r.mode == "single" && r.addrs == "redis:6379" && r.poolSize == 7 && r.username == "user" && r.password == "pa:ss" && o.redisTimeout == 2*time.Second && o.redisTimeoutCap == 2*time.Second,
+				"single redis:6379, pool 7, user and password, 2s for a call without a deadline and at most", o)
 		}, ""},
+		// REDIS_TIMEOUT is the reference's client timeout, 10s by default:
+		// no call waits longer, one without a deadline waits that long.
+		{"redis timeout: the reference's default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(o *options) string {
+			return want(o.redisTimeout == 10*time.Second && o.redisTimeoutCap == 10*time.Second, "10s and a 10s cap", o)
+		}, ""},
+		{"redis timeout 0: none", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "0s"}, func(o *options) string {
+			return want(o.redisTimeout == 10*time.Second && o.redisTimeoutCap == 0, "10s and no cap", o)
+		}, ""},
+		{"redis timeout: a flag wins", []string{"-redis-timeout-cap", "15ms"}, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "2s"}, func(o *options) string {
+			return want(o.redisTimeout == 15*time.Millisecond && o.redisTimeoutCap == 15*time.Millisecond && hasNote(o, "REDIS_TIMEOUT", "wins"), "the sidecar's defaults and the flag's cap", o)
+		}, ""},
+		{"redis timeout without redis", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_TIMEOUT": "2s"}, func(o *options) string {
+			return want(!o.usesRedis() && o.redisTimeout == 15*time.Millisecond && o.redisTimeoutCap == 0 && hasNote(o, "REDIS_TIMEOUT", "in memory"), "memory store, defaults and a note", o)
+		}, ""},
+		{"the sidecar's own flags: no cap", []string{"-redis-url", "redis://h:1/0"}, map[string]string{"RLS_CONFIG": "r"}, func(o *options) string {
+			return want(o.redisTimeout == 15*time.Millisecond && o.redisTimeoutCap == 0, "15ms without a deadline, no cap", o)
+		}, ""},
+		{"bad redis timeout", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "soon"}, nil, `REDIS_TIMEOUT="soon"`},
 		{"redis single unix by default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "/var/run/redis.sock", "REDIS_AUTH": "secret"}, func(o *options) string {
 			return want(o.redisURL == "unix:///var/run/redis.sock" && o.redis.username == "" && o.redis.password == "secret", "unix socket URL and password", o)
 		}, ""},

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // refDefaultRuntimeRoot is the reference's RUNTIME_ROOT default.
@@ -18,7 +19,7 @@ const (
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
 	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
 	noteJitter     = "not used: a counter expires when its window ends, with no jitter"
-	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
+	notePoolEmpty  = "not used: a call waits for a free Redis connection until its deadline (see -redis-timeout)"
 	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
 	noteHealthRule = "not used: health is SERVING only once rules are loaded and the store answers"
 	noteMapper     = "not used: metric names are fixed (docs/operations.md#metrics)"
@@ -83,7 +84,7 @@ var refVars = []refVar{
 		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}, note: notePerSecond},
 	{names: []string{"REDIS_SENTINEL_AUTH"}, to: refRedisAuth("REDIS_SENTINEL_AUTH", "redis-sentinel-username", "redis-sentinel-password")},
 	{names: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"}, note: noteHealthConn},
-	refFlag("REDIS_TIMEOUT", "redis-timeout", refDuration, true),
+	{names: []string{"REDIS_TIMEOUT"}, defs: []string{"10s"}, to: refRedisTimeout, always: true},
 	{names: []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR"}, note: notePoolEmpty},
 	{names: []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
 		"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}, note: noteMemcache},
@@ -321,4 +322,30 @@ func refRedisAuth(name, userFlag, passFlag string) func(m *refMapping, v []strin
 		m.set([]string{name}, []string{userFlag, passFlag}, userFlag, user, passFlag, pass)
 		return nil
 	}
+}
+
+// refRedisTimeout maps REDIS_TIMEOUT, the reference's Redis client timeout
+// (dial and each read or write; 10s by default), onto -redis-timeout (a
+// call without a deadline) and -redis-timeout-cap (every call): started
+// with the reference's Redis variables, no call waits longer than the
+// reference's would, and a request with a deadline still keeps its
+// margin for answering (see redisstore.Options). Without Redis it is only noted, when set.
+func refRedisTimeout(m *refMapping, v []string) error {
+	if !m.redis {
+		if m.getenv("REDIS_TIMEOUT") != "" {
+			m.setRedis("REDIS_TIMEOUT") // notes it as not used
+		}
+		return nil
+	}
+	if _, err := refDuration("REDIS_TIMEOUT", v[0]); err != nil {
+		return err
+	}
+	timeout, maxTimeout := v[0], v[0]
+	if d, _ := time.ParseDuration(v[0]); d <= 0 {
+		// The reference sets no timeout then: no cap, and a call without
+		// a deadline waits the reference's default.
+		timeout, maxTimeout = "10s", "0s"
+	}
+	m.set([]string{"REDIS_TIMEOUT"}, nil, "redis-timeout", timeout, "redis-timeout-cap", maxTimeout)
+	return nil
 }

@@ -19,7 +19,7 @@ import (
 
 // Store checks and counts the counters of one request atomically. Both
 // *window.Memory and *redisstore.Store implement it. A store that waits on
-// anything bounds its Takes itself (redisstore.Options.Timeout), and
+// anything bounds its Takes itself (see redisstore.Options), and
 // returns by ctx's deadline: the server applies failure modes to what it
 // returns and must still answer before its caller gives up.
 type Store interface {

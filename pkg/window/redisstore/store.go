@@ -40,19 +40,20 @@ type sharded interface {
 // package doc). A batched Store (NewBatched) shares its script calls among
 // concurrent Takes, on a cluster one per node (see the package doc).
 //
-// Every Take is bounded by how long its caller will wait: nine tenths of
-// the time left to ctx's deadline, which leaves the caller a tenth to
-// answer (with a failure mode) before it gives up; or Options.Timeout when
-// ctx has no deadline; and never more than Options.MaxTimeout when that is
-// set. So a caller need not wrap its context in a timeout of its own, and a
-// Redis a few milliseconds away still decides the calls of a caller that
-// waits a second. A batched Take (see NewBatched) waits for its batch to
-// leave (while another call is out, until it comes back or for at most
-// about BatchOptions.Spacing) and then for its own call; a batch call is bounded by the earliest
-// deadline of the Takes in it, and a Take whose deadline passes while it is
-// still queued stops waiting and is not sent. So against a stalled Redis
-// every Take ends by its own bound, whatever the deadlines of the others.
-
+// Every Take is bounded by how long its caller will wait: the time left to
+// ctx's deadline less a margin (a tenth, at least 5 ms; see answerMargin)
+// for the caller to answer, with a failure mode, before it gives up;
+// Options.Timeout when ctx has no deadline; and never more than
+// Options.MaxTimeout when that is set. So a caller need not wrap its
+// context in a timeout of its own, and a Redis a few milliseconds away
+// still decides the calls of a caller that waits a second. A batched Take
+// (see NewBatched) waits for its batch to leave (while another call is out,
+// until that comes back or for at most about BatchOptions.Spacing) and then
+// for its own call; a batch call is bounded by the earliest deadline of the Takes in it, and
+// a Take whose deadline passes while it is still queued stops waiting and
+// is not sent. So against a stalled Redis every Take ends by its own bound,
+// whatever the deadlines of the others.
+//
 // Script calls are never retried by go-redis (a retried script could count
 // twice). The store sends a call again only after an answer that means
 // nothing ran: NOSCRIPT, and on a cluster a redirection, TRYAGAIN,
@@ -73,11 +74,11 @@ type Store struct {
 // Options configure a Store. Zero fields take their defaults.
 type Options struct {
 	// Timeout bounds a Take whose ctx has no deadline; default 1s. A Take
-	// whose ctx has a deadline gets nine tenths of the time left to it
-	// instead, longer or shorter than Timeout: a caller such as Envoy sends
-	// how long it waits (its filter timeout), and a failure mode applied
-	// well before it gives up would turn a slow Redis into no rate
-	// limiting at all.
+	// whose ctx has a deadline gets the time left to it less a margin for
+	// answering (a tenth, at least 5 ms) instead, longer or shorter than
+	// Timeout: a caller such as Envoy sends how long it waits (its filter
+	// timeout), and a failure mode applied well before it gives up would
+	// turn a slow Redis into no rate limiting at all.
 	Timeout time.Duration
 	// MaxTimeout, when positive, caps every Take, deadline or not: for a
 	// service that would rather apply its failure modes fast than wait for
@@ -103,20 +104,31 @@ func New(client scripter, o Options) *Store {
 	return s
 }
 
-// callDeadline is when a Take that starts at start under ctx must end:
-// nine tenths of the way to ctx's deadline, which leaves the caller a tenth
-// of its budget to answer (with a failure mode) before it gives up; timeout
-// after start when ctx has none; and not later than maxTimeout after start
-// when maxTimeout is positive.
+// callDeadline is when a Take that starts at start under ctx must end: at
+// ctx's deadline less answerMargin, which leaves the caller time to answer
+// (with a failure mode) before it gives up; timeout after start when ctx
+// has none; and not later than maxTimeout after start when maxTimeout is
+// positive.
 func callDeadline(ctx context.Context, start time.Time, timeout, maxTimeout time.Duration) time.Time {
 	dl := start.Add(timeout)
 	if cdl, ok := ctx.Deadline(); ok {
-		dl = start.Add(cdl.Sub(start) * 9 / 10)
+		dl = cdl.Add(-answerMargin(cdl.Sub(start)))
 	}
 	if maxTimeout > 0 && dl.Sub(start) > maxTimeout {
 		dl = start.Add(maxTimeout)
 	}
 	return dl
+}
+
+// answerMargin is how much of left, the time to a caller's deadline, a Take
+// leaves the caller: a tenth, but at least 5 ms (a quarter of a deadline
+// shorter than 20 ms). The margin pays for answering and for the answer's
+// way back, and on a busy machine for a few milliseconds of scheduling
+// delay, which a tenth of Envoy's default 20 ms would not cover. So 20 ms
+// gives the store 15 ms, 1 s gives it 900 ms. A deadline already passed
+// keeps nothing.
+func answerMargin(left time.Duration) time.Duration {
+	return max(left/10, min(left/4, 5*time.Millisecond))
 }
 
 // Ping checks that Redis answers, and loads the script so the first request
