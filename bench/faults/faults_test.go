@@ -1,0 +1,401 @@
+package faults
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/faultproxy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+)
+
+var (
+	full      = flag.Bool("faults.full", false, "run every fault against the sidecar and envoyproxy/ratelimit (bench/faults.sh); without it, the short CI run: a few faults, the sidecar alone")
+	out       = flag.String("faults.out", "", "directory for results.json and tables.md (default: none written)")
+	reference = flag.String("faults.reference", "", "prebuilt envoyproxy/ratelimit binary (default: go install "+referencePkg+")")
+	rate      = flag.Float64("faults.rate", 0, "calls per second offered to each server; 0: half the measured capacity of the slower (full), 200 (short)")
+	only      = flag.String("faults.only", "", "comma-separated fault names to run (default: all of the mode's)")
+	phase     = flag.Duration("faults.phase", 0, "length of the fault and of the time after it (default 10s full, 3s short)")
+	deadline  = flag.Duration("faults.deadline", time.Second, "client deadline of each call")
+)
+
+// referencePkg is the envoyproxy/ratelimit build the harness (bench/harness) runs as scenario ref.
+const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
+
+// side is one server under test with its own Redis behind its own fault
+// proxy, and its load.
+type side struct {
+	srv   *Server
+	redis *redistest.Server
+	proxy *faultproxy.Proxy
+	conn  *grpc.ClientConn
+}
+
+// fault is one fault: apply starts it on every side and returns what ends
+// it.
+type fault struct {
+	name  string
+	short bool // in the CI run too
+	apply func(t *testing.T, sides []*side) (clear func())
+}
+
+func latency(l time.Duration) func(t *testing.T, sides []*side) func() {
+	return setAll(faultproxy.Fault{Latency: l, Jitter: l / 2})
+}
+
+func setAll(f faultproxy.Fault) func(t *testing.T, sides []*side) func() {
+	return func(_ *testing.T, sides []*side) func() {
+		for _, s := range sides {
+			s.proxy.Set(f)
+		}
+		return func() {
+			for _, s := range sides {
+				s.proxy.Set(faultproxy.Fault{})
+			}
+		}
+	}
+}
+
+var allFaults = []fault{
+	{name: "latency 2ms", apply: latency(2 * time.Millisecond)},
+	{name: "latency 10ms", short: true, apply: latency(10 * time.Millisecond)},
+	{name: "latency 50ms", apply: latency(50 * time.Millisecond)},
+	{name: "latency 250ms", apply: latency(250 * time.Millisecond)},
+	// 16 KB/s each way: well under what the offered load needs.
+	{name: "bandwidth 16KB/s", apply: setAll(faultproxy.Fault{Bandwidth: 16 << 10})},
+	{name: "connection resets", short: true, apply: func(_ *testing.T, sides []*side) func() {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				for _, s := range sides {
+					s.proxy.ResetConnections()
+				}
+				select {
+				case <-tick.C:
+				case <-stop:
+					return
+				}
+			}
+		})
+		return func() { close(stop); wg.Wait() }
+	}},
+	{name: "blackhole", short: true, apply: setAll(faultproxy.Fault{Blackhole: true})},
+	{name: "redis restarted, data lost", short: true, apply: func(t *testing.T, sides []*side) func() {
+		for _, s := range sides {
+			s.redis.Stop()
+		}
+		return func() {
+			for _, s := range sides {
+				s.redis.Restart(t)
+			}
+		}
+	}},
+	{name: "cpu starved", apply: func(t *testing.T, _ []*side) func() {
+		// Two busy processes, one per core of the machine the figures were
+		// taken on, at normal priority.
+		var busy []*exec.Cmd
+		for range 2 {
+			c := exec.Command("sh", "-c", "while :; do :; done")
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, c)
+		}
+		return func() {
+			for _, c := range busy {
+				_ = c.Process.Kill()
+				_ = c.Wait()
+			}
+		}
+	}},
+}
+
+// Result is one fault's figures for one server.
+type Result struct {
+	Fault        string  `json:"fault"`
+	Server       string  `json:"server"`
+	Rate         float64 `json:"rate"`
+	Before       Phase   `json:"before"`
+	During       Phase   `json:"during"`
+	After        Phase   `json:"after"`
+	BackToNormal float64 `json:"back_to_normal_s"` // -1: not within the run
+	OverAdmitted int     `json:"over_admitted"`
+	// The sidecar's process: before the fault, the most during it and
+	// after it, and at the end.
+	UsageBefore Usage `json:"usage_before"`
+	UsagePeak   Usage `json:"usage_peak"`
+	UsageEnd    Usage `json:"usage_end"`
+	Timeline    []Bin `json:"timeline"`
+}
+
+// TestFaults runs each fault under a steady open-loop load: a lead-in, the
+// fault, and the time after it, on every server at once, each on its own
+// Redis behind its own fault proxy. The short run (CI) checks the sidecar's
+// promises; bench/faults.sh runs the full one and writes the figures.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault run: not in -short")
+	}
+	ctx := t.Context()
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "faults.yaml")
+	if err := os.WriteFile(rules, []byte(Rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildSidecar(t, dir)
+	d := *phase
+	if d == 0 {
+		d = 3 * time.Second
+		if *full {
+			d = 10 * time.Second
+		}
+	}
+	lead := 3 * time.Second
+
+	newSide := func(start func(redisAddr string) (*Server, error)) *side {
+		r := redistest.Start(t)
+		p, err := faultproxy.Start(ctx, r.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		srv, err := start(p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return &side{srv: srv, redis: r, proxy: p, conn: conn}
+	}
+	logFile := func(name string) *os.File {
+		f, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		return f
+	}
+	sides := []*side{newSide(func(addr string) (*Server, error) {
+		return StartSidecar(ctx, bin, rules, addr, logFile("sidecar"))
+	})}
+	if *full {
+		ref := *reference
+		if ref == "" {
+			ref = installReference(t, dir)
+		}
+		root, err := ReferenceRoot(filepath.Join(dir, "reference-runtime"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sides = append(sides, newSide(func(addr string) (*Server, error) {
+			return StartReference(ctx, ref, root, addr, logFile("reference"))
+		}))
+	}
+
+	load := Load{Rate: *rate, InFlight: 50, Deadline: *deadline, Domain: "faults", Keys: 1000, HotEvery: 10}
+	if load.Rate == 0 {
+		load.Rate = 200
+		if *full {
+			slowest := 0.0
+			for _, s := range sides {
+				c := Capacity(ctx, s.conn, load, 50, 3*time.Second)
+				t.Logf("%s: capacity %.0f calls/s (50 in flight, no fault)", s.srv.Name, c)
+				if slowest == 0 || c < slowest {
+					slowest = c
+				}
+			}
+			load.Rate = slowest / 2
+		}
+	}
+	t.Logf("offered load: %.0f calls/s per server, %d in flight at most, client deadline %v", load.Rate, load.InFlight, load.Deadline)
+
+	var results []Result
+	for _, f := range allFaults {
+		if !selected(f) {
+			continue
+		}
+		rs := runFault(t, f, sides, load, lead, d)
+		for _, r := range rs {
+			t.Logf("%-28s %-9s during: decided≤20ms %5.1f%% ≤deadline %5.1f%% p50 %7.1fms p99 %7.1fms %v; after: p99 %6.1fms; back to normal %.1fs; over-admitted %d",
+				r.Fault, r.Server, 100*r.During.Within20ms, 100*r.During.WithinDeadline, r.During.P50ms, r.During.P99ms, r.During.Kinds,
+				r.After.P99ms, r.BackToNormal, r.OverAdmitted)
+		}
+		if !*full {
+			checkPromises(t, f, rs[0])
+		}
+		results = append(results, rs...)
+	}
+	if *out != "" {
+		write(t, results)
+	}
+}
+
+func selected(f fault) bool {
+	if *only != "" {
+		for n := range strings.SplitSeq(*only, ",") {
+			if strings.TrimSpace(n) == f.name {
+				return true
+			}
+		}
+		return false
+	}
+	return *full || f.short
+}
+
+// runFault runs one fault on every side at once: lead, then the fault for
+// d, then d after it.
+func runFault(t *testing.T, f fault, sides []*side, load Load, lead, d time.Duration) []Result {
+	ctx := t.Context()
+	hot := strings.NewReplacer(" ", "-", ",", "", "/", "-").Replace(f.name) + fmt.Sprint(time.Now().UnixNano())
+	for _, s := range sides {
+		exhaust(t, s, load, hot)
+	}
+	total := lead + 2*d
+	start := time.Now().Add(100 * time.Millisecond)
+	calls := make([][]Call, len(sides))
+	var wg sync.WaitGroup
+	for i, s := range sides {
+		l := load
+		l.HotValue = hot
+		wg.Go(func() { calls[i] = l.Run(ctx, s.conn, start, total) })
+	}
+	// The sidecar's process, every 250 ms.
+	var before, peak, end Usage
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+			case <-stop:
+				return
+			}
+			u := Sample(ctx, sides[0].srv, sides[0].proxy.Conns())
+			if time.Since(start) < lead {
+				before = u
+			} else {
+				peak = peak.Max(u)
+			}
+			end = u
+		}
+	})
+	time.Sleep(time.Until(start.Add(lead)))
+	clear := f.apply(t, sides)
+	time.Sleep(time.Until(start.Add(lead + d)))
+	clear()
+	wg.Wait()
+	close(stop)
+	sampler.Wait()
+
+	var rs []Result
+	for i, s := range sides {
+		c := calls[i]
+		r := Result{Fault: f.name, Server: s.srv.Name, Rate: load.Rate,
+			Before: Summarize(c, 0, lead, load.Deadline), During: Summarize(c, lead, lead+d, load.Deadline),
+			After: Summarize(c, lead+d, total, load.Deadline), OverAdmitted: OverAdmitted(c, 0),
+			Timeline: Timeline(c, total, 250*time.Millisecond)}
+		slowest := max(20*time.Millisecond, time.Duration(2*r.Before.P99ms*float64(time.Millisecond)))
+		if back, ok := BackToNormal(c, lead+d, total, Normal{Bin: 100 * time.Millisecond, Slowest: slowest}); ok {
+			r.BackToNormal = back.Seconds()
+		} else {
+			r.BackToNormal = -1
+		}
+		if i == 0 {
+			r.UsageBefore, r.UsagePeak, r.UsageEnd = before, peak, end
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// exhaust drives the hot value over its limit before the run, so that every
+// OK on it during the run is an admission beyond the limit.
+func exhaust(t *testing.T, s *side, load Load, hot string) {
+	l := load
+	l.HotValue, l.HotEvery, l.Rate = hot, 1, 1000
+	calls := l.Run(t.Context(), s.conn, time.Now(), time.Duration(HotLimit+10)*time.Millisecond)
+	over := 0
+	for _, c := range calls {
+		if c.Kind == OverLimit {
+			over++
+		}
+	}
+	if over == 0 {
+		t.Fatalf("%s: %d calls on hot=%s, none OVER_LIMIT: the key is not over its limit of %d", s.srv.Name, len(calls), hot, HotLimit)
+	}
+}
+
+// checkPromises holds the sidecar to what docs/reliability.md says it does
+// under each fault of the short run.
+func checkPromises(t *testing.T, f fault, r Result) {
+	t.Helper()
+	if r.BackToNormal < 0 {
+		t.Errorf("%s: not back to normal within %v after the fault", f.name, *phase)
+	}
+	if n := r.During.Kinds[OtherError.String()] + r.After.Kinds[OtherError.String()]; n > 0 {
+		t.Errorf("%s: %d answers neither a decision, Unavailable nor a deadline", f.name, n)
+	}
+	if f.name != "redis restarted, data lost" && r.OverAdmitted > 0 {
+		t.Errorf("%s: %d calls on a key over its limit were allowed", f.name, r.OverAdmitted)
+	}
+	if f.name == "latency 10ms" && r.During.WithinDeadline < 0.95 {
+		t.Errorf("%s: %.1f%% decided within the client deadline, want 95%% or more: a Redis 10ms away must still decide", f.name, 100*r.During.WithinDeadline)
+	}
+	if r.UsageEnd.Goroutines > r.UsageBefore.Goroutines+50 {
+		t.Errorf("%s: %d goroutines at the end, %d before the fault", f.name, r.UsageEnd.Goroutines, r.UsageBefore.Goroutines)
+	}
+}
+
+func buildSidecar(t *testing.T, dir string) string {
+	bin := filepath.Join(dir, "ratelimit-sidecar")
+	cmd := exec.Command("go", "build", "-tags", "vtprotobuf", "-o", bin, "./cmd/ratelimit-sidecar")
+	cmd.Dir = filepath.Join("..", "..")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return bin
+}
+
+func installReference(t *testing.T, dir string) string {
+	cmd := exec.Command("go", "install", referencePkg)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOBIN="+dir)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install %s: %v\n%s", referencePkg, err, b)
+	}
+	return filepath.Join(dir, "service_cmd")
+}
+
+func write(t *testing.T, results []Result) {
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.MarshalIndent(results, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*out, "results.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*out, "tables.md"), []byte(Tables(results)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,194 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
+)
+
+// Rules is the rules file both servers read (envoyproxy/ratelimit's
+// format): api_key values far under their limit, and hot values limited to
+// HotLimit a day, so that a key driven over its limit stays over it for the
+// whole run.
+const Rules = `domain: faults
+descriptors:
+  - key: api_key
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: hot
+    rate_limit: {unit: day, requests_per_unit: 100}
+`
+
+// HotLimit is the hot key's limit in Rules.
+const HotLimit = 100
+
+// Server is a rate-limit server under test, started as a child process.
+type Server struct {
+	Name    string
+	Addr    string // gRPC
+	Metrics string // URL of its Prometheus metrics; "" when none
+	p       *proc.Process
+}
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.p.Pid() }
+
+// Stop stops the server.
+func (s *Server) Stop() { _ = s.p.Stop(5 * time.Second) }
+
+// StartSidecar starts the sidecar binary bin on rules, with its counters in
+// the Redis at redisAddr, and waits until it is ready.
+func StartSidecar(ctx context.Context, bin, rules, redisAddr string, log io.Writer, extra ...string) (*Server, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
+	args := append([]string{"-config", rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
+		"-redis-url", "redis://" + redisAddr + "/0", "-key-prefix", "faults:"}, extra...)
+	p, err := proc.Start(proc.Options{Name: "ratelimit-sidecar", Path: bin, Args: args, Env: os.Environ(), Stdout: log, Stderr: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Name: "sidecar", Addr: grpcAddr, Metrics: "http://" + httpAddr + "/metrics", p: p}
+	return s, ready(ctx, s, "http://"+httpAddr+"/readyz")
+}
+
+// StartReference starts envoyproxy/ratelimit's binary bin on the rules in
+// root/current/config, with its counters in the Redis at redisAddr, and
+// waits until it is ready.
+func StartReference(ctx context.Context, bin, root, redisAddr string, log io.Writer) (*Server, error) {
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(),
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config",
+		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=faults:",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[0]),
+		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
+		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+loopback(ports[3]),
+		"LOG_LEVEL=warn", "LOG_FORMAT=json")
+	p, err := proc.Start(proc.Options{Name: "envoyproxy/ratelimit", Path: bin, Env: env, Stdout: log, Stderr: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Name: "reference", Addr: loopback(ports[0]), p: p}
+	return s, ready(ctx, s, "http://"+loopback(ports[1])+"/healthcheck")
+}
+
+// ReferenceRoot writes Rules where envoyproxy/ratelimit reads them, under
+// dir, and returns its RUNTIME_ROOT.
+func ReferenceRoot(dir string) (string, error) {
+	config := filepath.Join(dir, "current", "config")
+	if err := os.MkdirAll(config, 0o755); err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(config, "faults.yaml"), []byte(Rules), 0o644)
+}
+
+func ready(ctx context.Context, s *Server, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := s.p.WaitFor(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		_, err := get(ctx, url)
+		return err
+	})
+	if err != nil {
+		s.Stop()
+		return fmt.Errorf("%s not ready: %w\n%s", s.Name, err, s.p.Output())
+	}
+	return nil
+}
+
+func get(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), err
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// Usage is what the sidecar process holds at one instant.
+type Usage struct {
+	RSSMB      float64 `json:"rss_mb"`
+	Goroutines int     `json:"goroutines"`
+	FDs        int     `json:"fds"`
+	RedisConns int     `json:"redis_conns"` // through the fault proxy
+}
+
+// Max is the larger of each field.
+func (u Usage) Max(v Usage) Usage {
+	return Usage{max(u.RSSMB, v.RSSMB), max(u.Goroutines, v.Goroutines), max(u.FDs, v.FDs), max(u.RedisConns, v.RedisConns)}
+}
+
+// Sample reads s's RSS and open file descriptors from /proc and its
+// goroutines from its metrics; conns is the Redis connections the proxy
+// sees.
+func Sample(ctx context.Context, s *Server, conns int) Usage {
+	u := Usage{RedisConns: conns}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(s.Pid()) + "/status"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+				u.RSSMB = kb / 1024
+			}
+		}
+	}
+	if fds, err := os.ReadDir("/proc/" + strconv.Itoa(s.Pid()) + "/fd"); err == nil {
+		u.FDs = len(fds)
+	}
+	if s.Metrics != "" {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if body, err := get(ctx, s.Metrics); err == nil {
+			u.Goroutines = int(metric(body, "go_goroutines"))
+		}
+	}
+	return u
+}
+
+// metric is the value of an unlabelled metric in a Prometheus text page.
+func metric(body, name string) float64 {
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
