@@ -20,13 +20,15 @@ import (
 )
 
 var (
-	full      = flag.Bool("faults.full", false, "run every fault against the sidecar and envoyproxy/ratelimit (bench/faults.sh); without it, the short CI run: a few faults, the sidecar alone")
-	out       = flag.String("faults.out", "", "directory for results.json and tables.md (default: none written)")
-	reference = flag.String("faults.reference", "", "prebuilt envoyproxy/ratelimit binary (default: go install "+referencePkg+")")
-	rate      = flag.Float64("faults.rate", 0, "calls per second offered to each server; 0: half the measured capacity of the slower (full), 200 (short)")
-	only      = flag.String("faults.only", "", "comma-separated fault names to run (default: all of the mode's)")
-	phase     = flag.Duration("faults.phase", 0, "length of the fault and of the time after it (default 10s full, 3s short)")
-	deadline  = flag.Duration("faults.deadline", time.Second, "client deadline of each call")
+	full        = flag.Bool("faults.full", false, "run every fault against the sidecar and envoyproxy/ratelimit (bench/faults.sh); without it, the short CI run: a few faults, the sidecar alone")
+	out         = flag.String("faults.out", "", "directory for results.json and tables.md (default: none written)")
+	reference   = flag.String("faults.reference", "", "prebuilt envoyproxy/ratelimit binary (default: go install "+referencePkg+")")
+	rate        = flag.Float64("faults.rate", 0, "calls per second offered to each server; 0: half the measured capacity of the slower (full), 200 (short)")
+	only        = flag.String("faults.only", "", "comma-separated fault names to run (default: all of the mode's)")
+	phase       = flag.Duration("faults.phase", 0, "length of the fault and of the time after it (default 10s full, 3s short)")
+	deadline    = flag.Duration("faults.deadline", time.Second, "client deadline of each call")
+	oneFlight   = flag.Bool("faults.one-in-flight", false, "also run a sidecar with -redis-batch-workers 1 (one batch in flight, as before the batcher adapted)")
+	sidecarArgs = flag.String("faults.sidecar-args", "", "extra flags for the sidecar, space-separated (e.g. -redis-timeout-cap 15ms)")
 )
 
 // referencePkg is the envoyproxy/ratelimit build the harness (bench/harness) runs as scenario ref.
@@ -67,7 +69,10 @@ func setAll(f faultproxy.Fault) func(t *testing.T, sides []*side) func() {
 }
 
 var allFaults = []fault{
+	{name: "latency 0ms", apply: latency(0)},
+	{name: "latency 1ms", apply: latency(time.Millisecond)},
 	{name: "latency 2ms", apply: latency(2 * time.Millisecond)},
+	{name: "latency 5ms", apply: latency(5 * time.Millisecond)},
 	{name: "latency 10ms", short: true, apply: latency(10 * time.Millisecond)},
 	{name: "latency 50ms", apply: latency(50 * time.Millisecond)},
 	{name: "latency 250ms", apply: latency(250 * time.Millisecond)},
@@ -133,7 +138,11 @@ type Result struct {
 	After        Phase   `json:"after"`
 	BackToNormal float64 `json:"back_to_normal_s"` // -1: not within the run
 	OverAdmitted int     `json:"over_admitted"`
-	// The sidecar's process: before the fault, the most during it and
+	// RedisCPUus is the Redis server's CPU per call decided during the
+	// fault, in µs: the commands of every call, and of none answered
+	// without Redis.
+	RedisCPUus float64 `json:"redis_cpu_us_per_decision"`
+	// A sidecar's process: before the fault, the most during it and
 	// after it, and at the end.
 	UsageBefore Usage `json:"usage_before"`
 	UsagePeak   Usage `json:"usage_peak"`
@@ -192,9 +201,19 @@ func TestFaults(t *testing.T) {
 		t.Cleanup(func() { _ = f.Close() })
 		return f
 	}
+	extra := strings.Fields(*sidecarArgs)
 	sides := []*side{newSide(func(addr string) (*Server, error) {
-		return StartSidecar(ctx, bin, rules, addr, logFile("sidecar"))
+		return StartSidecar(ctx, bin, rules, addr, logFile("sidecar"), extra...)
 	})}
+	if *oneFlight {
+		sides = append(sides, newSide(func(addr string) (*Server, error) {
+			s, err := StartSidecar(ctx, bin, rules, addr, logFile("sidecar-1"), append(extra, "-redis-batch-workers", "1")...)
+			if s != nil {
+				s.Name = "sidecar, 1 in flight"
+			}
+			return s, err
+		}))
+	}
 	if *full {
 		ref := *reference
 		if ref == "" {
@@ -276,8 +295,8 @@ func runFault(t *testing.T, f fault, sides []*side, load Load, lead, d time.Dura
 		l.HotValue = hot
 		wg.Go(func() { calls[i] = l.Run(ctx, s.conn, start, total) })
 	}
-	// The sidecar's process, every 250 ms.
-	var before, peak, end Usage
+	// The sidecars' processes, every 250 ms.
+	before, peak, end := make([]Usage, len(sides)), make([]Usage, len(sides)), make([]Usage, len(sides))
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Go(func() {
@@ -289,18 +308,34 @@ func runFault(t *testing.T, f fault, sides []*side, load Load, lead, d time.Dura
 			case <-stop:
 				return
 			}
-			u := Sample(ctx, sides[0].srv, sides[0].proxy.Conns())
-			if time.Since(start) < lead {
-				before = u
-			} else {
-				peak = peak.Max(u)
+			for i, s := range sides {
+				if s.srv.Metrics == "" {
+					continue
+				}
+				u := Sample(ctx, s.srv, s.proxy.Conns())
+				if time.Since(start) < lead {
+					before[i] = u
+				} else {
+					peak[i] = peak[i].Max(u)
+				}
+				end[i] = u
 			}
-			end = u
 		}
 	})
 	time.Sleep(time.Until(start.Add(lead)))
 	clear := f.apply(t, sides)
+	ticks := make([]uint64, len(sides))
+	for i, s := range sides {
+		ticks[i] = cpuTicks(s.redis.Pid())
+	}
 	time.Sleep(time.Until(start.Add(lead + d)))
+	for i, s := range sides {
+		if now := cpuTicks(s.redis.Pid()); now > 0 && ticks[i] > 0 {
+			ticks[i] = now - ticks[i]
+		} else {
+			ticks[i] = 0
+		}
+	}
 	clear()
 	wg.Wait()
 	close(stop)
@@ -319,8 +354,11 @@ func runFault(t *testing.T, f fault, sides []*side, load Load, lead, d time.Dura
 		} else {
 			r.BackToNormal = -1
 		}
-		if i == 0 {
-			r.UsageBefore, r.UsagePeak, r.UsageEnd = before, peak, end
+		if decided := r.During.Kinds[OK.String()] + r.During.Kinds[OverLimit.String()]; ticks[i] > 0 && decided > 0 {
+			r.RedisCPUus = float64(ticks[i]) * 1e4 / float64(decided) // 100 ticks a second
+		}
+		if s.srv.Metrics != "" {
+			r.UsageBefore, r.UsagePeak, r.UsageEnd = before[i], peak[i], end[i]
 		}
 		rs = append(rs, r)
 	}

@@ -40,6 +40,7 @@ func Tables(results []Result) string {
 		row("p50 / p99 during (ms)", func(r Result) string { return fmt.Sprintf("%.1f / %.1f", r.During.P50ms, r.During.P99ms) })
 		row("p50 / p99 after (ms)", func(r Result) string { return fmt.Sprintf("%.1f / %.1f", r.After.P50ms, r.After.P99ms) })
 		row("answers during: OK / OVER_LIMIT / Unavailable / deadline / other", func(r Result) string { return kindsCell(r.During) })
+		row("Redis CPU per decision during (µs)", func(r Result) string { return fmt.Sprintf("%.1f", r.RedisCPUus) })
 		row("over-admitted on a key over its limit", func(r Result) string { return fmt.Sprint(r.OverAdmitted) })
 		row("back to normal after the fault", func(r Result) string {
 			if r.BackToNormal < 0 {

@@ -47,13 +47,18 @@ func (s *Server) Stop() { _ = s.p.Stop(5 * time.Second) }
 // StartSidecar starts the sidecar binary bin on rules, with its counters in
 // the Redis at redisAddr, and waits until it is ready.
 func StartSidecar(ctx context.Context, bin, rules, redisAddr string, log io.Writer, extra ...string) (*Server, error) {
+	return StartSidecarArgs(ctx, bin, log, append([]string{"-config", rules, "-redis-url", "redis://" + redisAddr + "/0"}, extra...)...)
+}
+
+// StartSidecarArgs starts the sidecar binary bin with args (rules and Redis
+// among them) on free loopback ports, and waits until it is ready.
+func StartSidecarArgs(ctx context.Context, bin string, log io.Writer, args ...string) (*Server, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
-	args := append([]string{"-config", rules, "-grpc-addr", grpcAddr, "-http-addr", httpAddr,
-		"-redis-url", "redis://" + redisAddr + "/0", "-key-prefix", "faults:"}, extra...)
+	args = append([]string{"-grpc-addr", grpcAddr, "-http-addr", httpAddr, "-key-prefix", "faults:"}, args...)
 	p, err := proc.Start(proc.Options{Name: "ratelimit-sidecar", Path: bin, Args: args, Env: os.Environ(), Stdout: log, Stderr: log})
 	if err != nil {
 		return nil, err
@@ -149,11 +154,12 @@ type Usage struct {
 	Goroutines int     `json:"goroutines"`
 	FDs        int     `json:"fds"`
 	RedisConns int     `json:"redis_conns"` // through the fault proxy
+	HeapMB     float64 `json:"heap_mb"`
 }
 
 // Max is the larger of each field.
 func (u Usage) Max(v Usage) Usage {
-	return Usage{max(u.RSSMB, v.RSSMB), max(u.Goroutines, v.Goroutines), max(u.FDs, v.FDs), max(u.RedisConns, v.RedisConns)}
+	return Usage{max(u.RSSMB, v.RSSMB), max(u.Goroutines, v.Goroutines), max(u.FDs, v.FDs), max(u.RedisConns, v.RedisConns), max(u.HeapMB, v.HeapMB)}
 }
 
 // Sample reads s's RSS and open file descriptors from /proc and its
@@ -177,12 +183,14 @@ func Sample(ctx context.Context, s *Server, conns int) Usage {
 		defer cancel()
 		if body, err := get(ctx, s.Metrics); err == nil {
 			u.Goroutines = int(metric(body, "go_goroutines"))
+			u.HeapMB = metric(body, "go_memstats_heap_alloc_bytes") / (1 << 20)
 		}
 	}
 	return u
 }
 
-// metric is the value of an unlabelled metric in a Prometheus text page.
+// metric is the value of a metric in a Prometheus text page: the line that
+// starts with name, labels included.
 func metric(body, name string) float64 {
 	for line := range strings.SplitSeq(body, "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
@@ -191,4 +199,26 @@ func metric(body, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// cpuTicks is the process's user and system time, in clock ticks (USER_HZ,
+// 100 on Linux), or 0 when it cannot be read.
+func cpuTicks(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: fields count from
+	// after it. utime and stime are fields 14 and 15 of the line.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	s, _ := strconv.ParseUint(f[12], 10, 64)
+	return u + s
 }
