@@ -65,3 +65,9 @@ capacity:
 # BENCHFLAGS. `make unit` runs the short version (a few faults, the sidecar alone).
 faults:
 	bench/faults.sh $(BENCHFLAGS)
+
+# The soak of bench/faults for SOAK (default 30m): two replicas, rules reloads, xDS pushes and Sentinel
+# failovers under steady load; `make unit` runs a 60-second one. Its per-interval figures go to bench/out-soak.
+SOAK ?= 30m
+soak:
+	cd bench && $(GO) test -count=1 -timeout 0 -run 'TestSoak$$' -v ./faults -args -soak.duration $(SOAK) -soak.out out-soak
