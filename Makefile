@@ -70,4 +70,4 @@ faults:
 # failovers under steady load; `make unit` runs a 60-second one. Its per-interval figures go to bench/out-soak.
 SOAK ?= 30m
 soak:
-	cd bench && $(GO) test -count=1 -timeout 0 -run 'TestSoak$$' -v ./faults -args -soak.duration $(SOAK) -soak.out out-soak
+	cd bench && $(GO) test -count=1 -timeout 0 -run 'TestSoak$$' -v ./faults -args -soak.duration $(SOAK) -soak.out $(CURDIR)/bench/out-soak

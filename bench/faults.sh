@@ -4,4 +4,4 @@
 # Flags pass through to the test binary, e.g. bench/faults.sh -faults.phase 5s -faults.only "blackhole".
 set -eu
 cd "$(dirname "$0")"
-exec go test -count=1 -timeout 60m -run 'TestFaults$' -v ./faults -args -faults.full -faults.out out-faults "$@"
+exec go test -count=1 -timeout 60m -run 'TestFaults$' -v ./faults -args -faults.full -faults.out "$(pwd)/out-faults" "$@"

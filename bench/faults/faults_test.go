@@ -27,6 +27,7 @@ var (
 	only        = flag.String("faults.only", "", "comma-separated fault names to run (default: all of the mode's)")
 	phase       = flag.Duration("faults.phase", 0, "length of the fault and of the time after it (default 10s full, 3s short)")
 	deadline    = flag.Duration("faults.deadline", time.Second, "client deadline of each call")
+	runs        = flag.Int("faults.runs", 1, "runs of the whole fault list; the tables give medians")
 	oneFlight   = flag.Bool("faults.one-in-flight", false, "also run a sidecar with -redis-batch-workers 1 (one batch in flight, as before the batcher adapted)")
 	sidecarArgs = flag.String("faults.sidecar-args", "", "extra flags for the sidecar, space-separated (e.g. -redis-timeout-cap 15ms)")
 )
@@ -246,10 +247,24 @@ func TestFaults(t *testing.T) {
 	t.Logf("offered load: %.0f calls/s per server, %d in flight at most, client deadline %v", load.Rate, load.InFlight, load.Deadline)
 
 	var results []Result
-	for _, f := range allFaults {
-		if !selected(f) {
-			continue
+	for run := range *runs {
+		for _, f := range allFaults {
+			if !selected(f) {
+				continue
+			}
+			t.Logf("run %d/%d: %s", run+1, *runs, f.name)
+			results = append(results, runAndCheck(t, f, sides, load, lead, d)...)
 		}
+	}
+	if *out != "" {
+		write(t, results, lead, d)
+	}
+}
+
+// runAndCheck runs one fault, logs its figures and, in the short run,
+// checks the sidecar's promises.
+func runAndCheck(t *testing.T, f fault, sides []*side, load Load, lead, d time.Duration) []Result {
+	{
 		rs := runFault(t, f, sides, load, lead, d)
 		for _, r := range rs {
 			t.Logf("%-28s %-9s during: decided≤20ms %5.1f%% ≤deadline %5.1f%% p50 %7.1fms p99 %7.1fms %v; after: p99 %6.1fms; back to normal %.1fs; over-admitted %d",
@@ -259,10 +274,7 @@ func TestFaults(t *testing.T) {
 		if !*full {
 			checkPromises(t, f, rs[0])
 		}
-		results = append(results, rs...)
-	}
-	if *out != "" {
-		write(t, results)
+		return rs
 	}
 }
 
@@ -422,7 +434,7 @@ func installReference(t *testing.T, dir string) string {
 	return filepath.Join(dir, "service_cmd")
 }
 
-func write(t *testing.T, results []Result) {
+func write(t *testing.T, results []Result, lead, d time.Duration) {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -435,5 +447,11 @@ func write(t *testing.T, results []Result) {
 	}
 	if err := os.WriteFile(filepath.Join(*out, "tables.md"), []byte(Tables(results)), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range []string{"blackhole", "latency 10ms"} {
+		name := strings.ReplaceAll(f, " ", "-") + ".png"
+		if err := Chart(filepath.Join(*out, name), results, f, lead.Seconds(), (lead + d).Seconds()); err != nil {
+			t.Logf("chart %s: %v", name, err)
+		}
 	}
 }
