@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,18 +39,31 @@ const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.2
 // side is one server under test with its own Redis behind its own fault
 // proxy, and its load.
 type side struct {
-	srv   *Server
-	redis *redistest.Server
-	proxy *faultproxy.Proxy
-	conn  *grpc.ClientConn
+	srv      *Server
+	redis    *redistest.Server // single topology
+	proxy    *faultproxy.Proxy // single topology: between the server and redis
+	conn     *grpc.ClientConn
+	args     []string            // a sidecar's flags beyond its rules and Redis
+	sentinel *redistest.Sentinel // sentinel topology
+	cluster  *redistest.Cluster  // cluster topology
+}
+
+// redisConns is how many connections the server holds to Redis, as the
+// fault proxy sees them; 0 without one.
+func (s *side) redisConns() int {
+	if s.proxy == nil {
+		return 0
+	}
+	return s.proxy.Conns()
 }
 
 // fault is one fault: apply starts it on every side and returns what ends
 // it.
 type fault struct {
-	name  string
-	short bool // in the CI run too
-	apply func(t *testing.T, sides []*side) (clear func())
+	name     string
+	short    bool   // in the CI run too
+	topology string // "" (one redis-server behind a fault proxy), "sentinel" or "cluster": sides of their own
+	apply    func(t *testing.T, sides []*side) (clear func())
 }
 
 func latency(l time.Duration) func(t *testing.T, sides []*side) func() {
@@ -108,6 +122,18 @@ var allFaults = []fault{
 				s.redis.Restart(t)
 			}
 		}
+	}},
+	{name: "sentinel failover (master killed)", topology: "sentinel", apply: func(t *testing.T, sides []*side) func() {
+		for _, s := range sides {
+			s.sentinel.KillMaster()
+		}
+		return func() {}
+	}},
+	{name: "cluster master killed", topology: "cluster", apply: func(t *testing.T, sides []*side) func() {
+		for _, s := range sides {
+			s.cluster.Node(0).Stop()
+		}
+		return func() {}
 	}},
 	{name: "cpu starved", apply: func(t *testing.T, _ []*side) func() {
 		// Two busy processes, one per core of the machine the figures were
@@ -175,14 +201,7 @@ func TestFaults(t *testing.T) {
 	}
 	lead := 3 * time.Second
 
-	newSide := func(start func(redisAddr string) (*Server, error)) *side {
-		r := redistest.Start(t)
-		p, err := faultproxy.Start(ctx, r.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close() })
-		srv, err := start(p.Addr())
+	connect := func(t *testing.T, s *side, srv *Server, err error) *side {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,9 +211,21 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = conn.Close() })
-		return &side{srv: srv, redis: r, proxy: p, conn: conn}
+		s.srv, s.conn = srv, conn
+		return s
+	}
+	newSide := func(start func(redisAddr string) (*Server, error)) *side {
+		r := redistest.Start(t)
+		p, err := faultproxy.Start(ctx, r.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		srv, err := start(p.Addr())
+		return connect(t, &side{redis: r, proxy: p}, srv, err)
 	}
 	logFile := func(name string) *os.File {
+		name = strings.NewReplacer(" ", "-", ",", "").Replace(name)
 		f, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
 			t.Fatal(err)
@@ -206,26 +237,30 @@ func TestFaults(t *testing.T) {
 	sides := []*side{newSide(func(addr string) (*Server, error) {
 		return StartSidecar(ctx, bin, rules, addr, logFile("sidecar"), extra...)
 	})}
+	sides[0].args = extra
 	if *oneFlight {
+		one := append(slices.Clip(extra), "-redis-batch-workers", "1")
 		sides = append(sides, newSide(func(addr string) (*Server, error) {
-			s, err := StartSidecar(ctx, bin, rules, addr, logFile("sidecar-1"), append(extra, "-redis-batch-workers", "1")...)
+			s, err := StartSidecar(ctx, bin, rules, addr, logFile("sidecar-1"), one...)
 			if s != nil {
 				s.Name = "sidecar, 1 in flight"
 			}
 			return s, err
 		}))
+		sides[1].args = one
 	}
+	var refBin, refRoot string
 	if *full {
-		ref := *reference
-		if ref == "" {
-			ref = installReference(t, dir)
+		refBin = *reference
+		if refBin == "" {
+			refBin = installReference(t, dir)
 		}
-		root, err := ReferenceRoot(filepath.Join(dir, "reference-runtime"))
-		if err != nil {
+		var err error
+		if refRoot, err = ReferenceRoot(filepath.Join(dir, "reference-runtime")); err != nil {
 			t.Fatal(err)
 		}
 		sides = append(sides, newSide(func(addr string) (*Server, error) {
-			return StartReference(ctx, ref, root, addr, logFile("reference"))
+			return StartReference(ctx, refBin, refRoot, addr, logFile("reference"))
 		}))
 	}
 
@@ -246,6 +281,41 @@ func TestFaults(t *testing.T) {
 	}
 	t.Logf("offered load: %.0f calls/s per server, %d in flight at most, client deadline %v", load.Rate, load.InFlight, load.Deadline)
 
+	// A topology fault gets servers of its own, on a Sentinel-managed Redis
+	// or a Cluster with a replica per master, each server on its own.
+	topologySides := func(t *testing.T, topology string) []*side {
+		var ss []*side
+		for _, s := range sides {
+			n := &side{}
+			var srv *Server
+			var err error
+			switch topology {
+			case "sentinel":
+				n.sentinel = redistest.StartSentinel(t)
+				if s.srv.Metrics != "" {
+					srv, err = StartSidecarArgs(ctx, bin, logFile(s.srv.Name+"-sentinel"), append([]string{"-config", rules, "-redis-mode", "sentinel",
+						"-redis-addrs", strings.Join(n.sentinel.SentinelAddrs, ","), "-redis-master-name", n.sentinel.MasterName}, s.args...)...)
+				} else {
+					srv, err = StartReferenceEnv(ctx, refBin, refRoot, logFile("reference-sentinel"), "REDIS_TYPE=sentinel",
+						"REDIS_URL="+n.sentinel.MasterName+","+strings.Join(n.sentinel.SentinelAddrs, ","))
+				}
+			case "cluster":
+				n.cluster = redistest.StartClusterWithReplicas(t, 3)
+				if s.srv.Metrics != "" {
+					srv, err = StartSidecarArgs(ctx, bin, logFile(s.srv.Name+"-cluster"), append([]string{"-config", rules, "-redis-mode", "cluster",
+						"-redis-addrs", strings.Join(n.cluster.Addrs, ",")}, s.args...)...)
+				} else {
+					srv, err = StartReferenceEnv(ctx, refBin, refRoot, logFile("reference-cluster"), "REDIS_TYPE=cluster",
+						"REDIS_URL="+strings.Join(n.cluster.Addrs, ","))
+				}
+			}
+			if srv != nil {
+				srv.Name = s.srv.Name
+			}
+			ss = append(ss, connect(t, n, srv, err))
+		}
+		return ss
+	}
 	var results []Result
 	for run := range *runs {
 		for _, f := range allFaults {
@@ -253,7 +323,14 @@ func TestFaults(t *testing.T) {
 				continue
 			}
 			t.Logf("run %d/%d: %s", run+1, *runs, f.name)
-			results = append(results, runAndCheck(t, f, sides, load, lead, d)...)
+			if f.topology == "" {
+				results = append(results, runAndCheck(t, f, sides, load, lead, d)...)
+				continue
+			}
+			// Its processes stop at the end of the subtest.
+			t.Run(strings.ReplaceAll(f.name, " ", "_"), func(t *testing.T) {
+				results = append(results, runAndCheck(t, f, topologySides(t, f.topology), load, lead, d)...)
+			})
 		}
 	}
 	if *out != "" {
@@ -324,7 +401,7 @@ func runFault(t *testing.T, f fault, sides []*side, load Load, lead, d time.Dura
 				if s.srv.Metrics == "" {
 					continue
 				}
-				u := Sample(ctx, s.srv, s.proxy.Conns())
+				u := Sample(ctx, s.srv, s.redisConns())
 				if time.Since(start) < lead {
 					before[i] = u
 				} else {
@@ -338,10 +415,15 @@ func runFault(t *testing.T, f fault, sides []*side, load Load, lead, d time.Dura
 	clear := f.apply(t, sides)
 	ticks := make([]uint64, len(sides))
 	for i, s := range sides {
-		ticks[i] = cpuTicks(s.redis.Pid())
+		if s.redis != nil {
+			ticks[i] = cpuTicks(s.redis.Pid())
+		}
 	}
 	time.Sleep(time.Until(start.Add(lead + d)))
 	for i, s := range sides {
+		if s.redis == nil {
+			continue
+		}
 		if now := cpuTicks(s.redis.Pid()); now > 0 && ticks[i] > 0 {
 			ticks[i] = now - ticks[i]
 		} else {
@@ -360,8 +442,8 @@ func runFault(t *testing.T, f fault, sides []*side, load Load, lead, d time.Dura
 			Before: Summarize(c, 0, lead, load.Deadline), During: Summarize(c, lead, lead+d, load.Deadline),
 			After: Summarize(c, lead+d, total, load.Deadline), OverAdmitted: OverAdmitted(c, 0),
 			Timeline: Timeline(c, total, 250*time.Millisecond)}
-		slowest := max(20*time.Millisecond, time.Duration(2*r.Before.P99ms*float64(time.Millisecond)))
-		if back, ok := BackToNormal(c, lead+d, total, Normal{Bin: 100 * time.Millisecond, Slowest: slowest}); ok {
+		median := max(20*time.Millisecond, time.Duration(2*r.Before.P50ms*float64(time.Millisecond)))
+		if back, ok := BackToNormal(c, lead+d, total, Normal{Bin: 250 * time.Millisecond, Median: median}); ok {
 			r.BackToNormal = back.Seconds()
 		} else {
 			r.BackToNormal = -1

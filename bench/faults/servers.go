@@ -71,18 +71,25 @@ func StartSidecarArgs(ctx context.Context, bin string, log io.Writer, args ...st
 // root/current/config, with its counters in the Redis at redisAddr, and
 // waits until it is ready.
 func StartReference(ctx context.Context, bin, root, redisAddr string, log io.Writer) (*Server, error) {
+	return StartReferenceEnv(ctx, bin, root, log, "REDIS_URL="+redisAddr)
+}
+
+// StartReferenceEnv is StartReference with the Redis settings given as its
+// environment: REDIS_TYPE, REDIS_URL.
+func StartReferenceEnv(ctx context.Context, bin, root string, log io.Writer, redisEnv ...string) (*Server, error) {
 	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
 	env := append(os.Environ(),
 		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config",
-		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=faults:",
+		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "CACHE_KEY_PREFIX=faults:",
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[0]),
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
 		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+loopback(ports[3]),
 		"LOG_LEVEL=warn", "LOG_FORMAT=json")
+	env = append(env, redisEnv...)
 	p, err := proc.Start(proc.Options{Name: "envoyproxy/ratelimit", Path: bin, Env: env, Stdout: log, Stderr: log})
 	if err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func TestSummarize(t *testing.T) {
 func TestBackToNormal(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
-	n := Normal{Bin: 100 * ms, Slowest: 20 * ms}
+	n := Normal{Bin: 100 * ms, Median: 20 * ms}
 	for _, tt := range []struct {
 		name  string
 		calls []Call
@@ -41,6 +41,7 @@ func TestBackToNormal(t *testing.T) {
 		{"normal at once", []Call{{At: 50 * ms, Latency: ms, Kind: OK}}, 0, true},
 		{"an error then normal", []Call{{At: 150 * ms, Kind: Unavailable}, {At: 250 * ms, Latency: ms, Kind: OK}}, 200 * ms, true},
 		{"slow then normal", []Call{{At: 320 * ms, Latency: 21 * ms, Kind: OK}, {At: 450 * ms, Latency: ms, Kind: OK}}, 400 * ms, true},
+		{"one slow call in a fast bin", []Call{{At: 310 * ms, Latency: 900 * ms, Kind: OK}, {At: 320 * ms, Latency: ms, Kind: OK}, {At: 330 * ms, Latency: ms, Kind: OK}}, 0, true},
 		{"bad in the last bin", []Call{{At: 950 * ms, Kind: Deadline}}, 0, false},
 		{"bad, good, bad again", []Call{{At: 50 * ms, Kind: Deadline}, {At: 150 * ms, Kind: OK}, {At: 550 * ms, Kind: Deadline}}, 600 * ms, true},
 	} {
