@@ -24,12 +24,12 @@ var (
 	full        = flag.Bool("faults.full", false, "run every fault against the sidecar and envoyproxy/ratelimit (bench/faults.sh); without it, the short CI run: a few faults, the sidecar alone")
 	out         = flag.String("faults.out", "", "directory for results.json and tables.md (default: none written)")
 	reference   = flag.String("faults.reference", "", "prebuilt envoyproxy/ratelimit binary (default: go install "+referencePkg+")")
-	rate        = flag.Float64("faults.rate", 0, "calls per second offered to each server; 0: half the measured capacity of the slower (full), 200 (short)")
+	rate        = flag.Float64("faults.rate", 0, "calls per second offered to each server; 0: half the measured capacity of the slowest, split between the servers, which run at once (full); 200 (short)")
 	only        = flag.String("faults.only", "", "comma-separated fault names to run (default: all of the mode's)")
 	phase       = flag.Duration("faults.phase", 0, "length of the fault and of the time after it (default 10s full, 3s short)")
 	deadline    = flag.Duration("faults.deadline", time.Second, "client deadline of each call")
 	runs        = flag.Int("faults.runs", 1, "runs of the whole fault list; the tables give medians")
-	oneFlight   = flag.Bool("faults.one-in-flight", false, "also run a sidecar with -redis-batch-workers 1 (one batch in flight, as before the batcher adapted)")
+	also        = flag.String("faults.also", "", `more sidecars, each with its own flags: "name=flags;name=flags", e.g. "1 in flight=-redis-batch-workers 1;cap 15ms=-redis-timeout-cap 15ms"`)
 	sidecarArgs = flag.String("faults.sidecar-args", "", "extra flags for the sidecar, space-separated (e.g. -redis-timeout-cap 15ms)")
 )
 
@@ -238,16 +238,22 @@ func TestFaults(t *testing.T) {
 		return StartSidecar(ctx, bin, rules, addr, logFile("sidecar"), extra...)
 	})}
 	sides[0].args = extra
-	if *oneFlight {
-		one := append(slices.Clip(extra), "-redis-batch-workers", "1")
-		sides = append(sides, newSide(func(addr string) (*Server, error) {
-			s, err := StartSidecar(ctx, bin, rules, addr, logFile("sidecar-1"), one...)
+	for v := range strings.SplitSeq(*also, ";") {
+		name, flags, ok := strings.Cut(v, "=")
+		if !ok {
+			continue
+		}
+		args := append(slices.Clip(extra), strings.Fields(flags)...)
+		name = "sidecar, " + strings.TrimSpace(name)
+		s := newSide(func(addr string) (*Server, error) {
+			s, err := StartSidecar(ctx, bin, rules, addr, logFile(name), args...)
 			if s != nil {
-				s.Name = "sidecar, 1 in flight"
+				s.Name = name
 			}
 			return s, err
-		}))
-		sides[1].args = one
+		})
+		s.args = args
+		sides = append(sides, s)
 	}
 	var refBin, refRoot string
 	if *full {
@@ -276,7 +282,9 @@ func TestFaults(t *testing.T) {
 					slowest = c
 				}
 			}
-			load.Rate = slowest / 2
+			// The servers run at once on one machine: together they get
+			// half of what the slowest could take alone.
+			load.Rate = slowest / 2 / float64(len(sides))
 		}
 	}
 	t.Logf("offered load: %.0f calls/s per server, %d in flight at most, client deadline %v", load.Rate, load.InFlight, load.Deadline)
