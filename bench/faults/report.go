@@ -174,3 +174,50 @@ func vline(x float64) *plotter.Line {
 	l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
 	return l
 }
+
+// SoakChart draws the soak's curves, a panel each: RSS and heap (MB),
+// goroutines, and p99 (ms), per replica over the minutes.
+func SoakChart(path string, samples []SoakSample) error {
+	panels := []struct {
+		title string
+		f     func(SoakSample) float64
+	}{
+		{"RSS (MB)", func(s SoakSample) float64 { return s.Usage.RSSMB }},
+		{"Go heap in use (MB)", func(s SoakSample) float64 { return s.Usage.HeapMB }},
+		{"goroutines", func(s SoakSample) float64 { return float64(s.Usage.Goroutines) }},
+		{"open file descriptors", func(s SoakSample) float64 { return float64(s.Usage.FDs) }},
+		{"p99 (ms)", func(s SoakSample) float64 { return s.P99ms }},
+	}
+	const w, h = 8 * vg.Inch, 2.2 * vg.Inch
+	img := vgimg.New(w, h*vg.Length(len(panels)))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadX: vg.Millimeter, PadY: vg.Millimeter, PadTop: vg.Millimeter, PadBottom: vg.Millimeter}
+	var replicas []string
+	for _, s := range samples {
+		if !slices.Contains(replicas, s.Replica) {
+			replicas = append(replicas, s.Replica)
+		}
+	}
+	for i, panel := range panels {
+		p := plot.New()
+		p.Title.Text = panel.title
+		p.X.Label.Text = "minutes"
+		p.Y.Min = 0
+		var lines []any
+		for _, r := range replicas {
+			var xy plotter.XYs
+			for _, s := range samples {
+				if s.Replica == r {
+					xy = append(xy, plotter.XY{X: s.At, Y: panel.f(s)})
+				}
+			}
+			lines = append(lines, "replica "+r, xy)
+		}
+		if err := plotutil.AddLinePoints(p, lines...); err != nil {
+			return err
+		}
+		p.Legend.Top = true
+		p.Draw(draw.Crop(tiles.At(dc, 0, i), 0, 0, 0, 0))
+	}
+	return pngfile.Write(path, img)
+}

@@ -328,6 +328,9 @@ func writeSoak(t *testing.T, samples []SoakSample) {
 	if err == nil {
 		err = os.WriteFile(filepath.Join(*soakOut, "soak.json"), b, 0o644)
 	}
+	if err == nil {
+		err = SoakChart(filepath.Join(*soakOut, "soak.png"), samples)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
