@@ -90,7 +90,11 @@ func Tables(results []Result) string {
 			return strings.Join(parts, " / ")
 		})
 		row("Redis CPU per decision during (µs)", func(rs []Result) string {
-			return fmt.Sprintf("%.1f", med(rs, func(r Result) float64 { return r.RedisCPUus }))
+			// Not measured on Sentinel or Cluster, nor while Redis is down.
+			if v := med(rs, func(r Result) float64 { return r.RedisCPUus }); v > 0 {
+				return fmt.Sprintf("%.1f", v)
+			}
+			return "–"
 		})
 		row("over-admitted on a key over its limit", func(rs []Result) string {
 			return fmt.Sprint(med(rs, func(r Result) float64 { return float64(r.OverAdmitted) }))
@@ -118,7 +122,13 @@ func Tables(results []Result) string {
 		}
 		row("RSS MB before / peak / end", usage(func(u Usage) float64 { return u.RSSMB }, "%.0f / %.0f / %.0f"))
 		row("goroutines before / peak / end", usage(func(u Usage) float64 { return float64(u.Goroutines) }, "%.0f / %.0f / %.0f"))
-		row("Redis connections before / peak / end", usage(func(u Usage) float64 { return float64(u.RedisConns) }, "%.0f / %.0f / %.0f"))
+		conns := usage(func(u Usage) float64 { return float64(u.RedisConns) }, "%.0f / %.0f / %.0f")
+		row("Redis connections before / peak / end", func(rs []Result) string {
+			if rs[0].UsageBefore.RedisConns == 0 { // counted by the fault proxy, which Sentinel and Cluster runs lack
+				return "–"
+			}
+			return conns(rs)
+		})
 		b.WriteString("\n")
 	}
 	return b.String()
