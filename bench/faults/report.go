@@ -96,6 +96,12 @@ func Tables(results []Result) string {
 			}
 			return "–"
 		})
+		row("times the sidecar's circuit breaker opened", func(rs []Result) string {
+			if rs[0].UsageBefore.Goroutines == 0 {
+				return "–"
+			}
+			return fmt.Sprint(med(rs, func(r Result) float64 { return float64(r.BreakerOpened) }))
+		})
 		row("over-admitted on a key over its limit", func(rs []Result) string {
 			return fmt.Sprint(med(rs, func(r Result) float64 { return float64(r.OverAdmitted) }))
 		})

@@ -36,6 +36,27 @@ type Server struct {
 	Addr    string // gRPC
 	Metrics string // URL of its Prometheus metrics; "" when none
 	p       *proc.Process
+	log     string // the file its output goes to, when it goes to a file
+}
+
+// LogSize is the size of the server's log file, 0 when it has none.
+func (s *Server) LogSize() int64 {
+	if fi, err := os.Stat(s.log); s.log != "" && err == nil {
+		return fi.Size()
+	}
+	return 0
+}
+
+// LogCount is how many lines of the server's log past offset hold text.
+func (s *Server) LogCount(offset int64, text string) int {
+	if s.log == "" {
+		return 0
+	}
+	b, err := os.ReadFile(s.log)
+	if err != nil || int64(len(b)) < offset {
+		return 0
+	}
+	return strings.Count(string(b[offset:]), text)
 }
 
 // Pid is the server's process id.
@@ -64,6 +85,9 @@ func StartSidecarArgs(ctx context.Context, bin string, log io.Writer, args ...st
 		return nil, err
 	}
 	s := &Server{Name: "sidecar", Addr: grpcAddr, Metrics: "http://" + httpAddr + "/metrics", p: p}
+	if f, ok := log.(*os.File); ok {
+		s.log = f.Name()
+	}
 	return s, ready(ctx, s, "http://"+httpAddr+"/readyz")
 }
 
