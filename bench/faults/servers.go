@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
 
@@ -74,11 +73,11 @@ func StartSidecar(ctx context.Context, bin, rules, redisAddr string, log io.Writ
 // StartSidecarArgs starts the sidecar binary bin with args (rules and Redis
 // among them) on free loopback ports, and waits until it is ready.
 func StartSidecarArgs(ctx context.Context, bin string, log io.Writer, args ...string) (*Server, error) {
-	ports, err := freePorts(2)
+	ports, err := local.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
+	grpcAddr, httpAddr := local.Addr(ports[0]), local.Addr(ports[1])
 	args = append([]string{"-grpc-addr", grpcAddr, "-http-addr", httpAddr, "-key-prefix", "faults:"}, args...)
 	p, err := proc.Start(proc.Options{Name: "ratelimit-sidecar", Path: bin, Args: args, Env: os.Environ(), Stdout: log, Stderr: log})
 	if err != nil {
@@ -101,7 +100,7 @@ func StartReference(ctx context.Context, bin, root, redisAddr string, log io.Wri
 // StartReferenceEnv is StartReference with the Redis settings given as its
 // environment: REDIS_TYPE, REDIS_URL.
 func StartReferenceEnv(ctx context.Context, bin, root string, log io.Writer, redisEnv ...string) (*Server, error) {
-	ports, err := freePorts(4)
+	ports, err := local.FreePorts(4)
 	if err != nil {
 		return nil, err
 	}
@@ -111,15 +110,15 @@ func StartReferenceEnv(ctx context.Context, bin, root string, log io.Writer, red
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[0]),
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
-		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+loopback(ports[3]),
+		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+local.Addr(ports[3]),
 		"LOG_LEVEL=warn", "LOG_FORMAT=json")
 	env = append(env, redisEnv...)
 	p, err := proc.Start(proc.Options{Name: "envoyproxy/ratelimit", Path: bin, Env: env, Stdout: log, Stderr: log})
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Name: "reference", Addr: loopback(ports[0]), p: p}
-	return s, ready(ctx, s, "http://"+loopback(ports[1])+"/healthcheck")
+	s := &Server{Name: "reference", Addr: local.Addr(ports[0]), p: p}
+	return s, ready(ctx, s, "http://"+local.Addr(ports[1])+"/healthcheck")
 }
 
 // ReferenceRoot writes Rules where envoyproxy/ratelimit reads them, under
@@ -136,7 +135,7 @@ func ready(ctx context.Context, s *Server, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := s.p.WaitFor(ctx, 50*time.Millisecond, func(ctx context.Context) error {
-		_, err := get(ctx, url)
+		_, err := local.Get(ctx, url)
 		return err
 	})
 	if err != nil {
@@ -145,39 +144,6 @@ func ready(ctx context.Context, s *Server, url string) error {
 	}
 	return nil
 }
-
-func get(ctx context.Context, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(b), err
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
-func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // Usage is what the sidecar process holds at one instant.
 type Usage struct {
@@ -212,7 +178,7 @@ func Sample(ctx context.Context, s *Server, conns int) Usage {
 	if s.Metrics != "" {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if body, err := get(ctx, s.Metrics); err == nil {
+		if body, err := local.Get(ctx, s.Metrics); err == nil {
 			u.Goroutines = int(metric(body, "go_goroutines"))
 			u.HeapMB = metric(body, "go_memstats_heap_alloc_bytes") / (1 << 20)
 		}

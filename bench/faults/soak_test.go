@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xds/xdstest"
 )
@@ -178,7 +179,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("%d reloads and pushes, %d failovers: the soak changed nothing", reloads, failovers)
 	}
 	for _, r := range replicas {
-		if body, err := get(ctx, r.Metrics); err == nil && r.Name == "files" {
+		if body, err := local.Get(ctx, r.Metrics); err == nil && r.Name == "files" {
 			if ok := metric(body, `ratelimit_reloads_total{result="ok"}`); ok < float64(reloads+1) {
 				t.Errorf("files replica: %v rules loads, want %d: not every rewrite was reloaded", ok, reloads+1)
 			}
