@@ -155,31 +155,6 @@ var allFaults = []fault{
 	}},
 }
 
-// Result is one fault's figures for one server.
-type Result struct {
-	Fault        string  `json:"fault"`
-	Server       string  `json:"server"`
-	Rate         float64 `json:"rate"`
-	Before       Phase   `json:"before"`
-	During       Phase   `json:"during"`
-	After        Phase   `json:"after"`
-	BackToNormal float64 `json:"back_to_normal_s"` // -1: not within the run
-	OverAdmitted int     `json:"over_admitted"`
-	// RedisCPUus is the Redis server's CPU per call decided during the
-	// fault, in µs: the commands of every call, and of none answered
-	// without Redis.
-	RedisCPUus float64 `json:"redis_cpu_us_per_decision"`
-	// BreakerOpened is how many times the sidecar's circuit breaker opened
-	// during the run (from its log).
-	BreakerOpened int `json:"breaker_opened"`
-	// A sidecar's process: before the fault, the most during it and
-	// after it, and at the end.
-	UsageBefore Usage `json:"usage_before"`
-	UsagePeak   Usage `json:"usage_peak"`
-	UsageEnd    Usage `json:"usage_end"`
-	Timeline    []Bin `json:"timeline"`
-}
-
 // TestFaults runs each fault under a steady open-loop load: a lead-in, the
 // fault, and the time after it, on every server at once, each on its own
 // Redis behind its own fault proxy. The short run (CI) checks the sidecar's

@@ -16,6 +16,41 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/pngfile"
 )
 
+// Result is one fault's figures for one server.
+type Result struct {
+	Fault        string  `json:"fault"`
+	Server       string  `json:"server"`
+	Rate         float64 `json:"rate"`
+	Before       Phase   `json:"before"`
+	During       Phase   `json:"during"`
+	After        Phase   `json:"after"`
+	BackToNormal float64 `json:"back_to_normal_s"` // -1: not within the run
+	OverAdmitted int     `json:"over_admitted"`
+	// RedisCPUus is the Redis server's CPU per call decided during the
+	// fault, in µs: the commands of every call, and of none answered
+	// without Redis.
+	RedisCPUus float64 `json:"redis_cpu_us_per_decision"`
+	// BreakerOpened is how many times the sidecar's circuit breaker opened
+	// during the run (from its log).
+	BreakerOpened int `json:"breaker_opened"`
+	// A sidecar's process: before the fault, the most during it and
+	// after it, and at the end.
+	UsageBefore Usage `json:"usage_before"`
+	UsagePeak   Usage `json:"usage_peak"`
+	UsageEnd    Usage `json:"usage_end"`
+	Timeline    []Bin `json:"timeline"`
+}
+
+// SoakSample is one interval of the soak for one replica.
+type SoakSample struct {
+	Replica string  `json:"replica"`
+	At      float64 `json:"at_min"`
+	Usage   Usage   `json:"usage"`
+	P99ms   float64 `json:"p99_ms"`
+	Calls   int     `json:"calls"`
+	Decided int     `json:"decided"`
+}
+
 // group returns the faults in order of first appearance, and for each the
 // servers in order, each with its results over every run.
 func group(results []Result) (faults []string, servers map[string][]string, by map[[2]string][]Result) {

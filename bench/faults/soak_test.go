@@ -41,16 +41,6 @@ const (
 	maxFDGrowth          = 20
 )
 
-// SoakSample is one interval of the soak for one replica.
-type SoakSample struct {
-	Replica string  `json:"replica"`
-	At      float64 `json:"at_min"`
-	Usage   Usage   `json:"usage"`
-	P99ms   float64 `json:"p99_ms"`
-	Calls   int     `json:"calls"`
-	Decided int     `json:"decided"`
-}
-
 // TestSoak runs two sidecar replicas on one Sentinel-managed Redis, one
 // reading rules from a file and one from an xDS server, under a steady load
 // for -soak.duration; every minute (a third of a shorter run) the file is
