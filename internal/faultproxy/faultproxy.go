@@ -72,9 +72,10 @@ type Proxy struct {
 	conns   map[*pair]struct{}
 	closed  bool
 
-	done chan struct{} // closed by Close
-	wg   sync.WaitGroup
-	once sync.Once
+	ctx    context.Context // ends at Close or when Start's ctx ends
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 // Start listens on 127.0.0.1 on a free port and forwards each accepted
@@ -92,16 +93,13 @@ func Start(ctx context.Context, target string) (*Proxy, error) {
 		ln:      ln,
 		changed: make(chan struct{}),
 		conns:   map[*pair]struct{}{},
-		done:    make(chan struct{}),
 	}
+	p.ctx, p.cancel = context.WithCancel(ctx)
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		select {
-		case <-ctx.Done():
-			p.shutdown()
-		case <-p.done:
-		}
+		<-p.ctx.Done()
+		p.shutdown()
 	}()
 	go func() {
 		defer p.wg.Done()
@@ -147,12 +145,7 @@ func (p *Proxy) Conns() int {
 // sides (SO_LINGER 0), dropping bytes in flight, and returns how many it
 // reset. The proxy keeps accepting new connections.
 func (p *Proxy) ResetConnections() int {
-	p.mu.Lock()
-	all := make([]*pair, 0, len(p.conns))
-	for c := range p.conns {
-		all = append(all, c)
-	}
-	p.mu.Unlock()
+	all := p.open(false)
 	for _, c := range all {
 		c.abort(true)
 	}
@@ -170,19 +163,25 @@ func (p *Proxy) Close() error {
 
 func (p *Proxy) shutdown() {
 	p.once.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		all := make([]*pair, 0, len(p.conns))
-		for c := range p.conns {
-			all = append(all, c)
-		}
-		p.mu.Unlock()
-		close(p.done)
+		all := p.open(true)
+		p.cancel()
 		_ = p.ln.Close()
 		for _, c := range all {
 			c.abort(false)
 		}
 	})
+}
+
+// open returns the connections open now; with closing, no more are added.
+func (p *Proxy) open(closing bool) []*pair {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = p.closed || closing
+	all := make([]*pair, 0, len(p.conns))
+	for c := range p.conns {
+		all = append(all, c)
+	}
+	return all
 }
 
 func (p *Proxy) accept() {
@@ -194,13 +193,14 @@ func (p *Proxy) accept() {
 			}
 			// A transient accept error (EMFILE): back off briefly.
 			select {
-			case <-p.done:
+			case <-p.ctx.Done():
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
 			continue
 		}
 		c := &pair{client: client.(*net.TCPConn), done: make(chan struct{})}
+		c.ctx, c.cancel = context.WithCancel(p.ctx)
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -229,16 +229,7 @@ func (p *Proxy) serve(c *pair) {
 	if !p.waitOpen(c.done) {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { // owned by serve: ends with cancel below, at the latest
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	server, err := p.dialer.DialContext(ctx, "tcp", p.target)
-	cancel()
+	server, err := p.dialer.DialContext(c.ctx, "tcp", p.target)
 	if err != nil {
 		// The target is down: the client sees its connection reset, as
 		// it would connecting to a closed port directly.
@@ -267,7 +258,7 @@ func (p *Proxy) waitOpen(done <-chan struct{}) bool {
 		case <-changed:
 		case <-done:
 			return false
-		case <-p.done:
+		case <-p.ctx.Done():
 			return false
 		}
 	}
@@ -384,7 +375,9 @@ func (l *link) reserve(n int, bytesPerSec int64) time.Time {
 // dialled, the target side.
 type pair struct {
 	client *net.TCPConn
-	done   chan struct{} // closed by abort
+	done   chan struct{}   // closed by abort
+	ctx    context.Context // of the dial; cancelled by abort
+	cancel context.CancelFunc
 
 	mu      sync.Mutex
 	server  *net.TCPConn
@@ -414,6 +407,7 @@ func (c *pair) abort(rst bool) {
 	}
 	c.aborted = true
 	close(c.done)
+	c.cancel()
 	for _, conn := range []*net.TCPConn{c.client, c.server} {
 		if conn == nil {
 			continue

@@ -19,7 +19,9 @@ import (
 // for Redis, and the sidecar, which follows the deadline Envoy sends
 // instead of its own 15 ms, decides from Redis: limits are enforced and no
 // answer comes from a failure mode. With a 20 ms filter timeout Redis cannot
-// answer in time, and the failure mode does, before Envoy gives up.
+// answer in time, and the failure mode does, before Envoy gives up. With a
+// filter timeout of 0s (none, since Envoy 1.38) Envoy waits, and the
+// sidecar's -redis-timeout bounds the call.
 func TestEnvoyDeadlineReachesRedis(t *testing.T) {
 	t.Parallel()
 	rds := redistest.Start(t)
@@ -37,14 +39,23 @@ func TestEnvoyDeadlineReachesRedis(t *testing.T) {
 	sc := startSidecar(t, "sidecar-far-redis", sidecarOptions{
 		Bin: sidecarBin, Rules: rules, RedisURL: "redis://" + p.Addr() + "/0", RedisTimeout: config.DefaultRedisTimeout,
 	})
+	// Since Envoy 1.38 a filter timeout of 0s means none: Envoy sends no
+	// deadline, and the sidecar's -redis-timeout bounds the call instead.
+	// This one's is long enough for Redis.
+	patient := startSidecar(t, "sidecar-far-redis-1s", sidecarOptions{
+		Bin: sidecarBin, Rules: rules, RedisURL: "redis://" + p.Addr() + "/0", RedisTimeout: time.Second,
+	})
 	app := startUpstream(t)
 	envoys := map[string]*envoy{}
-	for name, timeout := range map[string]string{"envoy-2s": "2s", "envoy-20ms": "0.02s"} {
+	for _, tt := range []struct {
+		name, timeout string
+		sidecar       *sidecar
+	}{{"envoy-2s", "2s", sc}, {"envoy-20ms", "0.02s", sc}, {"envoy-no-timeout", "0s", patient}} {
 		cfg := writeEnvoyConfig(t, envoyBin, t.TempDir(), envoyParams{
-			ListenAddr: "127.0.0.1", AppPort: port(t, app.Listener.Addr().String()), RLSPort: port(t, sc.GRPCAddr),
-			Domain: domain, Timeout: timeout,
+			ListenAddr: "127.0.0.1", AppPort: port(t, app.Listener.Addr().String()), RLSPort: port(t, tt.sidecar.GRPCAddr),
+			Domain: domain, Timeout: tt.timeout,
 		})
-		envoys[name] = startEnvoy(t, envoyBin, name, cfg)
+		envoys[tt.name] = startEnvoy(t, envoyBin, tt.name, cfg)
 	}
 
 	t.Run("2s_filter_timeout_enforces_limits", func(t *testing.T) {
@@ -70,6 +81,24 @@ func TestEnvoyDeadlineReachesRedis(t *testing.T) {
 		for k, want := range map[string]int{"ok": 4, "over_limit": 1, "error": 0, "failure_mode_allowed": 0} {
 			if d := stats[k] - stats0[k]; d != want {
 				t.Errorf("%s%s went up by %d, want %d", statPrefix, k, d, want)
+			}
+		}
+		if _, timedOut := rlsCalls(t, e); timedOut != 0 {
+			t.Errorf("%d calls to the sidecar timed out, want 0", timedOut)
+		}
+	})
+
+	t.Run("0s_filter_timeout_waits", func(t *testing.T) {
+		e := envoys["envoy-no-timeout"]
+		c := newClient(t)
+		freshWindow(3*time.Second, 2*time.Second)
+		for i := range 4 {
+			r := c.get(t, e, "/far/none", "key-far-none")
+			checkAllowed(t, r, 4, 3-i)
+			// Longer than Envoy's default 20 ms: 0s is no timeout, not the
+			// default.
+			if r.Took < 2*latency {
+				t.Errorf("%v: took less than the %v round trip to Redis", r, 2*latency)
 			}
 		}
 		if _, timedOut := rlsCalls(t, e); timedOut != 0 {
