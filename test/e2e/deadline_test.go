@@ -127,13 +127,15 @@ func TestEnvoyDeadlineReachesRedis(t *testing.T) {
 		// The sidecar gives Redis 15 ms of the 20 and answers with the
 		// failure mode at once after. A sidecar that waited for Redis (60 ms
 		// away) would answer none in time. On a machine shared with other
-		// busy processes, a few answers may still miss Envoy's 20 ms by
-		// scheduling delay outside the sidecar; allow a tenth. (Envoy
-		// counts such a call as timed out, or, when the late answer races
-		// the timer, under neither counter.)
-		if answered < n*9/10 || answered > n {
+		// busy processes, some answers may still miss Envoy's 20 ms by
+		// scheduling delay outside the sidecar (16 of 20 were seen with the
+		// load average at 13), so the test asks for a majority, which a
+		// sidecar waiting for Redis cannot reach. (Envoy counts a late call
+		// as timed out, or, when the late answer races the timer, under
+		// neither counter.)
+		if answered < n/2 || answered > n {
 			t.Errorf("%d calls to the sidecar answered (and %d timed out), want at least %d of %d: the failure mode must answer within the filter timeout",
-				answered, timedOut, n*9/10, n)
+				answered, timedOut, n/2, n)
 		}
 		if got := app.count("/far/20ms"); got != n {
 			t.Errorf("upstream saw %d requests, want %d (fail open)", got, n)
