@@ -241,7 +241,8 @@ func (c *OverLimitCache) rememberOne(r *Request, res Result, pending uint64, now
 	var f fullUntil
 	now := nowMs * int64(time.Millisecond)
 	if r.Algorithm.windowed() {
-		if res.Count < r.Limit {
+		// A Reference counter at its limit still admits a check (Hits 0).
+		if res.Count < r.Limit || r.Reference && res.Count == r.Limit {
 			return
 		}
 		f.until = AtMillis(nowMs, r.Size.Milliseconds()).End() * int64(time.Millisecond)
