@@ -21,13 +21,17 @@ import (
 // response builds the answer from the store's results (or with none
 // needed). A counter the store failed for is left out, unless its failure
 // mode is deny: then it is over its limit (see failClosed for how long). A
-// quota-mode limit that is over reports OK with nothing remaining; with
-// Options.ShadowMode an OVER_LIMIT answer becomes OK (its statuses keep
-// saying which limits are over), as in envoyproxy/ratelimit.
+// quota-mode limit that is over makes its status OVER_LIMIT but the
+// request OVER_LIMIT only when every quota descriptor is over (see
+// Server.quotaMode); with Options.ShadowMode an OVER_LIMIT answer becomes
+// OK (its statuses keep saying which limits are over), as in
+// envoyproxy/ratelimit.
 func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
 	var worst *rules.Limit
+	var qretry time.Duration // the same, among the quota-mode limits over
+	var qworst *rules.Limit
 	var unlimited bool
 	for k, l := range c.limits {
 		slot := c.slot[k]
@@ -38,14 +42,18 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		r, res := &c.reqs[slot], c.res[slot]
 		var remaining uint64
 		var reset, wait time.Duration // duration_until_reset; retry-after when over
-		var over bool
+		var over, statusOver bool     // denies the request; reported in the status
 		switch {
 		case c.isFailed(slot) && l.FailureMode != rules.FailDeny:
+			if s.quotaMode(l) {
+				// Its failure mode lets it pass: a quota with room.
+				c.markQuota(c.owner[k], len(req.Descriptors), false)
+			}
 			continue // nothing is known, and its failure mode lets it pass
 		case c.isFailed(slot):
 			// Fails closed (failureResponse observed it).
 			reset, wait = failClosed(r, now)
-			over = true
+			over, statusOver = true, true
 		case res.Skipped:
 			// Not read: another counter of this denied request was known
 			// full and the read of the others failed (see
@@ -61,17 +69,23 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			remaining = r.Remaining(res, now)
 			reset = r.Reset(res, now)
 			over = res.Over && !l.Shadow
-			if over && s.quotaMode(l) {
-				over = false
-				c.quotaOver = append(c.quotaOver, c.owner[k])
-			}
 			if over { // only a denial needs it; for a window it is reset again
 				wait = r.RetryAfter(res, now)
+			}
+			if s.quotaMode(l) {
+				// Reported over, deciding only with the other quotas.
+				c.markQuota(c.owner[k], len(req.Descriptors), over)
+				if over && (qworst == nil || wait >= qretry) {
+					qretry, qworst = wait, l
+				}
+				statusOver, over = over, false
+			} else {
+				statusOver = over
 			}
 			s.observe(req, c, k, res, remaining, now)
 		}
 		st := resp.Statuses[c.owner[k]]
-		if tighter(st, over, remaining, reset) {
+		if tighter(st, statusOver, remaining, reset) {
 			st.CurrentLimit = l.Proto()
 			st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
 			// Each status has its own Duration: what a looser limit wrote
@@ -80,8 +94,10 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			d.Seconds, d.Nanos = int64(reset/time.Second), int32(reset%time.Second)
 			st.DurationUntilReset = d
 		}
-		if over {
+		if statusOver {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if over {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			if worst == nil || wait >= retry {
 				retry, worst = wait, l
@@ -91,6 +107,10 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 	if unlimited {
 		markUnlimited(resp, c)
 	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT && c.quotaSpent() {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		retry, worst = qretry, qworst
+	}
 	switch {
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
@@ -98,7 +118,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		addTooManyRequests(resp, req.Domain, retry, worst)
 	}
 	if s.meta {
-		resp.DynamicMetadata = s.dynamicMetadata(req, c)
+		resp.DynamicMetadata = s.dynamicMetadata(req, c, resp.Statuses)
 	}
 	return resp
 }
@@ -289,7 +309,9 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 	if !deny && unavailable {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return s.response(req, c, now), nil
+	resp := s.response(req, c, now)
+	s.refundQuotaDenial(ctx, now, c, resp)
+	return resp, nil
 }
 
 // tooManyRequests is the JSON body Envoy sends with its 429.

@@ -197,6 +197,50 @@ type call struct {
 	// quotaOver lists, in increasing order and possibly repeated, the
 	// descriptors of which a quota-mode limit was over.
 	quotaOver []int
+	// quota is, per descriptor, what its quota-mode limits say (see
+	// quotaState); empty when no limit of the request is in quota mode.
+	quota []quotaState
+	// refunded: the counted hits that are not charges were given back.
+	refunded bool
+}
+
+// quotaState is what a descriptor's quota-mode limits say of it.
+type quotaState uint8
+
+const (
+	quotaNone  quotaState = iota // no quota-mode limit
+	quotaRoom                    // quota-mode limits, none over
+	quotaSpent                   // a quota-mode limit over
+)
+
+// markQuota records that a quota-mode limit of descriptor i is over, or
+// not: a descriptor is spent when any of its quota limits is, as a
+// descriptor with plain limits is over when any of them is.
+func (c *call) markQuota(i, n int, spent bool) {
+	for len(c.quota) < n {
+		c.quota = append(c.quota, quotaNone)
+	}
+	switch {
+	case spent:
+		c.quota[i] = quotaSpent
+		c.quotaOver = append(c.quotaOver, i)
+	case c.quota[i] == quotaNone:
+		c.quota[i] = quotaRoom
+	}
+}
+
+// quotaSpent reports whether the request has quota descriptors and every
+// one of them is spent: envoyproxy/ratelimit's rule (its #1059) for when
+// quota-mode limits make a request OVER_LIMIT.
+func (c *call) quotaSpent() bool {
+	spent := false
+	for _, q := range c.quota {
+		if q == quotaRoom {
+			return false
+		}
+		spent = spent || q == quotaSpent
+	}
+	return spent
 }
 
 // isFailed reports whether the store failed for the counter in slot i.
@@ -208,8 +252,8 @@ const unknownDomain = "unknown"
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key, c.keyEnds = c.reqs[:0], c.res[:0], c.key[:0], c.keyEnds[:0]
-	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
-	c.counted = false
+	c.failed, c.quotaOver, c.quota = c.failed[:0], c.quotaOver[:0], c.quota[:0]
+	c.counted, c.refunded = false, false
 }
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
@@ -296,7 +340,22 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		resp, err := s.failureResponse(ctx, req, c, now, allowed, err)
 		return resp, grpcError(err)
 	}
-	return s.response(req, c, now), nil
+	resp := s.response(req, c, now)
+	s.refundQuotaDenial(ctx, now, c, resp)
+	return resp, nil
+}
+
+// refundQuotaDenial gives back the hits of a request that the store
+// counted (its quota-mode limits never deny there, see quotaMode) and that
+// response then denied because every quota descriptor of it was spent: a
+// denied request consumes nothing but its charges. Between the count and
+// the refund, other requests see these counters higher by this request's
+// hits; the quota counters are over already, so only a plain limit of the
+// same request with room left can answer differently in that instant.
+func (s *Server) refundQuotaDenial(ctx context.Context, now time.Time, c *call, resp *rlsv3.RateLimitResponse) {
+	if c.counted && !c.refunded && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && c.quotaSpent() {
+		s.refund(ctx, now, c)
+	}
 }
 
 // invalid tells the Observer of a request refused as malformed and returns
@@ -308,10 +367,14 @@ func (s *Server) invalid(err error) error {
 	return grpcError(err)
 }
 
-// quotaMode reports whether l is in quota mode: over its limit, it is
-// counted and reported (status OK, limit_remaining 0, in
-// dynamic_metadata's quotaModeViolations) but never makes the request
-// OVER_LIMIT, as in envoyproxy/ratelimit.
+// quotaMode reports whether l is in quota mode. Over its limit, its
+// descriptor is reported OVER_LIMIT (limit_remaining 0, and listed in
+// dynamic_metadata's quotaModeViolations) but makes the request OVER_LIMIT
+// only when every quota descriptor of the request is over too, as
+// envoyproxy/ratelimit decides since its #1059 (see call.quotaSpent). The
+// store counts it like a shadow limit, over or not, when the request is
+// allowed there; a request that the quota rule then denies gets its
+// non-charge hits back (see refundQuotaDenial).
 func (s *Server) quotaMode(l *rules.Limit) bool { return s.quota || l.QuotaMode }
 
 // hitsOf returns the descriptor's hits: its own hits_addend when present
@@ -394,6 +457,7 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 // refund gives back the hits that a store call counted for a request that
 // a failure mode then denied.
 func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
+	c.refunded = true
 	var back []window.Request
 	for i, r := range c.reqs {
 		// A charge stays counted: it was spent whatever the answer.
