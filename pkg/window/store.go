@@ -125,7 +125,10 @@ type Request struct {
 	// Size is the window length; whole milliseconds, at most MaxSize.
 	Size time.Duration
 	// Hits is what this request adds. 0 checks without counting: the
-	// request is then over the limit when not even one more hit would fit.
+	// request is then over the limit when the counter is past its limit, for
+	// FixedWindow (as envoyproxy/ratelimit decides, so a budget spent to
+	// exactly its limit still admits a check), and when not even one more
+	// hit would fit, for the other algorithms.
 	Hits uint64
 	// Refund gives Hits back instead of taking them (Envoy's
 	// is_negative_hits). A refund is never over the limit and never lowers a
@@ -149,9 +152,8 @@ type Request struct {
 	// keeps it, so that both servers count in it during a migration: Key
 	// is AppendReferenceKey's, to which the store appends the window's
 	// start in Unix seconds, and the store counts as envoyproxy/ratelimit
-	// with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true. A check (Hits 0)
-	// is over only when the counter is past Limit, not at it; a denied
-	// request still adds its hits to this counter when they do not fit it;
+	// with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: a denied request
+	// still adds its hits to this counter when they do not fit it;
 	// every decision that reaches Redis sets the counter's TTL (EXPIRE) to
 	// TTL. Only a Redis store honours the last two.
 	Reference bool
@@ -228,11 +230,11 @@ func (r *Request) Weight(w Window, nowMs int64) float64 {
 // charges reports whether r counts its hits even when denied.
 func (r *Request) charges() bool { return r.Charge && r.Hits > 0 && !r.Refund }
 
-// need is the room a request must find: its hits, or one when it only
-// checks, except for a Reference counter, which envoyproxy/ratelimit finds
-// over only past its limit.
+// need is the room a request must find: its hits, or when it only checks
+// one, except for FixedWindow, which envoyproxy/ratelimit finds over only
+// past its limit.
 func (r *Request) need() uint64 {
-	if r.Hits == 0 && !r.Reference {
+	if r.Hits == 0 && r.Algorithm != FixedWindow {
 		return 1
 	}
 	return r.Hits

@@ -86,8 +86,7 @@
 -- A REF counter (a fixed window in envoyproxy/ratelimit's key layout,
 -- window.Request.Reference; its ttl is in seconds) counts as that server
 -- does with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, so that both can
--- share it during a migration: a check (hits 0) is over only past the
--- limit; every decision that writes (any but a failed one) sends INCRBY and
+-- share it during a migration: every decision that writes (any but a failed one) sends INCRBY and
 -- EXPIRE, the INCRBY of its hits when the request is allowed, when the
 -- counter itself has no room for them, or for a charge, else of 0. It is
 -- never a shared key or in the short form.
@@ -447,7 +446,7 @@ local function full(n, a, ki)
       end
       if c and p and not refund then
         local need = hits
-        if need < 1 and not has(flags, REF) then need = 1 end
+        if need < 1 and has(flags, SLIDING) then need = 1 end -- a fixed window checks past the limit
         local est = c + (pending[k] or 0)
         if has(flags, SLIDING) then est = p * tonumber(ARGV[b + WEIGHT]) + est end
         if est + need > tonumber(ARGV[b + LIMIT]) then o = 1 end
