@@ -21,6 +21,9 @@
 # statsd exporter) to the sidecar's /metrics, which serves the reference's
 # metric names.
 #
+# RATELIMIT_BIN=path runs that binary as /bin/ratelimit instead of the
+# sidecar: envoyproxy/ratelimit's own build, for a baseline.
+#
 # It prints one line per script, PASS or FAIL with the script's output, and
 # exits 1 if any failed. It is not part of CI: the scripts sleep a minute
 # each for their windows to turn, about four minutes in all.
@@ -50,9 +53,14 @@ freeport() {
 redis_port=$(freeport) http_port=$(freeport) grpc_port=$(freeport) debug_port=$(freeport)
 proxy_port=$(freeport) proxy_admin=$(freeport) mock1_port=$(freeport) mock2_port=$(freeport) mock_admin=$(freeport)
 
-echo "refsuite: building the sidecar as ratelimit" >&2
 mkdir -p "$tmp/bin"
-(cd "$root" && go build -tags vtprotobuf -o "$tmp/bin/ratelimit" ./cmd/ratelimit-sidecar)
+if [[ -n ${RATELIMIT_BIN:-} ]]; then
+	echo "refsuite: running $RATELIMIT_BIN as ratelimit" >&2
+	cp "$RATELIMIT_BIN" "$tmp/bin/ratelimit"
+else
+	echo "refsuite: building the sidecar as ratelimit" >&2
+	(cd "$root" && go build -tags vtprotobuf -o "$tmp/bin/ratelimit" ./cmd/ratelimit-sidecar)
+fi
 
 # The configs, with the compose network's names and ports replaced.
 mkdir -p "$tmp/data/ratelimit"
