@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs envoyproxy/ratelimit's own integration suite against the sidecar.
 #
-#   scripts/refsuite.sh DIR
+#   scripts/refsuite.sh DIR [SCRIPT...]
 #
 # DIR is a checkout (or `git archive`) of envoyproxy/ratelimit. Its
 # integration-test/scripts/*.sh are run, in the order of its run-all.sh,
@@ -21,19 +21,31 @@
 # statsd exporter) to the sidecar's /metrics, which serves the reference's
 # metric names.
 #
+# SCRIPT names limit the run to those scripts (e.g. token-quota.sh).
+#
+# The scripts share counters: quota.sh's last request and token-quota.sh
+# both count on (service: service_2), so when they fall in one minute
+# token-quota.sh starts with a count of 1, whichever server runs. With
+# REFSUITE_ISOLATE=1 each script starts in a minute of its own, so none
+# sees another's counts (up to a minute more per script).
+#
 # RATELIMIT_BIN=path runs that binary as /bin/ratelimit instead of the
-# sidecar: envoyproxy/ratelimit's own build, for a baseline.
+# sidecar: envoyproxy/ratelimit's own build, for a baseline. Its statsd
+# then goes to 127.0.0.1 (nothing listens), so that nothing leaves loopback;
+# the metrics script fails for it.
 #
 # It prints one line per script, PASS or FAIL with the script's output, and
 # exits 1 if any failed. It is not part of CI: the scripts sleep a minute
 # each for their windows to turn, about four minutes in all.
 set -euo pipefail
 
-if [[ $# -ne 1 || ! -d $1/integration-test/scripts ]]; then
-	echo "usage: $0 DIR  (DIR: an envoyproxy/ratelimit checkout with integration-test/scripts)" >&2
+if [[ $# -lt 1 || ! -d $1/integration-test/scripts ]]; then
+	echo "usage: $0 DIR [SCRIPT...]  (DIR: an envoyproxy/ratelimit checkout with integration-test/scripts)" >&2
 	exit 2
 fi
 src=$(cd "$1" && pwd)
+shift
+only=("$@")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 envoy=$("$root/scripts/envoy.sh")
 realcurl=$(command -v curl)
@@ -91,10 +103,12 @@ pids+=($!)
 
 # The environment of the compose file's ratelimit service; only the
 # addresses differ (loopback, free ports).
+statsd_host=statsd
+[[ -z ${RATELIMIT_BIN:-} ]] || statsd_host=127.0.0.1
 (
 	cd "$tmp"
 	exec env -i PATH="$PATH" HOME="$tmp" \
-		USE_STATSD=true STATSD_HOST=statsd STATSD_PORT=9125 LOG_LEVEL=debug \
+		USE_STATSD=true STATSD_HOST="$statsd_host" STATSD_PORT=9125 LOG_LEVEL=debug \
 		REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
 		RUNTIME_ROOT="$tmp/data" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
 		RESPONSE_DYNAMIC_METADATA=true \
@@ -134,6 +148,12 @@ chmod +x "$tmp/bin/curl"
 failed=0
 for f in "$src"/integration-test/scripts/*; do
 	name=$(basename "$f")
+	if ((${#only[@]} > 0)) && [[ " ${only[*]} " != *" $name "* ]]; then
+		continue
+	fi
+	if [[ ${REFSUITE_ISOLATE:-} == 1 ]]; then
+		sleep $((60 - $(date +%s) % 60)).1
+	fi
 	start=$(date +%s)
 	if PATH="$tmp/bin:$PATH" bash "$f" >"$tmp/out" 2>&1; then
 		echo "PASS $name ($(($(date +%s) - start))s)"

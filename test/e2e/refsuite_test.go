@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,18 +139,6 @@ func nextWindow() {
 	time.Sleep(time.Minute - time.Duration(time.Now().UnixNano()%int64(time.Minute)) + 50*time.Millisecond)
 }
 
-func statusesEqual(got []int, want ...int) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestReferenceSuite reproduces, case by case, envoyproxy/ratelimit's own
 // integration suite (integration-test/scripts/*.sh at f2fb157) through a
 // real Envoy 1.40 and the sidecar started as that suite starts
@@ -175,7 +164,7 @@ func TestReferenceSuite(t *testing.T) {
 		freshWindow(time.Minute, 10*time.Second)
 		// (foo: *), (baz: not-so-shady): 3 per minute.
 		got := s.statuses(t, 5, "/twoheader", "foo", "pelle", "baz", "not-so-shady")
-		if !statusesEqual(got, ok, ok, ok, tooMany, tooMany) {
+		if !slices.Equal(got, []int{ok, ok, ok, tooMany, tooMany}) {
 			t.Errorf("statuses %v, want 200 200 200 429 429", got)
 		}
 	})
@@ -186,7 +175,7 @@ func TestReferenceSuite(t *testing.T) {
 		// (foo: *), (baz: shady): 3 per minute in shadow mode: never denied.
 		h := []string{"foo", "pelle-shadow", "baz", "shady"}
 		got := s.statuses(t, 5, "/twoheader", h...)
-		if !statusesEqual(got, ok, ok, ok, ok, ok) {
+		if !slices.Equal(got, []int{ok, ok, ok, ok, ok}) {
 			t.Errorf("statuses %v, want 200 x5", got)
 		}
 		// The script means to check that x-ratelimit-remaining is 0 (its
@@ -203,7 +192,7 @@ func TestReferenceSuite(t *testing.T) {
 		freshWindow(time.Minute, 10*time.Second)
 		// (unspec: *): 2 per minute, detailed_metric.
 		got := s.statuses(t, 3, "/unspec", "unspec", "unspecified_value")
-		if !statusesEqual(got, ok, ok, tooMany) {
+		if !slices.Equal(got, []int{ok, ok, tooMany}) {
 			t.Errorf("statuses %v, want 200 200 429", got)
 		}
 		// The script reads the statsd exporter's
@@ -255,35 +244,30 @@ func TestReferenceSuite(t *testing.T) {
 		}
 	})
 
-	t.Run("quota.sh", func(t *testing.T) {
-		t.Parallel()
-		freshWindow(time.Minute, 10*time.Second)
-		// (service: q1) 1/min and (service: q2) 2/min, both quota_mode: a
-		// request is denied only when both are spent.
-		got := s.statuses(t, 3, "/quota")
-		if !statusesEqual(got, ok, ok, tooMany) {
-			t.Errorf("statuses %v, want 200 200 429", got)
-		}
-		nextWindow()
-		if r := s.get(t, "/quota"); r.status != ok {
-			t.Errorf("in the next window: status %d, want 200", r.status)
-		}
-	})
-
-	t.Run("token-quota.sh", func(t *testing.T) {
-		t.Parallel()
-		freshWindow(time.Minute, 10*time.Second)
+	// Quota budgets, denied only when every one of the request's is spent,
+	// and fresh in the next window.
+	for _, tc := range []struct {
+		script, path string
+		want         []int
+	}{
+		// (service: q1) 1/min and (service: q2) 2/min, both quota_mode.
+		{"quota.sh", "/quota", []int{ok, ok, tooMany}},
 		// (service: t2) 2/min, checked with hits_addend 0 and charged 1 when
 		// the stream is done: the check passes until the count is past 2.
-		got := s.statuses(t, 4, "/tokenquota")
-		if !statusesEqual(got, ok, ok, ok, tooMany) {
-			t.Errorf("statuses %v, want 200 200 200 429", got)
-		}
-		nextWindow()
-		if r := s.get(t, "/tokenquota"); r.status != ok {
-			t.Errorf("in the next window: status %d, want 200", r.status)
-		}
-	})
+		{"token-quota.sh", "/tokenquota", []int{ok, ok, ok, tooMany}},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			t.Parallel()
+			freshWindow(time.Minute, 10*time.Second)
+			if got := s.statuses(t, len(tc.want), tc.path); !slices.Equal(got, tc.want) {
+				t.Errorf("statuses %v, want %v", got, tc.want)
+			}
+			nextWindow()
+			if r := s.get(t, tc.path); r.status != ok {
+				t.Errorf("in the next window: status %d, want 200", r.status)
+			}
+		})
+	}
 
 	t.Run("multiservice-tokenquota.sh", func(t *testing.T) {
 		t.Parallel()
