@@ -198,8 +198,8 @@ func TestReferenceSuite(t *testing.T) {
 		// The script reads the statsd exporter's
 		// ratelimit_service_rate_limit_over_limit line that names the
 		// value; the sidecar serves the same name on /metrics.
-		if v := s.metric(t, "ratelimit_service_rate_limit_over_limit", "unspec_unspecified_value"); v != "1" {
-			t.Errorf("ratelimit_service_rate_limit_over_limit{...unspec_unspecified_value...} = %q, want 1", v)
+		if v, n := s.metricSum(t, "ratelimit_service_rate_limit_over_limit", "unspec_unspecified_value"); v != 1 || n != 1 {
+			t.Errorf("ratelimit_service_rate_limit_over_limit{...unspec_unspecified_value...}: %d samples summing to %v, want one of 1", n, v)
 		}
 	})
 
@@ -249,17 +249,26 @@ func TestReferenceSuite(t *testing.T) {
 	for _, tc := range []struct {
 		script, path string
 		want         []int
+		charged      string // the metric label of the descriptor charged at stream end; "" for none
 	}{
 		// (service: q1) 1/min and (service: q2) 2/min, both quota_mode.
-		{"quota.sh", "/quota", []int{ok, ok, tooMany}},
+		{"quota.sh", "/quota", []int{ok, ok, tooMany}, ""},
 		// (service: t2) 2/min, checked with hits_addend 0 and charged 1 when
 		// the stream is done: the check passes until the count is past 2.
-		{"token-quota.sh", "/tokenquota", []int{ok, ok, ok, tooMany}},
+		{"token-quota.sh", "/tokenquota", []int{ok, ok, ok, tooMany}, "service_t2"},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			t.Parallel()
 			freshWindow(time.Minute, 10*time.Second)
-			if got := s.statuses(t, len(tc.want), tc.path); !slices.Equal(got, tc.want) {
+			var got []int
+			for i := range tc.want {
+				r := s.get(t, tc.path)
+				got = append(got, r.status)
+				if tc.charged != "" && r.status == ok {
+					s.waitCharges(t, tc.charged, i+1)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
 				t.Errorf("statuses %v, want %v", got, tc.want)
 			}
 			nextWindow()
@@ -282,6 +291,7 @@ func TestReferenceSuite(t *testing.T) {
 			if r.status != ok || !strings.Contains(r.body, "from "+w) {
 				t.Errorf("request %d: status %d, body %q; want 200 from %s", i+1, r.status, r.body, w)
 			}
+			s.waitCharges(t, `key1="service_m`, i+1)
 		}
 		if r := s.get(t, "/multiservice-tokenquota", "request-no", "6"); r.status != tooMany {
 			t.Errorf("request 6: status %d, body %q; want 429", r.status, r.body)
@@ -293,9 +303,9 @@ func TestReferenceSuite(t *testing.T) {
 	})
 }
 
-// metric returns the value of the sample of metric on the sidecar's
-// /metrics whose labels hold label, "" when there is none.
-func (s *refStack) metric(t *testing.T, metric, label string) string {
+// metricSum returns the sum of the samples of metric on the sidecar's
+// /metrics whose labels hold label, and how many there were.
+func (s *refStack) metricSum(t *testing.T, metric, label string) (sum float64, n int) {
 	t.Helper()
 	resp, err := s.hc.Get("http://" + s.httpAddr + "/metrics")
 	if err != nil {
@@ -306,8 +316,31 @@ func (s *refStack) metric(t *testing.T, metric, label string) string {
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, metric+"{") && strings.Contains(line, label) {
-			return line[strings.LastIndexByte(line, ' ')+1:]
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatalf("/metrics: %q: %v", line, err)
+			}
+			sum, n = sum+v, n+1
 		}
 	}
-	return ""
+	return sum, n
+}
+
+// waitCharges waits until the sidecar has counted n hits in all on the
+// descriptors whose metric labels hold label: Envoy sends a stream-done
+// charge after the response, so the next request could otherwise be
+// checked before the last one was charged (a race the scripts run into).
+func (s *refStack) waitCharges(t *testing.T, label string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _ := s.metricSum(t, "ratelimit_service_rate_limit_total_hits", label)
+		if got >= float64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v hits counted on %s after 5s, want %d", got, label, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
