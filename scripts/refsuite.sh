@@ -145,6 +145,13 @@ exec "$realcurl" --connect-to envoy-proxy:8888:127.0.0.1:$proxy_port --connect-t
 EOF
 chmod +x "$tmp/bin/curl"
 
+# failopen prints how many rate limit calls the proxy let through because the
+# service did not answer in time (its 20 ms default timeout) or failed.
+failopen() {
+	"$realcurl" -s "http://127.0.0.1:$proxy_admin/stats?filter=ratelimit%5C.%28error%7Cfailure_mode_allowed%29" |
+		awk -F': ' '{n += $2} END {print n + 0}'
+}
+
 failed=0
 for f in "$src"/integration-test/scripts/*; do
 	name=$(basename "$f")
@@ -154,11 +161,11 @@ for f in "$src"/integration-test/scripts/*; do
 	if [[ ${REFSUITE_ISOLATE:-} == 1 ]]; then
 		sleep $((60 - $(date +%s) % 60)).1
 	fi
-	start=$(date +%s)
+	start=$(date +%s) open=$(failopen)
 	if PATH="$tmp/bin:$PATH" bash "$f" >"$tmp/out" 2>&1; then
 		echo "PASS $name ($(($(date +%s) - start))s)"
 	else
-		echo "FAIL $name ($(($(date +%s) - start))s)"
+		echo "FAIL $name ($(($(date +%s) - start))s; rate limit calls failed open meanwhile: $(($(failopen) - open)))"
 		sed 's/^/    /' "$tmp/out"
 		failed=1
 	fi
