@@ -19,8 +19,9 @@ type options struct {
 	grpcAddr        string
 	httpAddr        string
 	redisURL        string
-	redisTimeout    time.Duration
-	redis           redisConfig // topology, credentials, TLS, breaker: see redis.go
+	redisTimeout    time.Duration // a call without a deadline
+	redisTimeoutCap time.Duration // 0: calls follow their deadlines
+	redis           redisConfig   // topology, credentials, TLS, breaker: see redis.go
 	tracing         tracingConfig
 	keyPrefix       string
 	refKeys         refKeysConfig // -reference-keys: see refkeys.go
@@ -33,6 +34,7 @@ type options struct {
 	debugAddr       string
 	metricsAddr     string // "": metrics only on httpAddr
 	metricsPath     string
+	responseTimeMs  bool          // ratelimit_service_response_time_seconds in milliseconds
 	grpcMaxAge      time.Duration // 0: connections live for ever
 	grpcMaxAgeGrace time.Duration // 0: for ever
 	grpcTLS         grpcTLSConfig // see tls.go
@@ -46,12 +48,17 @@ type options struct {
 	// refNotes are what the reference's environment asked that this
 	// project does differently, one log line each at start; see refenv.go.
 	refNotes []refNote
+	// ignoredArgs are the arguments dropped because the binary was
+	// started under the reference's name (see referenceName); logged once.
+	ignoredArgs []string
 	// redisGiven names the -redis-* flags given a value other than "",
 	// on the command line or by their RLS_ variable; see usesRedis.
 	redisGiven []string
 }
 
-// parseOptions resolves the settings: each flag from args, else from its
+// parseOptions resolves the settings of the command started as name: each
+// flag from args (under the reference's name, only those it defines: see
+// referenceName), else from its
 // RLS_ variable (see config.EnvName), else from envoyproxy/ratelimit's
 // variables (see refenv.go), else its default. Every bad value is reported
 // at once.
@@ -60,6 +67,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.addFlags(fs)
+	if startedAsReference(name) {
+		args, c.ignoredArgs = splitForeign(fs, args)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -129,11 +139,13 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthcheck, /json, /rlconfig, /healthz, /readyz, /rules and /metrics; empty disables")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, at -metrics-path; empty serves them only at /metrics on -http-addr")
 	fs.StringVar(&c.metricsPath, "metrics-path", config.DefaultMetricsPath, "path of the metrics on -metrics-addr")
+	fs.BoolVar(&c.responseTimeMs, "metrics-response-time-ms", false, "export envoyproxy/ratelimit's ratelimit_service_response_time_seconds in milliseconds, its unit before its #1104, instead of seconds")
 	fs.DurationVar(&c.grpcMaxAge, "grpc-max-connection-age", 0, "close gRPC connections after about this long (GOAWAY), so clients rebalance; 0 never")
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	c.grpcTLS.addFlags(fs)
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on a Redis counting call for a request that carries no deadline; a request with one (Envoy sends its filter timeout) gets the time left to it less a margin for answering (a tenth, at least 5ms) instead, longer or shorter, so its failure mode still answers in time; health pings and the in-memory store are not bound by it")
+	fs.DurationVar(&c.redisTimeoutCap, "redis-timeout-cap", 0, "when above 0, no Redis counting call waits longer, whatever the request's deadline: for failure modes fast rather than decisions from a slow Redis; 0 follows each request's deadline")
 	c.redis.addFlags(fs)
 	c.tracing.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
@@ -157,7 +169,8 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 }
 
 // redisConfig is the Redis topology, credentials, TLS and circuit breaker
-// flags. -redis-url and -redis-timeout live in options itself.
+// flags. -redis-url, -redis-timeout and -redis-timeout-cap live in options
+// itself.
 type redisConfig struct {
 	mode            string // single, sentinel or cluster
 	addrs           string // comma-separated host:port
@@ -179,6 +192,7 @@ type redisConfig struct {
 	breakerFailFor  time.Duration
 	batchWorkers    int
 	batchLinger     time.Duration
+	startup         startupConfig // the wait for Redis's first answer: see startup.go
 }
 
 // addFlags registers the Redis flags on fs; parseOptions gives each its RLS_
@@ -203,6 +217,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")
 	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; on a cluster one call per hash slot, pipelined per node")
+	c.startup.addFlags(fs)
 	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // refDefaultRuntimeRoot is the reference's RUNTIME_ROOT default.
@@ -17,9 +18,10 @@ const (
 	noteMemcache   = "not used: memcached is not supported; counters are in Redis (REDIS_URL) or in memory"
 	notePerSecond  = "not used: one Redis holds every window; per-second limits are not sent to a second Redis"
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
+	noteParallel   = "not used: on a Redis Cluster each batch is one script call per node, every node's call sent at once on one of its connections, never one call per key; -redis-batch-workers bounds the calls in flight on each node"
 	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
 	noteJitter     = "not used without -reference-keys: a counter expires when its window ends, with no jitter"
-	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
+	notePoolEmpty  = "not used: a call waits for a free Redis connection until its deadline (see -redis-timeout)"
 	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
 	noteHealthRule = "not used: health is SERVING only once rules are loaded and the store answers"
 	noteMapper     = "not used: metric names are fixed (docs/operations.md#metrics)"
@@ -58,6 +60,7 @@ var refVars = []refVar{
 		"EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS"}, note: noteStats},
 	{names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, defs: []string{"false", ":9090", "/metrics"}, to: refPrometheus},
 	{names: []string{"PROMETHEUS_MAPPER_YAML"}, note: noteMapper},
+	refFlag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "metrics-response-time-ms", boolConv, false),
 	{names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, defs: []string{refDefaultRuntimeRoot, "", "config"}, to: runtimePath, always: true},
 	{names: []string{"RUNTIME_IGNOREDOTFILES"}, to: refIgnoreDotFiles},
 	{names: []string{"RUNTIME_WATCH_ROOT"}, to: refWatchRoot},
@@ -78,13 +81,17 @@ var refVars = []refVar{
 	refFlag("REDIS_TLS_CACERT", "redis-tls-ca", nil, true),
 	refFlag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", boolConv, true),
 	{names: []string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"}, note: notePipeline},
+	{names: []string{"REDIS_CLUSTER_PIPELINE_PARALLELISM"}, to: refClusterParallelism},
 	{names: []string{"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
 		"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH",
 		"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_TIMEOUT",
-		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}, note: notePerSecond},
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM"}, note: notePerSecond},
 	{names: []string{"REDIS_SENTINEL_AUTH"}, to: refRedisAuth("REDIS_SENTINEL_AUTH", "redis-sentinel-username", "redis-sentinel-password")},
 	{names: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"}, note: noteHealthConn},
-	refFlag("REDIS_TIMEOUT", "redis-timeout", refDuration, true),
+	{names: []string{"REDIS_TIMEOUT"}, defs: []string{"10s"}, to: refRedisTimeout, always: true},
+	refFlag("REDIS_STARTUP_INITIAL_INTERVAL", "redis-startup-initial-interval", refDuration, true),
+	refFlag("REDIS_STARTUP_MAX_INTERVAL", "redis-startup-max-interval", refDuration, true),
+	refFlag("REDIS_STARTUP_MAX_ELAPSED_TIME", "redis-startup-max-elapsed", refDuration, true),
 	{names: []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR"}, note: notePoolEmpty},
 	{names: []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
 		"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}, note: noteMemcache},
@@ -279,6 +286,23 @@ func refStopIncrement(m *refMapping, v []string) error {
 	return err
 }
 
+// refClusterParallelism checks REDIS_CLUSTER_PIPELINE_PARALLELISM as the
+// reference does (a whole number; below 0 stops a cluster's start) and
+// notes why it is not needed: it bounds how many of one pipeline's per-key
+// command groups the reference sends to a cluster at once (1, its default,
+// one after another), and the sidecar sends no per-key groups.
+func refClusterParallelism(m *refMapping, v []string) error {
+	n, err := strconv.Atoi(v[0])
+	if err != nil {
+		return fmt.Errorf("REDIS_CLUSTER_PIPELINE_PARALLELISM=%q: want a whole number", v[0])
+	}
+	if n < 0 && strings.EqualFold(m.getenv("REDIS_TYPE"), "cluster") {
+		return fmt.Errorf("REDIS_CLUSTER_PIPELINE_PARALLELISM=%d: want 0 (the pool size) or more", n)
+	}
+	m.note("REDIS_CLUSTER_PIPELINE_PARALLELISM", noteParallel, false)
+	return nil
+}
+
 // refRedisAddr maps REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL onto the
 // Redis address flags, with the reference's REDIS_URL forms: host:port (or
 // a socket path) for SINGLE, mastername,host:port,... for SENTINEL,
@@ -342,4 +366,30 @@ func refRedisAuth(name, userFlag, passFlag string) func(m *refMapping, v []strin
 		m.set([]string{name}, []string{userFlag, passFlag}, userFlag, user, passFlag, pass)
 		return nil
 	}
+}
+
+// refRedisTimeout maps REDIS_TIMEOUT, the reference's Redis client timeout
+// (dial and each read or write; 10s by default), onto -redis-timeout (a
+// call without a deadline) and -redis-timeout-cap (every call): started
+// with the reference's Redis variables, no call waits longer than the
+// reference's would, and a request with a deadline still keeps its
+// margin for answering (see redisstore.Options). Without Redis it is only noted, when set.
+func refRedisTimeout(m *refMapping, v []string) error {
+	if !m.redis {
+		if m.getenv("REDIS_TIMEOUT") != "" {
+			m.setRedis("REDIS_TIMEOUT") // notes it as not used
+		}
+		return nil
+	}
+	if _, err := refDuration("REDIS_TIMEOUT", v[0]); err != nil {
+		return err
+	}
+	timeout, maxTimeout := v[0], v[0]
+	if d, _ := time.ParseDuration(v[0]); d <= 0 {
+		// The reference sets no timeout then: no cap, and a call without
+		// a deadline waits the reference's default.
+		timeout, maxTimeout = "10s", "0s"
+	}
+	m.set([]string{"REDIS_TIMEOUT"}, nil, "redis-timeout", timeout, "redis-timeout-cap", maxTimeout)
+	return nil
 }

@@ -48,8 +48,10 @@ const (
 	DefaultClockSyncInterval = 30 * time.Second
 	// DefaultOverLimitCache is -over-limit-cache's.
 	DefaultOverLimitCache = true
-	// DefaultMaxDescriptors is -max-descriptors'.
-	DefaultMaxDescriptors = 64
+	// DefaultMaxDescriptors is -max-descriptors': the most rules an Envoy
+	// Gateway rate limit policy may hold (256), each of which can add a
+	// descriptor to one request.
+	DefaultMaxDescriptors = 256
 	// DefaultMaxEntries is -max-entries'.
 	DefaultMaxEntries = 32
 	// DefaultMaxEntryBytes is -max-entry-bytes'.

@@ -207,9 +207,12 @@ func TestQuotaPolicyBudget(t *testing.T) {
 	}
 	small, other, large := [][]string{backend("small")}, [][]string{backend("other")}, [][]string{backend("large")}
 	both := [][]string{backend("small"), backend("other")}
-	t.Run("7-token charges against 10", func(t *testing.T) {
-		t.Parallel()
-		runBudget(t, quotaPolicyRules, "ai-gateway-quota", []uint32{10}, []budgetStep{
+	for _, tt := range []struct {
+		name   string
+		limits []uint32
+		steps  []budgetStep
+	}{
+		{"7-token charges against 10", []uint32{10}, []budgetStep{
 			{"check", 0, small, nil, ok, []uint32{9}, []uint64{1}},
 			{"charge 7", time.Second, small, hits(7), ok, []uint32{2}, []uint64{8}},
 			{"check", 2 * time.Second, small, nil, ok, []uint32{1}, []uint64{9}},
@@ -217,29 +220,28 @@ func TestQuotaPolicyBudget(t *testing.T) {
 			{"check of a spent budget: denied, uncounted", 4 * time.Second, small, nil, over, []uint32{0}, []uint64{16}},
 			{"again", 5 * time.Second, small, nil, over, []uint32{0}, []uint64{16}},
 			{"next window", time.Hour, small, nil, ok, []uint32{9}, []uint64{1}},
-		})
-	})
-	t.Run("600-token charges against 1000", func(t *testing.T) {
-		t.Parallel()
-		runBudget(t, quotaPolicyRules, "ai-gateway-quota", []uint32{1000}, []budgetStep{
+		}},
+		{"600-token charges against 1000", []uint32{1000}, []budgetStep{
 			{"check", 0, large, nil, ok, []uint32{999}, []uint64{1}},
 			{"charge 600", time.Second, large, hits(600), ok, []uint32{399}, []uint64{601}},
 			{"check", 2 * time.Second, large, nil, ok, []uint32{398}, []uint64{602}},
 			{"charge 600 past the budget", 3 * time.Second, large, hits(600), over, []uint32{0}, []uint64{1202}},
 			{"check of a spent budget", 4 * time.Second, large, nil, over, []uint32{0}, []uint64{1202}},
-		})
-	})
-	t.Run("two targeted backends", func(t *testing.T) {
-		t.Parallel()
-		runBudget(t, quotaPolicyRules, "ai-gateway-quota", []uint32{10, 10}, []budgetStep{
+		}},
+		{"two targeted backends", []uint32{10, 10}, []budgetStep{
 			{"check both", 0, both, nil, ok, []uint32{9, 9}, []uint64{1, 1}},
 			{"charge small 9", time.Second, small, hits(9), ok, []uint32{0}, []uint64{10}},
 			{"check both: small spent, other has room", 2 * time.Second, both, nil, ok, []uint32{0, 8}, []uint64{11, 2}},
 			{"charge other 9 past its budget", 3 * time.Second, other, hits(9), over, []uint32{0}, []uint64{11}},
 			{"check both: both spent", 4 * time.Second, both, nil, over, []uint32{0, 0}, []uint64{11, 11}},
 			{"again", 5 * time.Second, both, nil, over, []uint32{0, 0}, []uint64{11, 11}},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			runBudget(t, quotaPolicyRules, "ai-gateway-quota", tt.limits, tt.steps)
 		})
-	})
+	}
 }
 
 // TestEnvoyGatewayBudget: Envoy Gateway's response cost checks with a

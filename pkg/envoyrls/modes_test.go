@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// modeRules have two quota-mode limits and two plain ones.
+// modeRules have three quota-mode limits and two plain ones.
 const modeRules = `
 domain: q
 descriptors:
@@ -24,6 +24,9 @@ descriptors:
   - key: quota_b
     quota_mode: true
     rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: quota_h
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: wide
@@ -132,6 +135,36 @@ func TestQuotaMode(t *testing.T) {
 		{name: "a plain and a quota over", before: []string{"plain", "quota_a"}, keys: []string{"quota_a", "plain"},
 			want: []rlsv3.RateLimitResponse_Code{overCode, overCode, overCode}, remaining: []uint32{0, 0}, counts: []uint64{1, 1}},
 	}, func(*Options) {})
+}
+
+// TestQuotaRetryAfter: a request denied because its quota descriptors are
+// all spent passes again once one of them has room: its retry-after is the
+// shortest of their waits. t0 is 15 s into a minute.
+func TestQuotaRetryAfter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory(), modeRules)
+	f.call(t, "q", desc("quota_a", "x"))
+	f.call(t, "q", desc("quota_h", "x"))
+	for _, keys := range [][]string{{"quota_h"}, {"quota_a", "quota_h"}, {"quota_h", "quota_a"}} {
+		var ds []*rlv3.RateLimitDescriptor
+		for _, k := range keys {
+			ds = append(ds, desc(k, "x"))
+		}
+		resp := f.call(t, "q", ds...)
+		want := "45"
+		if len(keys) == 1 {
+			want = "1965" // the rest of the hour
+		}
+		var got string
+		for _, h := range resp.ResponseHeadersToAdd {
+			if h.Key == "retry-after" {
+				got = h.Value
+			}
+		}
+		if resp.OverallCode != overCode || got != want {
+			t.Errorf("%v: %v, retry-after %q; want OVER_LIMIT, %s", keys, codes1(resp), got, want)
+		}
+	}
 }
 
 // TestGlobalQuotaMode: Options.QuotaMode (QUOTA_MODE) puts every limit in

@@ -30,8 +30,6 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
 	var worst *rules.Limit
-	var qretry time.Duration // the same, among the quota-mode limits over
-	var qworst *rules.Limit
 	var unlimited bool
 	for k, l := range c.limits {
 		slot := c.slot[k]
@@ -47,7 +45,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		case c.isFailed(slot) && l.FailureMode != rules.FailDeny:
 			if s.quotaMode(l) {
 				// Its failure mode lets it pass: a quota with room.
-				c.markQuota(c.owner[k], len(req.Descriptors), false)
+				c.markQuota(c.owner[k], len(req.Descriptors), l, false, 0)
 			}
 			continue // nothing is known, and its failure mode lets it pass
 		case c.isFailed(slot):
@@ -74,10 +72,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			}
 			if s.quotaMode(l) {
 				// Reported over, deciding only with the other quotas.
-				c.markQuota(c.owner[k], len(req.Descriptors), over)
-				if over && (qworst == nil || wait >= qretry) {
-					qretry, qworst = wait, l
-				}
+				c.markQuota(c.owner[k], len(req.Descriptors), l, over, wait)
 				statusOver, over = over, false
 			} else {
 				statusOver = over
@@ -109,7 +104,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 	}
 	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT && c.quotaSpent() {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		retry, worst = qretry, qworst
+		retry, worst = c.quotaRetry()
 	}
 	switch {
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
@@ -237,7 +232,9 @@ func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome
 		Outcome:   o,
 		NearLimit: uint64(math.Floor(s.near * float64(r.Capacity()))),
 	}
-	if !r.Refund {
+	if r.Refund {
+		d.Refunded = r.Hits
+	} else {
 		d.Hits = r.Hits
 	}
 	return d

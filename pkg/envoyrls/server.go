@@ -19,7 +19,7 @@ import (
 
 // Store checks and counts the counters of one request atomically. Both
 // *window.Memory and *redisstore.Store implement it. A store that waits on
-// anything bounds its Takes itself (redisstore.Options.Timeout), and
+// anything bounds its Takes itself (see redisstore.Options), and
 // returns by ctx's deadline: the server applies failure modes to what it
 // returns and must still answer before its caller gives up.
 type Store interface {
@@ -30,7 +30,7 @@ type Store interface {
 // InputLimits caps what one request may ask, so hostile input costs bounded
 // work. A zero field takes its default.
 type InputLimits struct {
-	MaxDescriptors int    // per request; default 64
+	MaxDescriptors int    // per request; default 256, Envoy Gateway's most rules in a policy
 	MaxEntries     int    // per descriptor; default 32
 	MaxEntryBytes  int    // per entry key or value; default 1024
 	MaxHits        uint64 // per descriptor; default 1<<32 - 1
@@ -38,7 +38,7 @@ type InputLimits struct {
 
 func (l InputLimits) withDefaults() InputLimits {
 	if l.MaxDescriptors <= 0 {
-		l.MaxDescriptors = 64
+		l.MaxDescriptors = 256
 	}
 	if l.MaxEntries <= 0 {
 		l.MaxEntries = 32
@@ -199,7 +199,11 @@ type call struct {
 	quotaOver []int
 	// quota is, per descriptor, what its quota-mode limits say (see
 	// quotaState); empty when no limit of the request is in quota mode.
-	quota []quotaState
+	// quotaWait and quotaLimit are, for a spent descriptor, the longest
+	// retry-after wait among its quota limits over and that limit.
+	quota      []quotaState
+	quotaWait  []time.Duration
+	quotaLimit []*rules.Limit
 	// refunded: the counted hits that are not charges were given back.
 	refunded bool
 }
@@ -213,20 +217,38 @@ const (
 	quotaSpent                   // a quota-mode limit over
 )
 
-// markQuota records that a quota-mode limit of descriptor i is over, or
-// not: a descriptor is spent when any of its quota limits is, as a
-// descriptor with plain limits is over when any of them is.
-func (c *call) markQuota(i, n int, spent bool) {
+// markQuota records that quota-mode limit l of descriptor i (of n) is
+// over, with wait its retry-after, or not: a descriptor is spent when any
+// of its quota limits is, as a descriptor with plain limits is over when
+// any of them is, and it has room again when all of them have.
+func (c *call) markQuota(i, n int, l *rules.Limit, spent bool, wait time.Duration) {
 	for len(c.quota) < n {
-		c.quota = append(c.quota, quotaNone)
+		c.quota, c.quotaWait, c.quotaLimit = append(c.quota, quotaNone), append(c.quotaWait, 0), append(c.quotaLimit, nil)
 	}
 	switch {
 	case spent:
 		c.quota[i] = quotaSpent
 		c.quotaOver = append(c.quotaOver, i)
+		if c.quotaLimit[i] == nil || wait >= c.quotaWait[i] {
+			c.quotaWait[i], c.quotaLimit[i] = wait, l
+		}
 	case c.quota[i] == quotaNone:
 		c.quota[i] = quotaRoom
 	}
+}
+
+// quotaRetry returns the retry-after of a request denied because all its
+// quota descriptors are spent, and the limit that decides it: it passes
+// again as soon as one of them has room, so the shortest of their waits.
+func (c *call) quotaRetry() (time.Duration, *rules.Limit) {
+	var retry time.Duration
+	var worst *rules.Limit
+	for i, l := range c.quotaLimit {
+		if l != nil && (worst == nil || c.quotaWait[i] < retry) {
+			retry, worst = c.quotaWait[i], l
+		}
+	}
+	return retry, worst
 }
 
 // quotaSpent reports whether the request has quota descriptors and every
@@ -252,7 +274,8 @@ const unknownDomain = "unknown"
 func (c *call) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key, c.keyEnds = c.reqs[:0], c.res[:0], c.key[:0], c.keyEnds[:0]
-	c.failed, c.quotaOver, c.quota = c.failed[:0], c.quotaOver[:0], c.quota[:0]
+	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
+	c.quota, c.quotaWait, c.quotaLimit = c.quota[:0], c.quotaWait[:0], c.quotaLimit[:0]
 	c.counted, c.refunded = false, false
 }
 
@@ -339,6 +362,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if err != nil {
 		resp, err := s.failureResponse(ctx, req, c, now, allowed, err)
 		return resp, grpcError(err)
+	}
+	if !allowed {
+		s.giveBack(ctx, now, c)
 	}
 	resp := s.response(req, c, now)
 	s.refundQuotaDenial(ctx, now, c, resp)
@@ -454,8 +480,39 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 	return allowed, nil
 }
 
+// giveBack applies the refunds (is_negative_hits) of a request the store
+// denied, which it therefore did not count. Hits given back are not asked
+// for: they return what earlier requests took (tokens reserved and not
+// used), so they apply whatever the answer, as envoyproxy/ratelimit
+// applies them (its #1140). Their results replace the denied call's, so
+// their statuses tell the room they made.
+func (s *Server) giveBack(ctx context.Context, now time.Time, c *call) {
+	var idx []int
+	for i, r := range c.reqs {
+		if r.Refund && r.Hits > 0 {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	back := make([]window.Request, len(idx))
+	res := make([]window.Result, len(idx))
+	for j, i := range idx {
+		back[j] = c.reqs[i]
+	}
+	// Even when the caller is gone: the hits were given back all the same.
+	if _, err := s.store.Take(context.WithoutCancel(ctx), now, back, res); err != nil {
+		s.log.Debug("refund of a denied request failed", zap.Error(err))
+		return
+	}
+	for j, i := range idx {
+		c.res[i] = res[j]
+	}
+}
+
 // refund gives back the hits that a store call counted for a request that
-// a failure mode then denied.
+// a failure mode, or the quota rule (refundQuotaDenial), then denied.
 func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
 	c.refunded = true
 	var back []window.Request

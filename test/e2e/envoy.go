@@ -36,6 +36,8 @@ type envoyParams struct {
 	Domain          string
 	Timeout         string // the filter timeout, as Envoy's YAML wants it ("0.05s")
 	FailureModeDeny bool
+	// RetryAfterHeader sets Envoy 1.40's enable_retry_after_header.
+	RetryAfterHeader bool
 }
 
 func renderEnvoyConfig(p envoyParams) ([]byte, error) {

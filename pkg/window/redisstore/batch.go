@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
@@ -61,8 +62,10 @@ type BatchOptions struct {
 // counted when a slot denies (see the package doc).
 //
 // A request whose context ended, or whose deadline (see callDeadline) passed,
-// before its batch was sent is not sent. If the call fails, every request in
-// it fails, as each would alone.
+// before its batch was sent is not sent, and its caller stops waiting then,
+// not when a worker gets to it: behind a slow Redis the queue holds at most
+// what the callers' deadlines allow. If the call fails, every request in it
+// fails, as each would alone.
 //
 // NewBatched fails only for negative options. Close stops the workers.
 func NewBatched(client scripter, ro Options, o BatchOptions) (*Store, error) {
@@ -77,7 +80,11 @@ func NewBatched(client scripter, ro Options, o BatchOptions) (*Store, error) {
 		o.MaxBatch = 64
 	}
 	b := &batcher{s: s, opts: o, queue: make(chan *batchCall, o.Workers*o.MaxBatch), stop: make(chan struct{})}
-	b.calls.New = func() any { return &batchCall{done: make(chan struct{}, 1)} }
+	b.calls.New = func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return &batchCall{done: make(chan struct{}, 1), timer: t}
+	}
 	for range o.Workers {
 		b.wg.Add(1)
 		go b.work()
@@ -117,12 +124,25 @@ type batchCall struct {
 	vals     []any     // its part of the reply
 	err      error
 	done     chan struct{}
+	// state says who owns the call once it is queued (callQueued): the
+	// worker that takes it for a batch (callTaken) or its caller, who gave
+	// up waiting (callAbandoned). Whoever wins the swap from callQueued
+	// decides; a worker recycles an abandoned call.
+	state atomic.Uint32
+	timer *time.Timer // the caller's, to stop waiting at deadline; reused
 	// Set by the worker for a traced store's span (see callInfo): when
 	// the call was sent, how many requests it carried, how long it took.
 	sent      time.Time
 	size      int
 	roundTrip time.Duration
 }
+
+// The states of a batchCall (batchCall.state).
+const (
+	callQueued uint32 = iota
+	callTaken
+	callAbandoned
+)
 
 // take queues one Take that must end by deadline, all of whose counters
 // lie on slot on a cluster (or, when multi, on several slots of one node,
@@ -149,32 +169,90 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 }
 
 // enqueue hands r, on slot (see take), to the workers, for wait to collect.
+// When the queue is full it waits for room until ctx ends or deadline
+// passes, and then fails with nothing sent.
 func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r request, slot uint16, multi bool) (*batchCall, error) {
 	c := b.calls.Get().(*batchCall)
 	c.ctx, c.deadline, c.request, c.slot, c.multi, c.vals, c.err = ctx, deadline, r, slot, multi, nil, nil
+	c.state.Store(callQueued)
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		b.calls.Put(c)
 		return nil, fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
 	}
-	b.queue <- c
-	return c, nil
+	select {
+	case b.queue <- c:
+		return c, nil
+	default:
+	}
+	// Full: every worker is busy and MaxBatch requests per worker wait.
+	c.timer.Reset(time.Until(deadline))
+	defer c.timer.Stop()
+	var err error
+	select {
+	case b.queue <- c:
+		return c, nil
+	case <-c.timer.C:
+		err = context.DeadlineExceeded
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	b.calls.Put(c)
+	return nil, fmt.Errorf("%w: not sent: queue full: %w", window.ErrStore, err)
 }
 
 // wait waits for c's part of its batch's reply and returns it, or the
-// error of its call; c goes back to the pool. It fills info, when not nil,
-// with the batch c went in, queued at queued.
+// error of its call; c goes back to the pool. If c's deadline passes or its
+// ctx ends while c is still queued, wait gives c up (a worker recycles it)
+// and fails with nothing sent; once a worker has taken c, its batch call is
+// bounded by c's deadline (see send), so wait waits for it. It fills info,
+// when not nil, with the batch c went in, queued at queued.
 func (b *batcher) wait(c *batchCall, info *callInfo, queued time.Time) ([]any, error) {
-	<-c.done
+	select {
+	case <-c.done:
+	default:
+		c.timer.Reset(time.Until(c.deadline))
+		var err error
+		select {
+		case <-c.done:
+		case <-c.timer.C:
+			err = context.DeadlineExceeded
+		case <-c.ctx.Done():
+			err = c.ctx.Err()
+		}
+		c.timer.Stop()
+		if err != nil {
+			if c.state.CompareAndSwap(callQueued, callAbandoned) {
+				// The worker owns c now; the caller's requests are not read.
+				return nil, fmt.Errorf("%w: not sent: %w", window.ErrStore, err)
+			}
+			<-c.done // taken: its call ends by c's deadline
+		}
+	}
 	if info != nil && c.size > 0 {
 		info.batch, info.queued, info.roundTrip = c.size, c.sent.Sub(queued), c.roundTrip
 	}
 	vals, err := c.vals, c.err
+	b.recycle(c)
+	return vals, err
+}
+
+// recycle puts c back in the pool, without references to its last Take.
+func (b *batcher) recycle(c *batchCall) {
 	c.ctx, c.request, c.vals, c.err = nil, request{}, nil, nil
 	c.size = 0
 	b.calls.Put(c)
-	return vals, err
+}
+
+// claim gives a worker c, taken from the queue: it reports false, and
+// recycles c, if c's caller gave up waiting.
+func (b *batcher) claim(c *batchCall) bool {
+	if c.state.CompareAndSwap(callQueued, callTaken) {
+		return true
+	}
+	b.recycle(c)
+	return false
 }
 
 func (b *batcher) close() error {
@@ -190,8 +268,10 @@ func (b *batcher) close() error {
 	for {
 		select {
 		case c := <-b.queue:
-			c.err = fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
-			c.done <- struct{}{}
+			if b.claim(c) {
+				c.err = fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
+				c.done <- struct{}{}
+			}
 		default:
 			return nil
 		}
@@ -306,6 +386,9 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	defer func() { buf.live = live }()
 	now := time.Now()
 	for _, c := range batch {
+		if !b.claim(c) {
+			continue
+		}
 		err := c.ctx.Err()
 		if err == nil && !now.Before(c.deadline) {
 			err = context.DeadlineExceeded
