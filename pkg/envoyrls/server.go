@@ -109,7 +109,7 @@ type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store   Store
-	rules   atomic.Pointer[rules.Set]
+	served  atomic.Pointer[served] // the rules, with what is prepared for them
 	prefix  string
 	now     func() time.Time
 	limits  InputLimits
@@ -163,18 +163,17 @@ func NewServer(o Options) (*Server, error) {
 		ref:    o.ReferenceKeys,
 	}
 	s.calls.New = func() any { return new(call) }
-	if o.Rules != nil {
-		s.rules.Store(o.Rules)
-	}
+	s.SetRules(o.Rules)
 	return s, nil
 }
 
 // SetRules swaps the rules atomically: each request sees either the old or
-// the new rules, never a mix.
-func (s *Server) SetRules(r *rules.Set) { s.rules.Store(r) }
+// the new rules, never a mix, and the response parts prepared for them
+// (see served). Nil serves none.
+func (s *Server) SetRules(r *rules.Set) { s.served.Store(newServed(r)) }
 
 // Rules returns the rules being served, or nil.
-func (s *Server) Rules() *rules.Set { return s.rules.Load() }
+func (s *Server) Rules() *rules.Set { return s.served.Load().rules }
 
 // Ping checks the store.
 func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
@@ -184,9 +183,10 @@ func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 // and res hold only the counted ones, slot[k] being limit k's index in them
 // or -1 for an unlimited limit.
 type call struct {
-	domain  string // metric label: the domain, or "unknown" when no rules name it
-	failed  []bool // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
-	counted bool   // the store counted the request's hits (it was allowed)
+	domain  string  // metric label: the domain, or "unknown" when no rules name it
+	served  *served // the rules the request is decided by
+	failed  []bool  // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
+	counted bool    // the store counted the request's hits (it was allowed)
 	limits  []*rules.Limit
 	owner   []int
 	slot    []int
@@ -297,10 +297,12 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if err := s.validate(req); err != nil {
 		return nil, s.invalid(err)
 	}
-	dom := s.rules.Load().Domain(req.Domain)
+	v := s.served.Load()
+	dom := v.rules.Domain(req.Domain)
 	c := s.calls.Get().(*call)
 	defer s.calls.Put(c)
 	c.reset()
+	c.served = v
 	c.domain = unknownDomain
 	if dom != nil {
 		// A client can send any domain (with an override, any domain even
