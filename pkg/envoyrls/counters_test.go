@@ -51,7 +51,7 @@ descriptors:
 // counterStore is a store as the command composes it (behind an over-limit
 // cache) and a reader of its counters, which counts nothing.
 type counterStore struct {
-	store Store
+	store window.Store
 	get   func(t *testing.T, c counterAt) uint64
 }
 

@@ -17,16 +17,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// Store checks and counts the counters of one request atomically. Both
-// *window.Memory and *redisstore.Store implement it. A store that waits on
-// anything bounds its Takes itself (see redisstore.Options), and
-// returns by ctx's deadline: the server applies failure modes to what it
-// returns and must still answer before its caller gives up.
-type Store interface {
-	Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (allowed bool, err error)
-	Ping(ctx context.Context) error
-}
-
 // InputLimits caps what one request may ask, so hostile input costs bounded
 // work. A zero field takes its default.
 type InputLimits struct {
@@ -55,7 +45,13 @@ func (l InputLimits) withDefaults() InputLimits {
 // Options configure a Server. Store is required; every other field has a
 // default.
 type Options struct {
-	Store Store
+	// Store checks and counts the counters of each request atomically:
+	// *window.Memory or *redisstore.Store, possibly wrapped
+	// (window.OverLimitCache, window.Breaker). A store that waits on
+	// anything bounds its Takes itself (see redisstore.Options), and returns
+	// by ctx's deadline: the server applies failure modes to what it
+	// returns and must still answer before its caller gives up.
+	Store window.Store
 	// Rules to serve at start; nil serves none (every descriptor is OK)
 	// until SetRules.
 	Rules *rules.Set
@@ -108,7 +104,7 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store   Store
+	store   window.Store
 	served  atomic.Pointer[served] // the rules, with what is prepared for them
 	prefix  string
 	now     func() time.Time
@@ -456,8 +452,8 @@ func (c *call) replaced(l *rules.Limit) bool {
 }
 
 // take calls the store and logs transitions between a working and a
-// failing store. The store bounds the call (see Store): a context with a
-// timer per request here was the largest allocation on the hot path.
+// failing store. The store bounds the call (see Options.Store): a context
+// with a timer per request here was the largest allocation on the hot path.
 func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error) {
 	var start time.Time
 	if s.obs != nil {
