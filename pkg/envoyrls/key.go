@@ -20,7 +20,7 @@ import (
 // descriptor, whatever its number of limits. A counter in
 // envoyproxy/ratelimit's layout (see referenceLayout) has a key of its own
 // in that string.
-func (s *Server) setKeys(req *rlsv3.RateLimitRequest, c *call) {
+func (s *Server) setKeys(req *rlsv3.RateLimitRequest, c *scratch) {
 	owner, first, headFrom, headTo := -1, 0, 0, 0
 	for k, l := range c.limits {
 		slot := c.slot[k]
@@ -52,7 +52,7 @@ func (s *Server) setKeys(req *rlsv3.RateLimitRequest, c *call) {
 
 // keysFrom sets the keys of the counters from c.reqs[first] on: the keys
 // that c.key holds end to end, ending at c.keyEnds.
-func (c *call) keysFrom(first int) {
+func (c *scratch) keysFrom(first int) {
 	if len(c.keyEnds) == 0 {
 		return
 	}

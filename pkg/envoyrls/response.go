@@ -23,7 +23,7 @@ import (
 // Server.quotaMode); with Options.ShadowMode an OVER_LIMIT answer becomes
 // OK (its statuses keep saying which limits are over), as in
 // envoyproxy/ratelimit.
-func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
+func (s *Server) response(req *rlsv3.RateLimitRequest, c *scratch, now time.Time) *rlsv3.RateLimitResponse {
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
 	var worst *rules.Limit
@@ -134,7 +134,7 @@ func failClosed(r *window.Request, now time.Time) (reset, wait time.Duration) {
 // markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
 // does, and no current_limit, for a descriptor with an unlimited limit
 // where no other limit of it reported one.
-func markUnlimited(resp *rlsv3.RateLimitResponse, c *call) {
+func markUnlimited(resp *rlsv3.RateLimitResponse, c *scratch) {
 	for k, slot := range c.slot {
 		if st := resp.Statuses[c.owner[k]]; slot < 0 && st.CurrentLimit == nil {
 			st.LimitRemaining = math.MaxUint32
@@ -190,7 +190,7 @@ func tighter(st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, remaining 
 	return reset > st.DurationUntilReset.AsDuration()
 }
 
-func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window.Result, remaining uint64, now time.Time) {
+func (s *Server) observe(req *rlsv3.RateLimitRequest, c *scratch, k int, res window.Result, remaining uint64, now time.Time) {
 	if s.obs == nil {
 		return
 	}
@@ -219,7 +219,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 
 // decision is what an Observer is told of limit k, less what the store
 // answered.
-func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome) Decision {
+func (s *Server) decision(req *rlsv3.RateLimitRequest, c *scratch, k int, o Outcome) Decision {
 	l, owner, r := c.limits[k], c.owner[k], &c.reqs[c.slot[k]]
 	d := Decision{
 		Domain:    c.domain,
@@ -262,7 +262,7 @@ func metricValue(req *rlsv3.RateLimitRequest, owner int, l *rules.Limit) string 
 // failure_mode_deny decides, else the answered counters decide.
 // If a failure mode refuses a request whose answered counters were counted,
 // their hits are given back.
-func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
+func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *scratch, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
 	for range c.res {
 		c.failed = append(c.failed, false)
 	}

@@ -85,7 +85,7 @@ type Options struct {
 	// the rules that applied merged in (see dynamicMetadata). Off, nothing
 	// is built.
 	DynamicMetadata bool
-	// Tracer makes a span of each ShouldRateLimit call (see trace.go),
+	// Tracer makes a span of each ShouldRateLimit request (see trace.go),
 	// the child of any span ctx carries, and hands the store the context
 	// holding it. Nil (the default) makes none and costs nothing.
 	Tracer trace.Tracer
@@ -118,7 +118,7 @@ type Server struct {
 	tracer  trace.Tracer   // nil: no spans
 	ref     *ReferenceKeys // nil: this project's keys only
 	failing atomic.Bool    // the last store call failed; for transition logs
-	calls   sync.Pool
+	scratch sync.Pool      // of *scratch
 }
 
 // NewServer returns a Server, or an error for bad options.
@@ -158,7 +158,7 @@ func NewServer(o Options) (*Server, error) {
 		tracer: o.Tracer,
 		ref:    o.ReferenceKeys,
 	}
-	s.calls.New = func() any { return new(call) }
+	s.scratch.New = func() any { return new(scratch) }
 	s.SetRules(o.Rules)
 	return s, nil
 }
@@ -174,11 +174,11 @@ func (s *Server) Rules() *rules.Set { return s.served.Load().rules }
 // Ping checks the store.
 func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
-// call is the scratch space of one request, pooled to spare allocations.
+// scratch is the scratch space of one request, pooled to spare allocations.
 // limits and owner list every matched limit and its descriptor's index; reqs
 // and res hold only the counted ones, slot[k] being limit k's index in them
 // or -1 for an unlimited limit.
-type call struct {
+type scratch struct {
 	domain  string  // metric label: the domain, or "unknown" when no rules name it
 	served  *served // the rules the request is decided by
 	failed  []bool  // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
@@ -217,7 +217,7 @@ const (
 // over, with wait its retry-after, or not: a descriptor is spent when any
 // of its quota limits is, as a descriptor with plain limits is over when
 // any of them is, and it has room again when all of them have.
-func (c *call) markQuota(i, n int, l *rules.Limit, spent bool, wait time.Duration) {
+func (c *scratch) markQuota(i, n int, l *rules.Limit, spent bool, wait time.Duration) {
 	for len(c.quota) < n {
 		c.quota, c.quotaWait, c.quotaLimit = append(c.quota, quotaNone), append(c.quotaWait, 0), append(c.quotaLimit, nil)
 	}
@@ -236,7 +236,7 @@ func (c *call) markQuota(i, n int, l *rules.Limit, spent bool, wait time.Duratio
 // quotaRetry returns the retry-after of a request denied because all its
 // quota descriptors are spent, and the limit that decides it: it passes
 // again as soon as one of them has room, so the shortest of their waits.
-func (c *call) quotaRetry() (time.Duration, *rules.Limit) {
+func (c *scratch) quotaRetry() (time.Duration, *rules.Limit) {
 	var retry time.Duration
 	var worst *rules.Limit
 	for i, l := range c.quotaLimit {
@@ -250,7 +250,7 @@ func (c *call) quotaRetry() (time.Duration, *rules.Limit) {
 // quotaSpent reports whether the request has quota descriptors and every
 // one of them is spent: envoyproxy/ratelimit's rule (its #1059) for when
 // quota-mode limits make a request OVER_LIMIT.
-func (c *call) quotaSpent() bool {
+func (c *scratch) quotaSpent() bool {
 	spent := false
 	for _, q := range c.quota {
 		if q == quotaRoom {
@@ -262,12 +262,12 @@ func (c *call) quotaSpent() bool {
 }
 
 // isFailed reports whether the store failed for the counter in slot i.
-func (c *call) isFailed(i int) bool { return len(c.failed) > i && c.failed[i] }
+func (c *scratch) isFailed(i int) bool { return len(c.failed) > i && c.failed[i] }
 
 // unknownDomain labels metrics of domains that no rules file names.
 const unknownDomain = "unknown"
 
-func (c *call) reset() {
+func (c *scratch) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key, c.keyEnds = c.reqs[:0], c.res[:0], c.key[:0], c.keyEnds[:0]
 	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
@@ -295,8 +295,8 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 	v := s.served.Load()
 	dom := v.rules.Domain(req.Domain)
-	c := s.calls.Get().(*call)
-	defer s.calls.Put(c)
+	c := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(c)
 	c.reset()
 	c.served = v
 	c.domain = unknownDomain
@@ -376,7 +376,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 // the refund, other requests see these counters higher by this request's
 // hits; the quota counters are over already, so only a plain limit of the
 // same request with room left can answer differently in that instant.
-func (s *Server) refundQuotaDenial(ctx context.Context, now time.Time, c *call, resp *rlsv3.RateLimitResponse) {
+func (s *Server) refundQuotaDenial(ctx context.Context, now time.Time, c *scratch, resp *rlsv3.RateLimitResponse) {
 	if c.counted && !c.refunded && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && c.quotaSpent() {
 		s.refund(ctx, now, c)
 	}
@@ -395,7 +395,7 @@ func (s *Server) invalid(err error) error {
 // descriptor is reported OVER_LIMIT (limit_remaining 0, and listed in
 // dynamic_metadata's quotaModeViolations) but makes the request OVER_LIMIT
 // only when every quota descriptor of the request is over too, as
-// envoyproxy/ratelimit decides since its #1059 (see call.quotaSpent). The
+// envoyproxy/ratelimit decides since its #1059 (see scratch.quotaSpent). The
 // store counts it like a shadow limit, over or not, when the request is
 // allowed there; a request that the quota rule then denies gets its
 // non-charge hits back (see refundQuotaDenial).
@@ -416,7 +416,7 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 // dropReplaced removes limits that another matched limit names in its
 // replaces. Every limit is judged against all matched limits before any is
 // removed, so the outcome does not depend on their order.
-func (c *call) dropReplaced() {
+func (c *scratch) dropReplaced() {
 	replacing := false
 	for _, l := range c.limits {
 		replacing = replacing || len(l.Replaces) > 0
@@ -439,7 +439,7 @@ func (c *call) dropReplaced() {
 	c.limits, c.owner = c.limits[:j], c.owner[:j]
 }
 
-func (c *call) replaced(l *rules.Limit) bool {
+func (c *scratch) replaced(l *rules.Limit) bool {
 	if l.Name == "" {
 		return false
 	}
@@ -454,7 +454,7 @@ func (c *call) replaced(l *rules.Limit) bool {
 // take calls the store and logs transitions between a working and a
 // failing store. The store bounds the call (see Options.Store): a context
 // with a timer per request here was the largest allocation on the hot path.
-func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error) {
+func (s *Server) take(ctx context.Context, now time.Time, c *scratch) (bool, error) {
 	var start time.Time
 	if s.obs != nil {
 		start = time.Now()
@@ -484,7 +484,7 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 // used), so they apply whatever the answer, as envoyproxy/ratelimit
 // applies them (its #1140). Their results replace the denied call's, so
 // their statuses tell the room they made.
-func (s *Server) giveBack(ctx context.Context, now time.Time, c *call) {
+func (s *Server) giveBack(ctx context.Context, now time.Time, c *scratch) {
 	var idx []int
 	for i, r := range c.reqs {
 		if r.Refund && r.Hits > 0 {
@@ -511,7 +511,7 @@ func (s *Server) giveBack(ctx context.Context, now time.Time, c *call) {
 
 // refund gives back the hits that a store call counted for a request that
 // a failure mode, or the quota rule (refundQuotaDenial), then denied.
-func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
+func (s *Server) refund(ctx context.Context, now time.Time, c *scratch) {
 	c.refunded = true
 	var back []window.Request
 	for i, r := range c.reqs {
