@@ -174,7 +174,7 @@ func (s *Server) Rules() *rules.Set { return s.served.Load().rules }
 // Ping checks the store.
 func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
-// scratch is the scratch space of one request, pooled to spare allocations.
+// scratch is the working state of one request, pooled to spare allocations.
 // limits and owner list every matched limit and its descriptor's index; reqs
 // and res hold only the counted ones, slot[k] being limit k's index in them
 // or -1 for an unlimited limit.
@@ -277,9 +277,9 @@ func (c *scratch) reset() {
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
 // Malformed requests get InvalidArgument and count nothing; a failed store
-// gets each limit's failure mode. Responses share read-only parts with each
-// other and with the rules (current_limit, the 429 body and headers):
-// callers must not modify a response. With Options.Tracer it makes a span.
+// gets each limit's failure mode. Responses share read-only parts that the
+// server prepared per limit (current_limit, the 429 body and headers) and
+// the rules' metadata: callers must not modify a response. With Options.Tracer it makes a span.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if s.tracer != nil {
 		return s.tracedDecide(ctx, req)
