@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -315,7 +314,7 @@ func poolStatsOf(s *redis.PoolStats) *metrics.PoolStats {
 // layer can be turned off by its flag. It is not a store itself: the
 // server is handed Store, so a decision pays no extra call through it.
 type redisStore struct {
-	Store   envoyrls.Store // the outermost layer
+	Store   window.Store // the outermost layer
 	redis   *redisstore.Store
 	batched bool            // Takes are coalesced: -redis-batch-workers > 0
 	breaker *window.Breaker // nil without -redis-breaker-failures

@@ -152,3 +152,28 @@ func helperNotAnExample() {}
 		t.Errorf("ExamplesWithoutOutput = %q, want %q", names, want)
 	}
 }
+
+// TestReaches: Reaches finds a package imported indirectly (go/token, by
+// go/parser), finds none that is not imported, and fails for a pattern go
+// list cannot load.
+func TestReaches(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		want    string
+		reached bool
+	}{
+		{"go/token", true},
+		{"net/http", false},
+	} {
+		got, err := Reaches(".", func(p string) bool { return p == tt.want })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (len(got) == 1) != tt.reached || len(got) > 1 {
+			t.Errorf("Reaches(%q) = %v, want it reached: %v", tt.want, got, tt.reached)
+		}
+	}
+	if _, err := Reaches("./no-such-package", func(string) bool { return true }); err == nil {
+		t.Error("Reaches of a missing package: no error")
+	}
+}

@@ -50,12 +50,12 @@ descriptors:
 // budgetStores are the stores of the budget tables, each as the command
 // composes it (behind an over-limit cache), and the store beneath, to read
 // counters from.
-var budgetStores = map[string]func(t *testing.T) (Store, window.Store){
-	"memory": func(t *testing.T) (Store, window.Store) {
+var budgetStores = map[string]func(t *testing.T) (window.Store, window.Store){
+	"memory": func(t *testing.T) (window.Store, window.Store) {
 		m := window.NewMemory()
 		return window.NewOverLimitCache(m), m
 	},
-	"redis": func(t *testing.T) (Store, window.Store) {
+	"redis": func(t *testing.T) (window.Store, window.Store) {
 		s, err := redisstore.NewBatched(redistest.Start(t).Client(t), redisstore.Options{}, redisstore.BatchOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ var budgetStores = map[string]func(t *testing.T) (Store, window.Store){
 		t.Cleanup(func() { _ = s.Close() })
 		return window.NewOverLimitCache(s), s
 	},
-	"cluster": func(t *testing.T) (Store, window.Store) {
+	"cluster": func(t *testing.T) (window.Store, window.Store) {
 		s := redisstore.New(redistest.StartCluster(t, 3).Client(t), redisstore.Options{})
 		return window.NewOverLimitCache(s), s
 	},

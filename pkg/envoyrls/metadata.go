@@ -33,7 +33,7 @@ import (
 // those whose limits applied to it (not unlimited, not replaced, not
 // overridden), as the reference (f2fb157) takes the one limit it matched.
 // Envoy puts the struct under the envoy.filters.http.ratelimit namespace.
-func (s *Server) dynamicMetadata(req *rlsv3.RateLimitRequest, c *call, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) *structpb.Struct {
+func (s *Server) dynamicMetadata(req *rlsv3.RateLimitRequest, c *scratch, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) *structpb.Struct {
 	fields := make(map[string]*structpb.Value)
 	quotaEnabled := s.quota
 	var passed, last *structpb.Struct

@@ -2,14 +2,11 @@ package envoyrls
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -26,7 +23,7 @@ import (
 // Server.quotaMode); with Options.ShadowMode an OVER_LIMIT answer becomes
 // OK (its statuses keep saying which limits are over), as in
 // envoyproxy/ratelimit.
-func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
+func (s *Server) response(req *rlsv3.RateLimitRequest, c *scratch, now time.Time) *rlsv3.RateLimitResponse {
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
 	var worst *rules.Limit
@@ -60,7 +57,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			// not the cache answered; its count is unknown, so it states no
 			// remaining or reset of its own.
 			if st := resp.Statuses[c.owner[k]]; st.CurrentLimit == nil {
-				st.CurrentLimit = l.Proto()
+				st.CurrentLimit = c.served.currentLimit(l)
 			}
 			continue
 		default:
@@ -81,7 +78,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		}
 		st := resp.Statuses[c.owner[k]]
 		if tighter(st, statusOver, remaining, reset) {
-			st.CurrentLimit = l.Proto()
+			st.CurrentLimit = c.served.currentLimit(l)
 			st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
 			// Each status has its own Duration: what a looser limit wrote
 			// there, a tighter one overwrites.
@@ -110,7 +107,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		addTooManyRequests(resp, req.Domain, retry, worst)
+		addTooManyRequests(resp, c.served, req.Domain, retry, worst)
 	}
 	if s.meta {
 		resp.DynamicMetadata = s.dynamicMetadata(req, c, resp.Statuses)
@@ -137,7 +134,7 @@ func failClosed(r *window.Request, now time.Time) (reset, wait time.Duration) {
 // markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
 // does, and no current_limit, for a descriptor with an unlimited limit
 // where no other limit of it reported one.
-func markUnlimited(resp *rlsv3.RateLimitResponse, c *call) {
+func markUnlimited(resp *rlsv3.RateLimitResponse, c *scratch) {
 	for k, slot := range c.slot {
 		if st := resp.Statuses[c.owner[k]]; slot < 0 && st.CurrentLimit == nil {
 			st.LimitRemaining = math.MaxUint32
@@ -193,7 +190,7 @@ func tighter(st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, remaining 
 	return reset > st.DurationUntilReset.AsDuration()
 }
 
-func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window.Result, remaining uint64, now time.Time) {
+func (s *Server) observe(req *rlsv3.RateLimitRequest, c *scratch, k int, res window.Result, remaining uint64, now time.Time) {
 	if s.obs == nil {
 		return
 	}
@@ -222,7 +219,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 
 // decision is what an Observer is told of limit k, less what the store
 // answered.
-func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome) Decision {
+func (s *Server) decision(req *rlsv3.RateLimitRequest, c *scratch, k int, o Outcome) Decision {
 	l, owner, r := c.limits[k], c.owner[k], &c.reqs[c.slot[k]]
 	d := Decision{
 		Domain:    c.domain,
@@ -265,7 +262,7 @@ func metricValue(req *rlsv3.RateLimitRequest, owner int, l *rules.Limit) string 
 // failure_mode_deny decides, else the answered counters decide.
 // If a failure mode refuses a request whose answered counters were counted,
 // their hits are given back.
-func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
+func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *scratch, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
 	for range c.res {
 		c.failed = append(c.failed, false)
 	}
@@ -323,56 +320,13 @@ type tooManyRequests struct {
 // longest wait among the over-limit counters: until a window resets, or
 // for a token bucket or sliding log until the request's hits would fit;
 // see window.Request.RetryAfter), content-type and the JSON body to an
-// OVER_LIMIT response. l is the limit that decided it.
-func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time.Duration, l *rules.Limit) {
+// OVER_LIMIT response, prepared by v (see served.tooMany). l is the limit
+// that decided it.
+func addTooManyRequests(resp *rlsv3.RateLimitResponse, v *served, domain string, retry time.Duration, l *rules.Limit) {
 	secs := int64(math.Ceil(retry.Seconds()))
 	if secs < 1 {
 		secs = 1
 	}
-	var t *rules.Denial
-	if l.Override || l.Algorithm != window.FixedWindow {
-		// Made for this denial alone: an override belongs to one request,
-		// and the retry-after of a sliding window, token bucket or sliding
-		// log depends on its key's own state, so a cache would be
-		// rewritten, by a write all requests share, at almost every denial.
-		t = newTooMany(domain, secs, l)
-	} else if t = l.Denial.Load(); t == nil || t.RetryAfter != secs {
-		t = newTooMany(domain, secs, l)
-		l.Denial.Store(t)
-	}
+	t := v.tooMany(domain, secs, l)
 	resp.RawBody, resp.ResponseHeadersToAdd = t.Body, t.Headers
-}
-
-// newTooMany builds the 429 body and headers of one limit's denials with
-// one retry-after. A configured limit belongs to one domain, and for a fixed
-// window every denial by a key under attack within that second gets the
-// same parts, so each limit keeps the last ones it built (Limit.Denial) and
-// responses share them, as they share current_limit: nothing writes a
-// response's fields after it is built. Building them anew, with JSON
-// marshalling and Sprintf, would cost every denial of a key under attack,
-// which the over-limit cache otherwise answers cheaply
-// (BenchmarkShouldRateLimitHotKey measures that path). Only fixed windows
-// keep them: for the other algorithms retry-after is when that key's own
-// counter admits again, which differs from key to key, so their denials
-// build their own.
-func newTooMany(domain string, secs int64, l *rules.Limit) *rules.Denial {
-	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
-	if l.Algorithm == window.TokenBucket && l.Burst != l.RequestsPerUnit {
-		msg = fmt.Sprintf("rate limit of %d per %s (burst %d) exceeded", l.RequestsPerUnit, windowName(l), l.Burst)
-	}
-	if l.Name != "" {
-		msg += " (" + l.Name + ")"
-	}
-	body, _ := json.Marshal(tooManyRequests{Error: "too_many_requests", Message: msg, RetryAfterSeconds: secs, Domain: domain})
-	return &rules.Denial{RetryAfter: secs, Body: body, Headers: []*corev3.HeaderValue{
-		{Key: "retry-after", Value: strconv.FormatInt(secs, 10)},
-		{Key: "content-type", Value: "application/json"},
-	}}
-}
-
-func windowName(l *rules.Limit) string {
-	if l.Multiplier > 1 {
-		return fmt.Sprintf("%d %ss", l.Multiplier, l.Unit)
-	}
-	return l.Unit.String()
 }

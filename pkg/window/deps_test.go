@@ -1,9 +1,11 @@
 package window_test
 
 import (
-	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/codecheck"
 )
 
 // forbidden are the import paths, by prefix, that pkg/window must not reach
@@ -14,31 +16,6 @@ var forbidden = []string{
 	"go.uber.org/zap",
 	"google.golang.org/grpc",
 	"github.com/envoyproxy/",
-}
-
-// deps returns the packages pkg imports, directly or not, that start with
-// one of prefixes, as `go list -deps` reports them (go test puts its own go
-// first on PATH).
-func deps(t *testing.T, pkg string, prefixes []string) []string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
-	}
-	var found []string
-	for _, p := range strings.Fields(string(out)) {
-		for _, f := range prefixes {
-			if strings.HasPrefix(p, f) || p == strings.TrimSuffix(f, "/") {
-				found = append(found, p)
-				break
-			}
-		}
-	}
-	return found
 }
 
 // TestImportsNoClientOrLogger keeps pkg/window free of go-redis, zap, gRPC
@@ -53,7 +30,14 @@ func TestImportsNoClientOrLogger(t *testing.T) {
 		{".", false},
 		{"./redisstore", true},
 	} {
-		got := deps(t, tt.pkg, forbidden)
+		got, err := codecheck.Reaches(tt.pkg, func(p string) bool {
+			return slices.ContainsFunc(forbidden, func(f string) bool {
+				return strings.HasPrefix(p, f) || p == strings.TrimSuffix(f, "/")
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if (len(got) > 0) != tt.want {
 			t.Errorf("go list -deps %s reaches %v; want forbidden packages: %v", tt.pkg, got, tt.want)
 		}
