@@ -111,6 +111,7 @@ func (a *app) buildServer(ctx context.Context) error {
 		ShadowMode:      a.o.shadowMode,
 		QuotaMode:       a.o.quotaMode,
 		DynamicMetadata: a.o.dynamicMetadata,
+		ReferenceKeys:   a.o.refKeys.options(a.o.usesRedis(), a.log),
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ type options struct {
 	redis           redisConfig   // topology, credentials, TLS, breaker: see redis.go
 	tracing         tracingConfig
 	keyPrefix       string
+	refKeys         refKeysConfig // -reference-keys: see refkeys.go
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
@@ -115,6 +116,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
+	if err := c.refKeys.check(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.grpcTLS.check()...)
 	if err := c.tracing.check(); err != nil {
 		errs = append(errs, err)
@@ -145,6 +149,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	c.redis.addFlags(fs)
 	c.tracing.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
+	c.refKeys.addFlags(fs)
 	fs.StringVar(&c.logLevel, "log-level", config.DefaultLogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", config.DefaultShutdownTimeout, "how long in-flight calls may take to finish after SIGTERM")

@@ -95,6 +95,16 @@ func TestReferenceEnv(t *testing.T) {
 			return want(o.logLevel == "warn" && o.logFormat == "console" && o.keyPrefix == "p" && o.nearLimitRatio == 0.9 && !o.overLimitCache &&
 				o.shadowMode && o.quotaMode && o.dynamicMetadata && o.mergeDomains && o.grpcMaxAge == time.Hour && o.grpcMaxAgeGrace == time.Minute, "every behaviour variable applied", o)
 		}, ""},
+		{"reference keys", nil, map[string]string{"RLS_CONFIG": "r", "RLS_REFERENCE_KEYS": "true", "CACHE_KEY_PREFIX": "p:", "EXPIRATION_JITTER_MAX_SECONDS": "30"}, func(o *options) string {
+			k := o.refKeys
+			return want(k.enabled && k.prefix == "p:" && k.jitter == 30*time.Second && o.keyPrefix == "p:", "reference keys with prefix p: and 30s jitter", o)
+		}, ""},
+		{"reference keys defaults", []string{"-reference-keys"}, map[string]string{"RLS_CONFIG": "r"}, func(o *options) string {
+			k := o.refKeys
+			return want(k.enabled && k.prefix == "" && k.jitter == 300*time.Second && o.keyPrefix == "ratelimit", "the reference's empty prefix and 300s jitter", o)
+		}, ""},
+		{"reference key jitter not whole", nil, map[string]string{"RLS_CONFIG": "r", "RLS_REFERENCE_KEY_JITTER": "1500ms"}, nil, "-reference-key-jitter 1.5s"},
+		{"reference jitter malformed", nil, map[string]string{"RLS_CONFIG": "r", "EXPIRATION_JITTER_MAX_SECONDS": "-1"}, nil, "EXPIRATION_JITTER_MAX_SECONDS"},
 		{"local cache on", nil, map[string]string{"RLS_CONFIG": "r", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "RLS_OVER_LIMIT_CACHE": "false"}, func(o *options) string {
 			return want(!o.overLimitCache, "RLS_OVER_LIMIT_CACHE=false wins", o)
 		}, ""},

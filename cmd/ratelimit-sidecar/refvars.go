@@ -20,7 +20,7 @@ const (
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
 	noteParallel   = "not used: on a Redis Cluster each batch is one script call per node, every node's call sent at once on one of its connections, never one call per key; -redis-batch-workers bounds the calls in flight on each node"
 	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
-	noteJitter     = "not used: a counter expires when its window ends, with no jitter"
+	noteJitter     = "not used without -reference-keys: a counter expires when its window ends, with no jitter"
 	notePoolEmpty  = "not used: a call waits for a free Redis connection until its deadline (see -redis-timeout)"
 	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
 	noteHealthRule = "not used: health is SERVING only once rules are loaded and the store answers"
@@ -64,10 +64,10 @@ var refVars = []refVar{
 	{names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, defs: []string{refDefaultRuntimeRoot, "", "config"}, to: runtimePath, always: true},
 	{names: []string{"RUNTIME_IGNOREDOTFILES"}, to: refIgnoreDotFiles},
 	{names: []string{"RUNTIME_WATCH_ROOT"}, to: refWatchRoot},
-	{names: []string{"EXPIRATION_JITTER_MAX_SECONDS"}, note: noteJitter},
+	{names: []string{"EXPIRATION_JITTER_MAX_SECONDS"}, to: refJitter},
 	{names: []string{"LOCAL_CACHE_SIZE_IN_BYTES"}, to: refLocalCache},
 	refFlag("NEAR_LIMIT_RATIO", "near-limit-ratio", nil, anyStore),
-	refFlag("CACHE_KEY_PREFIX", "key-prefix", nil, anyStore),
+	{names: []string{"CACHE_KEY_PREFIX"}, to: refCacheKeyPrefix},
 	{names: []string{"BACKEND_TYPE"}, to: refBackendType},
 	{names: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, to: refStopIncrement},
 	{names: []string{"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}, note: noteHeaders},
@@ -259,6 +259,26 @@ func refBackendType(m *refMapping, v []string) error {
 		return nil
 	}
 	return fmt.Errorf("BACKEND_TYPE=%q: want redis or memcache", v[0])
+}
+
+// refCacheKeyPrefix maps CACHE_KEY_PREFIX onto -key-prefix, and verbatim
+// onto -reference-key-prefix, the prefix of the reference's own keys.
+func refCacheKeyPrefix(m *refMapping, v []string) error {
+	m.set([]string{"CACHE_KEY_PREFIX"}, nil, "key-prefix", v[0])
+	m.set([]string{"CACHE_KEY_PREFIX"}, nil, "reference-key-prefix", v[0])
+	return nil
+}
+
+// refJitter maps EXPIRATION_JITTER_MAX_SECONDS (whole seconds) onto
+// -reference-key-jitter, which only -reference-keys uses.
+func refJitter(m *refMapping, v []string) error {
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS=%q: want a whole number of seconds, >= 0", v[0])
+	}
+	m.set([]string{"EXPIRATION_JITTER_MAX_SECONDS"}, nil, "reference-key-jitter", strconv.FormatInt(n, 10)+"s")
+	m.note("EXPIRATION_JITTER_MAX_SECONDS", noteJitter, false)
+	return nil
 }
 
 func refStopIncrement(m *refMapping, v []string) error {

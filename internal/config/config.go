@@ -33,6 +33,9 @@ const (
 	DefaultNearLimitRatio = 0.8
 	// DefaultKeyPrefix is -key-prefix's, the first part of every counter key.
 	DefaultKeyPrefix = "ratelimit"
+	// DefaultReferenceKeyJitter is -reference-key-jitter's,
+	// envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS default.
+	DefaultReferenceKeyJitter = 300 * time.Second
 	// DefaultLogLevel is -log-level's.
 	DefaultLogLevel = "info"
 	// DefaultLogFormat is -log-format's.

@@ -93,6 +93,14 @@ type Options struct {
 	// the child of any span ctx carries, and hands the store the context
 	// holding it. Nil (the default) makes none and costs nothing.
 	Tracer trace.Tracer
+	// ReferenceKeys, when not nil, keeps the counters of the limits that
+	// envoyproxy/ratelimit can express (fixed windows of one unit, the
+	// first limit of a descriptor) in its Redis keys and counts them as it
+	// does with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, so both
+	// servers share them during a migration. Other limits keep this
+	// project's keys. Nil (the default) keeps every counter in this
+	// project's keys.
+	ReferenceKeys *ReferenceKeys
 }
 
 // Server answers ShouldRateLimit. It is safe for concurrent use; rules can be
@@ -107,12 +115,13 @@ type Server struct {
 	limits  InputLimits
 	log     *zap.Logger
 	obs     Observer
-	near    float64      // NearLimitRatio
-	shadow  bool         // Options.ShadowMode
-	quota   bool         // Options.QuotaMode
-	meta    bool         // Options.DynamicMetadata
-	tracer  trace.Tracer // nil: no spans
-	failing atomic.Bool  // the last store call failed; for transition logs
+	near    float64        // NearLimitRatio
+	shadow  bool           // Options.ShadowMode
+	quota   bool           // Options.QuotaMode
+	meta    bool           // Options.DynamicMetadata
+	tracer  trace.Tracer   // nil: no spans
+	ref     *ReferenceKeys // nil: this project's keys only
+	failing atomic.Bool    // the last store call failed; for transition logs
 	calls   sync.Pool
 }
 
@@ -151,6 +160,7 @@ func NewServer(o Options) (*Server, error) {
 		quota:  o.QuotaMode,
 		meta:   o.DynamicMetadata,
 		tracer: o.Tracer,
+		ref:    o.ReferenceKeys,
 	}
 	s.calls.New = func() any { return new(call) }
 	if o.Rules != nil {
@@ -335,6 +345,10 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			Algorithm: l.Algorithm,
 			Burst:     uint64(l.Burst),
 		})
+		if s.referenceLayout(l) {
+			r := &c.reqs[len(c.reqs)-1]
+			r.Reference, r.Jitter = true, s.referenceJitter()
+		}
 	}
 	if len(c.reqs) == 0 {
 		return s.response(req, c, now), nil
