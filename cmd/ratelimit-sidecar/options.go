@@ -191,6 +191,7 @@ type redisConfig struct {
 	breakerOpenFor  time.Duration
 	breakerFailFor  time.Duration
 	batchWorkers    int
+	batchSpacing    time.Duration
 	batchLinger     time.Duration
 	startup         startupConfig // the wait for Redis's first answer: see startup.go
 }
@@ -216,7 +217,8 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", config.DefaultRedisBreakerFailures, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")
-	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; on a cluster one call per node, every node's at once (Redis 7.0 or later; older servers get one call per hash slot, the calls of one node in one pipeline)")
+	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "the most batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions), and another leaves beside it once it has been out -redis-batch-spacing: how many are out follows the round trip; 0 sends each request on its own; on a cluster one call per node")
+	fs.DurationVar(&c.batchSpacing, "redis-batch-spacing", config.DefaultRedisBatchSpacing, "while a batched call is out, the next batch leaves when it comes back or once it has been out this long, whichever is first: a request waits at most about this long for its batch to leave however far Redis is, and a Redis answering within it keeps one call in flight (the largest batches)")
 	c.startup.addFlags(fs)
 	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
 }

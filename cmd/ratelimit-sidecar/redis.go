@@ -198,6 +198,9 @@ func checkRedisLimits(c *options, p *problems) {
 		p.add("-redis-batch-linger needs batching: not with -redis-batch-workers 0")
 	}
 	r.startup.check(p)
+	if r.batchSpacing <= 0 {
+		p.add("-redis-batch-spacing %v: want more than 0", r.batchSpacing)
+	}
 }
 
 // applyRedisTLS sets o's TLS configuration from -redis-tls and its CA,
@@ -331,7 +334,7 @@ func (s *redisStore) Close() error { return s.redis.Close() }
 
 // batchOptions are the batched store's options from the flags.
 func (r *redisConfig) batchOptions() redisstore.BatchOptions {
-	return redisstore.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
+	return redisstore.BatchOptions{Workers: r.batchWorkers, Spacing: r.batchSpacing, Linger: r.batchLinger}
 }
 
 // newRedisStore returns the store over client; see redisStore. The

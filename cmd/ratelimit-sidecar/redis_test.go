@@ -134,6 +134,7 @@ func TestRedisOptions(t *testing.T) {
 		{name: "negative timeout cap", args: []string{"-redis-addrs", "h:1", "-redis-timeout-cap", "-1ms"}, wantErr: "-redis-timeout-cap -1ms: want 0 (none) or more"},
 		{name: "batch linger past half the timeout", args: []string{"-redis-addrs", "h:1", "-redis-timeout", "5ms", "-redis-batch-linger", "3ms"}, wantErr: "half of -redis-timeout"},
 		{name: "batch linger unbatched", args: []string{"-redis-addrs", "h:1", "-redis-batch-workers", "0", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
+		{name: "zero batch spacing", args: []string{"-redis-addrs", "h:1", "-redis-batch-spacing", "0s"}, wantErr: "-redis-batch-spacing"},
 		{name: "batch linger on a cluster", args: []string{"-redis-mode", "cluster", "-redis-addrs", "h:1", "-redis-batch-linger", "1ms"},
 			check: func(t *testing.T, o *redis.UniversalOptions) {
 				if !o.IsClusterMode {
@@ -314,11 +315,11 @@ func TestRedisStoreLayers(t *testing.T) {
 // TestBatchOptions: the batch flags reach the batched store's options.
 func TestBatchOptions(t *testing.T) {
 	t.Parallel()
-	c := redisFlags(t, []string{"-redis-addrs", "h:1", "-redis-batch-workers", "2", "-redis-batch-linger", "200us"}, nil)
+	c := redisFlags(t, []string{"-redis-addrs", "h:1", "-redis-batch-workers", "2", "-redis-batch-spacing", "3ms", "-redis-batch-linger", "200us"}, nil)
 	if _, err := redisOptions(c); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.redis.batchOptions(), (redisstore.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
+	if got, want := c.redis.batchOptions(), (redisstore.BatchOptions{Workers: 2, Spacing: 3 * time.Millisecond, Linger: 200 * time.Microsecond}); got != want {
 		t.Errorf("batchOptions() = %+v, want %+v", got, want)
 	}
 }

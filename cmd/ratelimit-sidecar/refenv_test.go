@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 )
 
 // TestReferenceEnv maps envoyproxy/ratelimit's variables onto options:
@@ -117,7 +119,7 @@ func TestReferenceEnv(t *testing.T) {
 		{"bad prometheus response time", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "ms"}, nil, `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="ms"`},
 		{"cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:1,b:2",
 			"REDIS_CLUSTER_PIPELINE_PARALLELISM": "8", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "4"}, func(o *options) string {
-			return want(o.redis.mode == "cluster" && o.redis.batchWorkers == 1 && hasNote(o, "REDIS_CLUSTER_PIPELINE_PARALLELISM", "one script call per node") &&
+			return want(o.redis.mode == "cluster" && o.redis.batchWorkers == config.DefaultRedisBatchWorkers && hasNote(o, "REDIS_CLUSTER_PIPELINE_PARALLELISM", "one script call per node") &&
 				hasNote(o, "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "one Redis"), "cluster, batching unchanged, two notes", o)
 		}, ""},
 		{"bad cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_CLUSTER_PIPELINE_PARALLELISM": "auto"}, nil, `REDIS_CLUSTER_PIPELINE_PARALLELISM="auto"`},

@@ -70,8 +70,13 @@ const (
 	DefaultRedisBreakerFailFor = 250 * time.Millisecond
 	// DefaultRedisBreakerOpenFor is -redis-breaker-open-for's.
 	DefaultRedisBreakerOpenFor = time.Second
-	// DefaultRedisBatchWorkers is -redis-batch-workers'.
-	DefaultRedisBatchWorkers = 1
+	// DefaultRedisBatchWorkers is -redis-batch-workers': the most batched
+	// calls in flight; how many are out follows the round trip (see
+	// DefaultRedisBatchSpacing).
+	DefaultRedisBatchWorkers = 16
+	// DefaultRedisBatchSpacing is -redis-batch-spacing's: while a batch is
+	// out, the next leaves when it comes back or after this long.
+	DefaultRedisBatchSpacing = time.Millisecond
 
 	// DefaultTracingServiceName is -tracing-service-name's,
 	// envoyproxy/ratelimit's TRACING_SERVICE_NAME default.

@@ -15,14 +15,28 @@ import (
 // a batched Store after Close.
 var ErrBatcherClosed = errors.New("redisstore: batcher closed")
 
-// BatchOptions configure a batched Store (see NewBatched). Zero Workers and MaxBatch
-// take their defaults; a zero Linger sends every batch at once.
+// BatchOptions configure a batched Store (see NewBatched). Zero Workers,
+// MaxBatch and Spacing take their defaults; a zero Linger sends every batch
+// at once.
 type BatchOptions struct {
-	// Workers is how many batched script calls may be in flight at once;
-	// default 1, which makes the largest batches: while one call is out,
-	// the next batch gathers. More workers trade CPU for queueing delay
-	// when Redis is far away.
+	// Workers is the most batched script calls in flight at once; default
+	// 16. How many are out follows the measured round trip (see Spacing):
+	// one while Redis answers within Spacing, which makes the largest
+	// batches, more when it is far away, so that a request that arrives
+	// just after a batch left does not wait for it to come back (two round
+	// trips) before its own goes out.
 	Workers int
+	// Spacing is how long the last batch sent must have been out before
+	// another leaves beside it; default 1ms. While no batch is out, the
+	// next leaves at once; while one is, the requests that arrive gather
+	// until it comes back or until it has been out for Spacing, whichever
+	// is first. So a request waits at most about Spacing before its batch
+	// leaves, however far Redis is, and the calls in flight number about
+	// the round trip over Spacing (at most Workers): a round trip shorter
+	// than Spacing (Redis near, as on one host) keeps one call in flight
+	// and the batches as large as with one worker, and a replica starts at
+	// most one call per Spacing beyond those that follow a returning call.
+	Spacing time.Duration
 	// MaxBatch is the most requests in one script call; default 64. It
 	// bounds how long one call holds Redis's single thread.
 	MaxBatch int
@@ -42,6 +56,13 @@ type BatchOptions struct {
 	// default) never holds a batch.
 	Linger time.Duration
 }
+
+// Defaults of BatchOptions.
+const (
+	DefaultBatchWorkers = 16
+	DefaultBatchSpacing = time.Millisecond
+	DefaultMaxBatch     = 64
+)
 
 // NewBatched returns a Store that coalesces concurrent Takes into
 // one script call: the script decides each request on its own, in order, so
@@ -69,22 +90,21 @@ type BatchOptions struct {
 //
 // NewBatched fails only for negative options. Close stops the workers.
 func NewBatched(client scripter, ro Options, o BatchOptions) (*Store, error) {
-	if o.Workers < 0 || o.MaxBatch < 0 || o.Linger < 0 {
+	if o.Workers < 0 || o.MaxBatch < 0 || o.Linger < 0 || o.Spacing < 0 {
 		return nil, fmt.Errorf("redisstore: batch options %+v: want 0 (the default) or more", o)
 	}
 	s := New(client, ro)
 	if o.Workers == 0 {
-		o.Workers = 1
+		o.Workers = DefaultBatchWorkers
+	}
+	if o.Spacing == 0 {
+		o.Spacing = DefaultBatchSpacing
 	}
 	if o.MaxBatch == 0 {
-		o.MaxBatch = 64
+		o.MaxBatch = DefaultMaxBatch
 	}
-	b := &batcher{s: s, opts: o, queue: make(chan *batchCall, o.Workers*o.MaxBatch), stop: make(chan struct{})}
-	b.calls.New = func() any {
-		t := time.NewTimer(time.Hour)
-		t.Stop()
-		return &batchCall{done: make(chan struct{}, 1), timer: t}
-	}
+	b := newBatcher(o)
+	b.s = s
 	for range o.Workers {
 		b.wg.Add(1)
 		go b.work()
@@ -103,6 +123,24 @@ func (s *Store) Close() error {
 	return s.batch.close()
 }
 
+// newBatcher returns a batcher with o's options (defaults applied), with no
+// store and no workers yet.
+func newBatcher(o BatchOptions) *batcher {
+	b := &batcher{opts: o, queue: make(chan *batchCall, o.MaxBatch*max(o.Workers, 1)), stop: make(chan struct{}),
+		gather: make(chan struct{}, 1), returned: make(chan struct{}, 1)}
+	b.gather <- struct{}{}
+	b.calls.New = func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return &batchCall{done: make(chan struct{}, 1), timer: t}
+	}
+	return b
+}
+
+// A batcher's workers take turns to gather a batch: the one holding the
+// gather token waits for the first request, then until the batch may leave
+// (see depart), then fills it, hands the token on and sends. So one batch
+// gathers at a time, and a worker in flight is one call in flight.
 type batcher struct {
 	s      *Store
 	opts   BatchOptions
@@ -112,6 +150,11 @@ type batcher struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	calls  sync.Pool
+
+	gather   chan struct{} // holds the token while no worker gathers
+	returned chan struct{} // a call came back and none is in flight: wakes the gatherer
+	inFlight atomic.Int32  // script calls sent and not back
+	lastSent time.Time     // when the last batch left; only the gatherer reads or writes it
 }
 
 // batchCall is one Take waiting in a batch.
@@ -291,8 +334,8 @@ func (b *batcher) work() {
 	defer b.wg.Done()
 	batch := make([]*batchCall, 0, b.opts.MaxBatch)
 	buf := &sendBuf{live: make([]*batchCall, 0, b.opts.MaxBatch)}
-	// For Linger: one timer, reset for each wait (since Go 1.23 a Reset
-	// timer delivers no stale tick).
+	// For Spacing and Linger: one timer, reset for each wait (since Go
+	// 1.23 a Reset timer delivers no stale tick).
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	after := func(d time.Duration) <-chan time.Time {
@@ -301,21 +344,39 @@ func (b *batcher) work() {
 	}
 	last := 0 // requests in the previous batch
 	for {
+		select {
+		case <-b.gather:
+		case <-b.stop:
+			return
+		}
 		var ok bool
-		if batch, ok = b.next(batch, last, after); !ok {
+		batch, ok = b.next(batch, last, after)
+		if ok {
+			b.inFlight.Add(1)
+			b.lastSent = time.Now()
+		}
+		b.gather <- struct{}{}
+		if !ok {
 			return
 		}
 		last = len(batch)
 		b.send(batch, buf)
+		if b.inFlight.Add(-1) == 0 {
+			select {
+			case b.returned <- struct{}{}:
+			default: // a wake is pending already
+			}
+		}
 	}
 }
 
 // next returns the next batch, in batch[:0]: the first request to come and
-// those already waiting behind it (up to MaxBatch), and with Linger those
-// that come while it lingers. It lingers only when the first request was
-// waiting already and the previous batch held last > 1 requests: a worker
-// that had to wait is idle, whatever its previous batch. ok is false once
-// the batcher is closed.
+// those waiting behind it (up to MaxBatch) when it may leave (see depart),
+// and with Linger those that come while it lingers. It lingers only when
+// the first request was waiting already and the previous batch held last >
+// 1 requests: a worker that had to wait is idle, whatever its previous
+// batch. ok is false once the batcher is closed. Only the worker holding
+// the gather token calls it.
 func (b *batcher) next(batch []*batchCall, last int, after func(time.Duration) <-chan time.Time) (_ []*batchCall, ok bool) {
 	batch, busy := batch[:0], true
 	select {
@@ -330,11 +391,40 @@ func (b *batcher) next(batch []*batchCall, last int, after func(time.Duration) <
 			return batch, false
 		}
 	}
+	if !b.depart(after) {
+		return batch, false
+	}
 	batch = b.fill(batch)
 	if busy && b.opts.Linger > 0 && last > 1 && len(batch) < b.opts.MaxBatch {
 		batch = b.linger(batch, after, b.lingerFor(batch, time.Now()))
 	}
 	return batch, true
+}
+
+// depart waits until a batch may leave: when no call is in flight, or when
+// the last one sent has been out for Spacing. Waiting for the call in
+// flight to come back gathers the most requests in one call, but a request
+// that arrived just after it left then waits two round trips; so that
+// waiting never costs more than Spacing, another call leaves beside it
+// after that long. The calls in flight then number about the round trip
+// over Spacing: the round trip is measured by waiting, not configured. A
+// call that returns while others are in flight does not end the wait: the
+// spacing does. It is false once the batcher is closed.
+func (b *batcher) depart(after func(time.Duration) <-chan time.Time) bool {
+	for b.inFlight.Load() > 0 {
+		wait := b.opts.Spacing - time.Since(b.lastSent)
+		if wait <= 0 {
+			return true
+		}
+		select {
+		case <-b.returned: // check again: stale wakes are harmless
+		case <-after(wait):
+			return true
+		case <-b.stop:
+			return false
+		}
+	}
+	return true
 }
 
 // fill adds the requests already waiting to batch, up to MaxBatch.

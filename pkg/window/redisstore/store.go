@@ -47,8 +47,9 @@ type sharded interface {
 // Options.MaxTimeout when that is set. So a caller need not wrap its
 // context in a timeout of its own, and a Redis a few milliseconds away
 // still decides the calls of a caller that waits a second. A batched Take
-// (see NewBatched) waits for the batch call in flight and then for its own;
-// a batch call is bounded by the earliest deadline of the Takes in it, and
+// (see NewBatched) waits for its batch to leave (while another call is out,
+// until that comes back or for at most about BatchOptions.Spacing) and then
+// for its own call; a batch call is bounded by the earliest deadline of the Takes in it, and
 // a Take whose deadline passes while it is still queued stops waiting and
 // is not sent. So against a stalled Redis every Take ends by its own bound,
 // whatever the deadlines of the others.
