@@ -119,19 +119,10 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 }
 
 // failClosed returns duration_until_reset and the retry-after wait of r's
-// counter when the store failed for it and its failure mode denies. Its
-// state is unknown, so it is reported just full: a window until it ends; a
-// token bucket just emptied, full again after its Tolerance and admitting
-// a hit after one Interval, as a bucket that has just denied one; a
-// sliding log until the current window (of its length, aligned as the
-// windows are) ends, since its oldest hit is somewhere in the last window
-// and that end is a time within one window, as any full log's retry is.
+// counter when the store failed for it and its failure mode denies
+// (window.Request.FailClosed).
 func failClosed(r *window.Request, now time.Time) (reset, wait time.Duration) {
-	if r.Algorithm == window.TokenBucket && r.Limit > 0 {
-		return r.Tolerance(), r.Interval()
-	}
-	end := window.At(now, r.Size).Until(now.UnixMilli())
-	return end, end
+	return r.FailClosed(now)
 }
 
 // markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
@@ -211,11 +202,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 	}
 	d.Used = r.Used(res, now)
 	if (c.counted || r.Charge) && d.Hits > 0 { // a charge is counted, allowed or not
-		took := d.Hits
-		if r.Algorithm == window.SlidingLog {
-			took = r.LogEntries(took) // a log adds at most Limit+1 entries
-		}
-		d.Used -= min(d.Used, took)
+		d.Used -= min(d.Used, r.Taken(d.Hits)) // a log adds at most Limit+1 entries
 	}
 	s.obs.Decision(d)
 }
@@ -330,7 +317,7 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 		secs = 1
 	}
 	var t *rules.Denial
-	if l.Override || l.Algorithm != window.FixedWindow {
+	if l.Override || !l.Algorithm.RetryByClock() {
 		// Made for this denial alone: an override belongs to one request,
 		// and the retry-after of a sliding window, token bucket or sliding
 		// log depends on its key's own state, so a cache would be
@@ -357,7 +344,7 @@ func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time
 // build their own.
 func newTooMany(domain string, secs int64, l *rules.Limit) *rules.Denial {
 	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
-	if l.Algorithm == window.TokenBucket && l.Burst != l.RequestsPerUnit {
+	if l.Algorithm.TakesBurst() && l.Burst != l.RequestsPerUnit {
 		msg = fmt.Sprintf("rate limit of %d per %s (burst %d) exceeded", l.RequestsPerUnit, windowName(l), l.Burst)
 	}
 	if l.Name != "" {
