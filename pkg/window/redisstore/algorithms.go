@@ -9,7 +9,7 @@ import (
 
 // scriptAlgorithm is what the script's protocol knows of one
 // window.Algorithm: how a counter of it goes in the full form of a call
-// and how its three reply values read. It sits beside take.lua, whose
+// and how its three reply values read. It sits beside the take script, whose
 // section of that algorithm reads the same arguments and writes the same
 // values; window.Algorithm's own table (pkg/window) holds the rest, with
 // no knowledge of the script.
@@ -18,7 +18,7 @@ type scriptAlgorithm struct {
 	// short form (see plain and take.lua).
 	short bool
 	// args appends the counter c's five full-form arguments at nowMs:
-	// take.lua's section of the algorithm names them; flags holds
+	// its section of the take script (lua/) names them; flags holds
 	// SHADOW, REFUND and CHARGE, to which args adds its own.
 	args func(dst []any, c *window.Request, nowMs int64, flags int) []any
 	// read reads c's three reply values into its Result.
@@ -73,7 +73,7 @@ func windowRead(_ *window.Request, n [3]int64) (window.Result, error) {
 }
 
 // bucketResult reads a TokenBucket counter's values (empty ns, retry ns,
-// over 0 or 1; see take.lua) into its Result, as window.Memory makes it
+// over 0 or 1; see lua/bucket.lua) into its Result, as window.Memory makes it
 // (window.Request.BucketResult).
 func bucketResult(c *window.Request, n [3]int64) (window.Result, error) {
 	empty, retry, over := n[0], n[1], n[2]
@@ -88,7 +88,7 @@ func bucketResult(c *window.Request, n [3]int64) (window.Result, error) {
 const maxLogMs = int64(window.MaxSize / time.Millisecond)
 
 // logResult reads a SlidingLog counter's values (count, empty ms, 0 or 1 +
-// retry ms; see take.lua) into its Result.
+// retry ms; see lua/log.lua) into its Result.
 func logResult(_ *window.Request, n [3]int64) (window.Result, error) {
 	count, empty, over := n[0], n[1], n[2]
 	if empty > maxLogMs || over > maxLogMs+1 || count == 0 && empty != 0 {
