@@ -174,3 +174,41 @@ func (a Algorithm) RetryByClock() bool { return a.alg().retryByClock() }
 // envoyproxy/ratelimit's layout (Request.Reference), which has fixed
 // windows only.
 func (a Algorithm) ReferenceLayout() bool { return a.alg().referenceLayout() }
+
+// timedState is what TokenBucket and SlidingLog share: one state per
+// counter, whatever the time, that frees room only as time passes, so a
+// denial of one hit is exact until its Retry and Result carries Empty and
+// Retry. Their values embed it.
+type timedState struct{}
+
+func (timedState) windowed() bool      { return false }
+func (timedState) readsPrevious() bool { return false }
+
+// ttl is a window's, as a bound for what is stored: a store keeps a
+// bucket until it is full again (bucketTTL), a log a window after its
+// last hit.
+func (timedState) ttl(r *Request) time.Duration {
+	return time.Duration(r.Size.Milliseconds()+1000) * time.Millisecond
+}
+
+func (timedState) weight(*Request, Window, int64) float64 { return 0 }
+
+// need is one hit for a check: a check asks whether one more would fit.
+func (timedState) need(r *Request) uint64 { return max(r.Hits, 1) }
+
+func (timedState) cacheable() bool                   { return true }
+func (timedState) askStore(*Request, fullUntil) bool { return false }
+
+func (timedState) full(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
+	return retryFull(r, res, pending, nowMs)
+}
+
+func (timedState) used(_ *Request, res Result, _ time.Time) uint64 { return res.Count }
+
+// reset is Empty: the time until the bucket is full, or the log empty.
+func (timedState) reset(_ *Request, res Result, _ time.Time) time.Duration { return res.Empty }
+
+func (timedState) retryAfter(_ *Request, res Result, _ time.Time) time.Duration { return res.Retry }
+
+func (timedState) retryByClock() bool    { return false }
+func (timedState) referenceLayout() bool { return false }

@@ -5,23 +5,10 @@ import "time"
 // tokenBucket is TokenBucket: one theoretical arrival time per counter,
 // keyed by the counter and its window length, kept until the bucket is
 // full again plus one second.
-type tokenBucket struct{}
+type tokenBucket struct{ timedState }
 
-func (tokenBucket) name() string        { return "token_bucket" }
-func (tokenBucket) keyName() string     { return "token_bucket" }
-func (tokenBucket) windowed() bool      { return false }
-func (tokenBucket) readsPrevious() bool { return false }
-
-// ttl is a window's, as a bound for what is stored: a store keeps the state
-// as long as the bucket takes to fill (bucketTTL).
-func (tokenBucket) ttl(r *Request) time.Duration {
-	return time.Duration(r.Size.Milliseconds()+1000) * time.Millisecond
-}
-
-func (tokenBucket) weight(*Request, Window, int64) float64 { return 0 }
-
-// need is one token for a check: a check asks whether one more would fit.
-func (tokenBucket) need(r *Request) uint64 { return max(r.Hits, 1) }
+func (tokenBucket) name() string    { return "token_bucket" }
+func (tokenBucket) keyName() string { return "token_bucket" }
 
 func (tokenBucket) check(m *Memory, r *Request, pending uint64, nowMs int64) Result {
 	empty := m.bucketEmpty(stateID{r.Key, r.Size.Milliseconds()}, nowMs)
@@ -45,9 +32,6 @@ func (m *Memory) bucketEmpty(id stateID, nowMs int64) int64 {
 func (tokenBucket) taken(_ *Request, hits uint64) uint64 { return hits }
 func (tokenBucket) undo(*Request)                        {}
 
-// A bucket only frees room as time passes: a denial of one hit is exact
-// until its Retry.
-func (tokenBucket) cacheable() bool                      { return true }
 func (tokenBucket) readDecides(*Request, []Request) bool { return true }
 
 // decideRead decides from the read's Empty, which says when any number of
@@ -56,12 +40,6 @@ func (tokenBucket) decideRead(r *Request, read Result, pending uint64, _ int64) 
 	over, retry := r.bucketDecide(int64(read.Empty), pending)
 	return r.BucketResult(read.Empty, over, time.Duration(retry))
 }
-
-func (tokenBucket) full(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
-	return retryFull(r, res, pending, nowMs)
-}
-
-func (tokenBucket) askStore(*Request, fullUntil) bool { return false }
 
 // fullResult counts the tokens the Empty left by then takes.
 func (tokenBucket) fullResult(r *Request, f fullUntil, nowMs int64) Result {
@@ -80,13 +58,6 @@ func (tokenBucket) capacity(limit, burst uint64) uint64 {
 	return burst
 }
 
-func (tokenBucket) used(_ *Request, res Result, _ time.Time) uint64 { return res.Count }
-
-// reset is Empty: the time until the bucket is full.
-func (tokenBucket) reset(_ *Request, res Result, _ time.Time) time.Duration { return res.Empty }
-
-func (tokenBucket) retryAfter(_ *Request, res Result, _ time.Time) time.Duration { return res.Retry }
-
 // failClosed reports an unknown bucket just emptied: full again after its
 // Tolerance and admitting a hit after one Interval, as a bucket that has
 // just denied one; a zero limit, which never admits, as a window.
@@ -97,9 +68,7 @@ func (tokenBucket) failClosed(r *Request, now time.Time) (reset, wait time.Durat
 	return windowEnd(r, now)
 }
 
-func (tokenBucket) takesBurst() bool      { return true }
-func (tokenBucket) retryByClock() bool    { return false }
-func (tokenBucket) referenceLayout() bool { return false }
+func (tokenBucket) takesBurst() bool { return true }
 
 // MaxBucketSpan is the longest a TokenBucket's Tolerance may be, and the
 // most a bucket's state may run ahead of now: 2^53 ns, about 104 days.

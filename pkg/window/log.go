@@ -5,23 +5,10 @@ import "time"
 // slidingLog is SlidingLog: the time of every counted hit of the last
 // window, one sorted log per counter keyed by the counter and its window
 // length, kept until its last hit leaves the window plus one second.
-type slidingLog struct{}
+type slidingLog struct{ timedState }
 
-func (slidingLog) name() string        { return "sliding_log" }
-func (slidingLog) keyName() string     { return "sliding_log" }
-func (slidingLog) windowed() bool      { return false }
-func (slidingLog) readsPrevious() bool { return false }
-
-// ttl is a window's, as a bound for what is stored: a store keeps the log
-// a window after its last hit.
-func (slidingLog) ttl(r *Request) time.Duration {
-	return time.Duration(r.Size.Milliseconds()+1000) * time.Millisecond
-}
-
-func (slidingLog) weight(*Request, Window, int64) float64 { return 0 }
-
-// need is one hit for a check: a check asks whether one more would fit.
-func (slidingLog) need(r *Request) uint64 { return max(r.Hits, 1) }
+func (slidingLog) name() string    { return "sliding_log" }
+func (slidingLog) keyName() string { return "sliding_log" }
 
 func (slidingLog) check(m *Memory, r *Request, pending uint64, nowMs int64) Result {
 	size := r.Size.Milliseconds()
@@ -88,10 +75,6 @@ func (slidingLog) taken(r *Request, hits uint64) uint64 { return r.LogEntries(hi
 // undo takes back the entries the hits added.
 func (slidingLog) undo(r *Request) { r.Hits = r.LogEntries(r.Hits) }
 
-// A log only frees room as time passes: a denial of one hit is exact until
-// its Retry.
-func (slidingLog) cacheable() bool { return true }
-
 // readDecides: a read with no hits says when one more hit would fit, not
 // when more would.
 func (slidingLog) readDecides(r *Request, earlier []Request) bool {
@@ -102,24 +85,11 @@ func (slidingLog) readDecides(r *Request, earlier []Request) bool {
 // readDecides).
 func (slidingLog) decideRead(_ *Request, read Result, _ uint64, _ int64) Result { return read }
 
-func (slidingLog) full(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
-	return retryFull(r, res, pending, nowMs)
-}
-
-func (slidingLog) askStore(*Request, fullUntil) bool { return false }
-
 func (slidingLog) fullResult(_ *Request, f fullUntil, nowMs int64) Result {
 	return f.retryResult(nowMs)
 }
 
 func (slidingLog) capacity(limit, _ uint64) uint64 { return limit }
-
-func (slidingLog) used(_ *Request, res Result, _ time.Time) uint64 { return res.Count }
-
-// reset is Empty: the time until the log is empty.
-func (slidingLog) reset(_ *Request, res Result, _ time.Time) time.Duration { return res.Empty }
-
-func (slidingLog) retryAfter(_ *Request, res Result, _ time.Time) time.Duration { return res.Retry }
 
 // failClosed reports an unknown log full until the current window (of its
 // length, aligned as the windows are) ends: its oldest hit is somewhere in
@@ -129,9 +99,7 @@ func (slidingLog) failClosed(r *Request, now time.Time) (reset, wait time.Durati
 	return windowEnd(r, now)
 }
 
-func (slidingLog) takesBurst() bool      { return false }
-func (slidingLog) retryByClock() bool    { return false }
-func (slidingLog) referenceLayout() bool { return false }
+func (slidingLog) takesBurst() bool { return false }
 
 // logDecide decides r against a SlidingLog holding count hits for the
 // window ending now, after pending hits of earlier requests of the same
