@@ -53,10 +53,10 @@ ALGORITHMS[0] = {
   -- any other as a window.
   count = function(k, b, hits, refund, status, over, flags)
     if has(flags, REF) and not refund then
-      local add = ARGV[b + HITS]
+      local add, ttl = ARGV[b + HITS], ARGV[b + 2] -- ttl in seconds, EXPIRE's
       if status ~= 1 and over == 0 and not has(flags, CHARGE) then add = 0 end
       local v = redis.call('INCRBY', k, add)
-      redis.call('EXPIRE', k, ARGV[b + 2])
+      redis.call('EXPIRE', k, ttl)
       return v
     end
     if counts(hits, status, flags) then return countWindow(k, b, hits, refund) end
