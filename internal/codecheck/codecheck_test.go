@@ -177,3 +177,59 @@ func TestReaches(t *testing.T) {
 		t.Error("Reaches of a missing package: no error")
 	}
 }
+
+// TestRepositoryAlgorithmBranches fails for every switch or == on a
+// window.Algorithm outside AlgorithmFiles: ask the algorithm's value
+// instead, or, for a new kind of question, add it to the table.
+func TestRepositoryAlgorithmBranches(t *testing.T) {
+	t.Parallel()
+	sites, err := AlgorithmBranches(repoRoot, AlgorithmFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sites {
+		t.Errorf("%v outside the algorithm files", s)
+	}
+}
+
+// TestAlgorithmBranches checks the check: it finds each kind of branch,
+// in a file outside the allowed ones only, and not in a nested module.
+func TestAlgorithmBranches(t *testing.T) {
+	t.Parallel()
+	src := `package p
+
+func f(a, b Algorithm, r *window.Request) bool {
+	switch r.Algorithm {
+	case window.TokenBucket, window.SlidingLog:
+	}
+	switch {
+	case a == SlidingWindow:
+	}
+	if (FixedWindow) != b {
+		return true
+	}
+	return a == b && r.Key == "x"
+}
+`
+	root := writeFiles(t, map[string]string{
+		"go.mod":        "module m\n",
+		"p/p.go":        src,
+		"p/allowed.go":  src,
+		"p/p_test.go":   src,
+		"bench/go.mod":  "module b\n",
+		"bench/main.go": src,
+	})
+	sites, err := AlgorithmBranches(root, []string{"p/allowed.go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range sites {
+		got = append(got, s.String())
+	}
+	want := []string{"p/p.go:4: switch on an Algorithm", "p/p.go:7: switch on an Algorithm",
+		"p/p.go:8: == on an Algorithm", "p/p.go:10: != on an Algorithm"}
+	if !slices.Equal(got, want) {
+		t.Errorf("AlgorithmBranches = %q, want %q", got, want)
+	}
+}

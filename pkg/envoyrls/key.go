@@ -101,7 +101,7 @@ type ReferenceKeys struct {
 // only) limit of its descriptor. Envoy's limit overrides qualify too: the
 // reference keys them as the configured limit.
 func (s *Server) referenceLayout(l *rules.Limit) bool {
-	return s.ref != nil && l.Algorithm == window.FixedWindow && l.Multiplier == 1 && l.Index() == 0
+	return s.ref != nil && l.Algorithm.ReferenceLayout() && l.Multiplier == 1 && l.Index() == 0
 }
 
 // referenceJitter draws the random part of a reference-layout counter's

@@ -34,8 +34,8 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 	case dom != nil:
 		l.FailureMode, l.Algorithm, l.OverLimit = dom.FailureMode, dom.Algorithm, dom.OverLimit
 	}
-	if l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 {
-		r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: size, Algorithm: window.TokenBucket}
+	if l.Algorithm.TakesBurst() && l.RequestsPerUnit > 0 {
+		r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: size, Algorithm: l.Algorithm}
 		fits := max(r.MaxBurst(), 1)
 		l.Burst = uint32(min(uint64(l.RequestsPerUnit), fits))
 	}
@@ -47,9 +47,9 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 // an override may not raise it past what rules accept
 // (rules.MaxSlidingLogLimit).
 func checkOverride(l *rules.Limit, i int) error {
-	if l.Algorithm == window.SlidingLog && l.RequestsPerUnit > rules.MaxSlidingLogLimit {
-		return fmt.Errorf("%w: descriptor %d limit override of %d is more than %d, the most a sliding_log limit holds",
-			ErrInvalidRequest, i, l.RequestsPerUnit, rules.MaxSlidingLogLimit)
+	if most, ok := rules.MaxRequestsPerUnit(l.Algorithm); ok && l.RequestsPerUnit > most {
+		return fmt.Errorf("%w: descriptor %d limit override of %d is more than %d, the most a %s limit holds",
+			ErrInvalidRequest, i, l.RequestsPerUnit, most, l.Algorithm)
 	}
 	return nil
 }

@@ -116,19 +116,10 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *scratch, now time.Time
 }
 
 // failClosed returns duration_until_reset and the retry-after wait of r's
-// counter when the store failed for it and its failure mode denies. Its
-// state is unknown, so it is reported just full: a window until it ends; a
-// token bucket just emptied, full again after its Tolerance and admitting
-// a hit after one Interval, as a bucket that has just denied one; a
-// sliding log until the current window (of its length, aligned as the
-// windows are) ends, since its oldest hit is somewhere in the last window
-// and that end is a time within one window, as any full log's retry is.
+// counter when the store failed for it and its failure mode denies
+// (window.Request.FailClosed).
 func failClosed(r *window.Request, now time.Time) (reset, wait time.Duration) {
-	if r.Algorithm == window.TokenBucket && r.Limit > 0 {
-		return r.Tolerance(), r.Interval()
-	}
-	end := window.At(now, r.Size).Until(now.UnixMilli())
-	return end, end
+	return r.FailClosed(now)
 }
 
 // markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
@@ -208,11 +199,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *scratch, k int, res win
 	}
 	d.Used = r.Used(res, now)
 	if (c.counted || r.Charge) && d.Hits > 0 { // a charge is counted, allowed or not
-		took := d.Hits
-		if r.Algorithm == window.SlidingLog {
-			took = r.LogEntries(took) // a log adds at most Limit+1 entries
-		}
-		d.Used -= min(d.Used, took)
+		d.Used -= min(d.Used, r.Taken(d.Hits)) // a log adds at most Limit+1 entries
 	}
 	s.obs.Decision(d)
 }

@@ -100,7 +100,7 @@ type denial struct {
 // be rewritten, by a write all requests share, at almost every denial; an
 // override belongs to one request. Those build their own.
 func (v *served) tooMany(domain string, secs int64, l *rules.Limit) *denial {
-	if l.Override || l.Algorithm != window.FixedWindow {
+	if l.Override || !l.Algorithm.RetryByClock() {
 		return newDenial(domain, secs, l)
 	}
 	kept := &v.denials[l.ID()]
@@ -116,7 +116,7 @@ func (v *served) tooMany(domain string, secs int64, l *rules.Limit) *denial {
 // retry-after.
 func newDenial(domain string, secs int64, l *rules.Limit) *denial {
 	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
-	if l.Algorithm == window.TokenBucket && l.Burst != l.RequestsPerUnit {
+	if l.Algorithm.TakesBurst() && l.Burst != l.RequestsPerUnit {
 		msg = fmt.Sprintf("rate limit of %d per %s (burst %d) exceeded", l.RequestsPerUnit, windowName(l), l.Burst)
 	}
 	if l.Name != "" {

@@ -18,7 +18,7 @@ func (c *compiler) algorithmLimits(r *RateLimit, l *Limit) {
 	case l.Unlimited:
 		c.fail(r.at("burst"), r.field("burst"), "an unlimited limit takes no burst")
 		return
-	case l.Algorithm != window.TokenBucket:
+	case !l.Algorithm.TakesBurst():
 		c.fail(r.at("burst"), r.field("burst"), "applies only to algorithm token_bucket, and this limit's algorithm is %s", l.Algorithm)
 		return
 	case r.Burst == nil || *r.Burst == 0:
@@ -74,4 +74,14 @@ func (c *compiler) bucket(r *RateLimit, l *Limit) {
 	c.fail(r.at(field), r.field(field),
 		"%s %d at one token per %v takes longer than 2^53 ns (about 104.25 days) to fill, the longest a token_bucket may take; %s",
 		what, l.Burst, req.Interval(), bound)
+}
+
+// MaxRequestsPerUnit returns the largest requests_per_unit a limit of a
+// may have, and false when any fits: a sliding log holds at most
+// MaxSlidingLogLimit hits. Envoy's limit overrides are checked by it too.
+func MaxRequestsPerUnit(a window.Algorithm) (uint32, bool) {
+	if a == window.SlidingLog {
+		return MaxSlidingLogLimit, true
+	}
+	return 0, false
 }

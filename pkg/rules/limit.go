@@ -173,10 +173,7 @@ type Limit struct {
 // TokenBucket limit, RequestsPerUnit for the others and for a
 // requests_per_unit of 0, which admits nothing whatever the burst.
 func (l *Limit) Capacity() uint64 {
-	if l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 {
-		return uint64(l.Burst)
-	}
-	return uint64(l.RequestsPerUnit)
+	return l.Algorithm.Capacity(uint64(l.RequestsPerUnit), uint64(l.Burst))
 }
 
 // Index returns the limit's place (from 0) in its descriptor's

@@ -2,6 +2,74 @@ package window
 
 import "time"
 
+// tokenBucket is TokenBucket: one theoretical arrival time per counter,
+// keyed by the counter and its window length, kept until the bucket is
+// full again plus one second.
+type tokenBucket struct{ timedState }
+
+func (tokenBucket) name() string    { return "token_bucket" }
+func (tokenBucket) keyName() string { return "token_bucket" }
+
+func (tokenBucket) check(m *Memory, r *Request, pending uint64, nowMs int64) Result {
+	empty := m.bucketEmpty(stateID{r.Key, r.Size.Milliseconds()}, nowMs)
+	over, retry := r.bucketDecide(empty, pending)
+	return r.BucketResult(time.Duration(empty), over, time.Duration(retry))
+}
+
+func (tokenBucket) count(m *Memory, r *Request, res *Result, nowMs int64) {
+	id := stateID{r.Key, r.Size.Milliseconds()}
+	empty := r.bucketApply(m.bucketEmpty(id, nowMs))
+	m.buckets[id] = nowMs*int64(time.Millisecond) + empty
+	*res = r.BucketResult(time.Duration(empty), res.Over, res.Retry)
+}
+
+// bucketEmpty returns how far (ns) the bucket id's state runs ahead of
+// nowMs: 0 when it is full or missing.
+func (m *Memory) bucketEmpty(id stateID, nowMs int64) int64 {
+	return max(m.buckets[id]-nowMs*int64(time.Millisecond), 0)
+}
+
+func (tokenBucket) taken(_ *Request, hits uint64) uint64 { return hits }
+func (tokenBucket) undo(*Request)                        {}
+
+func (tokenBucket) readDecides(*Request, []Request) bool { return true }
+
+// decideRead decides from the read's Empty, which says when any number of
+// tokens comes back.
+func (tokenBucket) decideRead(r *Request, read Result, pending uint64, _ int64) Result {
+	over, retry := r.bucketDecide(int64(read.Empty), pending)
+	return r.BucketResult(read.Empty, over, time.Duration(retry))
+}
+
+// fullResult counts the tokens the Empty left by then takes.
+func (tokenBucket) fullResult(r *Request, f fullUntil, nowMs int64) Result {
+	res := f.retryResult(nowMs)
+	if iv := r.Interval(); iv > 0 {
+		res.Count = uint64((res.Empty + iv - 1) / iv)
+	}
+	return res
+}
+
+// capacity is the burst: 0 when limit is 0, which admits nothing.
+func (tokenBucket) capacity(limit, burst uint64) uint64 {
+	if limit == 0 || burst == 0 {
+		return limit
+	}
+	return burst
+}
+
+// failClosed reports an unknown bucket just emptied: full again after its
+// Tolerance and admitting a hit after one Interval, as a bucket that has
+// just denied one; a zero limit, which never admits, as a window.
+func (tokenBucket) failClosed(r *Request, now time.Time) (reset, wait time.Duration) {
+	if r.Limit > 0 {
+		return r.Tolerance(), r.Interval()
+	}
+	return windowEnd(r, now)
+}
+
+func (tokenBucket) takesBurst() bool { return true }
+
 // MaxBucketSpan is the longest a TokenBucket's Tolerance may be, and the
 // most a bucket's state may run ahead of now: 2^53 ns, about 104 days.
 // Within it every store, Redis's Lua with its float64 numbers among them,
@@ -118,29 +186,3 @@ func (r *Request) BucketResult(empty time.Duration, over bool, retry time.Durati
 	}
 	return res
 }
-
-// logDecide decides r against a SlidingLog holding count hits for the
-// window ending now, after pending hits of earlier requests of the same
-// call on the same log. When r does not fit, need is how many of the oldest
-// hits must leave the window before it would, or 0 when it never fits (its
-// hits alone pass the limit).
-func (r *Request) logDecide(count, pending uint64) (over bool, need uint64) {
-	if r.Refund {
-		return false, 0
-	}
-	want := satAdd(pending, r.need())
-	if want > r.Limit {
-		return true, 0
-	}
-	if count > r.Limit-want {
-		return true, count - (r.Limit - want)
-	}
-	return false, 0
-}
-
-// LogEntries returns how many entries a SlidingLog adds for hits: one per
-// hit, but at most Limit+1. A group of Limit+1 entries at one time keeps
-// every window holding it over the limit, as the hits themselves would, so
-// every decision is the same while a charge far over the limit costs
-// memory in proportion to the limit, not to its hits.
-func (r *Request) LogEntries(hits uint64) uint64 { return min(hits, satAdd(r.Limit, 1)) }

@@ -74,18 +74,19 @@ func AppendKeyEnd(dst []byte) []byte { return append(dst, '}') }
 // "!1", "!sliding_window", "!1,sliding_window". It sits after the hash tag,
 // so all counters of a descriptor share a slot. index must be >= 0.
 func AppendKeyCounter(dst []byte, index int, a Algorithm) []byte {
-	if index == 0 && a == FixedWindow {
+	name := a.alg().keyName()
+	if index == 0 && name == "" {
 		return dst
 	}
 	dst = append(dst, '!')
 	if index != 0 {
 		dst = strconv.AppendInt(dst, int64(index), 10)
-		if a == FixedWindow {
+		if name == "" {
 			return dst
 		}
 		dst = append(dst, ',')
 	}
-	return append(dst, a.String()...)
+	return append(dst, name...)
 }
 
 // AppendWindow appends ":<size ms>:<start ms>" to a key from AppendKeyEnd
@@ -110,7 +111,7 @@ func (r *Request) AppendStoreKey(dst []byte, nowMs int64) []byte {
 	if r.Reference {
 		return strconv.AppendInt(dst, AtMillis(nowMs, size).Start/1000, 10)
 	}
-	if r.Algorithm.windowed() {
+	if r.Algorithm.Windowed() {
 		return AppendWindow(dst, AtMillis(nowMs, size))
 	}
 	dst = append(dst, ':')

@@ -89,107 +89,14 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 // check reads r's counter at nowMs and decides whether r fits, after the
 // hits that earlier requests of the call add to the same counter.
 func (m *Memory) check(r *Request, earlier []Request, nowMs int64) Result {
-	size := r.Size.Milliseconds()
-	pending := pendingHits(earlier, r.Key, size)
-	switch r.Algorithm {
-	case TokenBucket:
-		empty := m.bucketEmpty(stateID{r.Key, size}, nowMs)
-		over, retry := r.bucketDecide(empty, pending)
-		return r.BucketResult(time.Duration(empty), over, time.Duration(retry))
-	case SlidingLog:
-		l := m.log(stateID{r.Key, size}, nowMs)
-		over, need := r.logDecide(uint64(len(l.hits)), pending)
-		return l.result(size, nowMs, over, need)
-	}
-	w := AtMillis(nowMs, size)
-	cur := m.get(cellID{r.Key, w.Size, w.Start}, nowMs)
-	var prev uint64
-	if r.Algorithm == SlidingWindow {
-		p := w.Previous()
-		prev = m.get(cellID{r.Key, p.Size, p.Start}, nowMs)
-	}
-	return Result{Count: cur, Previous: prev, Over: r.over(cur+pending, prev, r.Weight(w, nowMs))}
+	pending := pendingHits(earlier, r.Key, r.Size.Milliseconds())
+	return r.Algorithm.alg().check(m, r, pending, nowMs)
 }
 
 // count adds r's hits to its counter (or gives them back for a refund) and
 // updates res to the counter's new state.
 func (m *Memory) count(r *Request, res *Result, nowMs int64) {
-	size := r.Size.Milliseconds()
-	switch r.Algorithm {
-	case TokenBucket:
-		id := stateID{r.Key, size}
-		empty := r.bucketApply(m.bucketEmpty(id, nowMs))
-		m.buckets[id] = nowMs*int64(time.Millisecond) + empty
-		*res = r.BucketResult(time.Duration(empty), res.Over, res.Retry)
-		return
-	case SlidingLog:
-		id := stateID{r.Key, size}
-		l := m.log(id, nowMs)
-		n := r.LogEntries(r.Hits)
-		if r.Refund {
-			l.hits = l.hits[:uint64(len(l.hits))-min(uint64(len(l.hits)), n)]
-		} else {
-			for range n {
-				l.hits = append(l.hits, nowMs)
-			}
-		}
-		m.logs[id] = l
-		over, retry := res.Over, res.Retry
-		*res = l.result(size, nowMs, false, 0)
-		res.Over, res.Retry = over, retry
-		return
-	}
-	w := AtMillis(nowMs, size)
-	id := cellID{r.Key, w.Size, w.Start}
-	c, ok := m.cells[id]
-	if !ok || c.expires <= nowMs {
-		c = cell{expires: nowMs + r.TTL().Milliseconds()}
-	}
-	if r.Refund {
-		c.count -= min(c.count, r.Hits)
-	} else {
-		c.count = satAdd(c.count, r.Hits)
-	}
-	m.cells[id] = c
-	res.Count = c.count
-}
-
-// bucketEmpty returns how far (ns) the bucket id's state runs ahead of
-// nowMs: 0 when it is full or missing.
-func (m *Memory) bucketEmpty(id stateID, nowMs int64) int64 {
-	return max(m.buckets[id]-nowMs*int64(time.Millisecond), 0)
-}
-
-// log returns the log id with the hits that left the window ending at
-// nowMs trimmed; a new, unstored one when it has none.
-func (m *Memory) log(id stateID, nowMs int64) *hitLog {
-	l, ok := m.logs[id]
-	if !ok {
-		return &hitLog{}
-	}
-	old := 0
-	for old < len(l.hits) && l.hits[old] <= nowMs-id.size {
-		old++
-	}
-	l.hits = l.hits[old:]
-	return l
-}
-
-// result is the Result of a log of window size ms at nowMs: when over, the
-// request would fit once its need oldest hits left, or never (need 0).
-func (l *hitLog) result(size, nowMs int64, over bool, need uint64) Result {
-	res := Result{Count: uint64(len(l.hits)), Over: over}
-	if n := len(l.hits); n > 0 {
-		res.Empty = time.Duration(l.hits[n-1]+size-nowMs) * time.Millisecond
-	}
-	switch {
-	case !over:
-	case need == 0:
-		res.Retry = res.Empty
-	default:
-		res.Retry = time.Duration(l.hits[need-1]+size-nowMs) * time.Millisecond
-	}
-	return res
+	r.Algorithm.alg().count(m, r, res, nowMs)
 }
 
 func (m *Memory) get(id cellID, nowMs int64) uint64 {

@@ -76,7 +76,7 @@ type fullUntil struct {
 }
 
 func newFullKey(r *Request, nowMs int64) fullKey {
-	if !r.Algorithm.windowed() {
+	if !r.Algorithm.Windowed() {
 		return fullKey{r.Key, r.Size.Milliseconds(), 0, r.Limit, r.Burst}
 	}
 	w := AtMillis(nowMs, r.Size.Milliseconds())
@@ -141,9 +141,8 @@ func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request
 		}
 		res[i] = Result{Skipped: true}
 		unread++
-		if r.Algorithm == SlidingLog && satAdd(pendingHits(reqs[:i], r.Key, r.Size.Milliseconds()), r.need()) > 1 {
-			// A read with no hits does not say when more would fit.
-			return false
+		if !r.Algorithm.alg().readDecides(r, reqs[:i]) {
+			return false // a read with no hits does not say whether r fits
 		}
 	}
 	if unread == len(reqs) {
@@ -181,18 +180,9 @@ func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request
 		// What a store reports for the counters of a denied request: the
 		// counts as they are and whether the hits fit, with those of
 		// earlier counters on the same key, as the stores add them up.
-		r, got := &reqs[i], read[j]
-		w := AtMillis(nowMs, r.Size.Milliseconds())
-		pending := pendingHits(reqs[:i], r.Key, w.Size)
-		switch r.Algorithm {
-		case TokenBucket:
-			over, retry := r.bucketDecide(int64(got.Empty), pending)
-			res[i] = r.BucketResult(got.Empty, over, time.Duration(retry))
-		case SlidingLog:
-			res[i] = got // it needed one hit, as the read: see above
-		default:
-			res[i] = Result{Count: got.Count, Previous: got.Previous, Over: r.over(got.Count+pending, got.Previous, r.Weight(w, nowMs))}
-		}
+		r := &reqs[i]
+		pending := pendingHits(reqs[:i], r.Key, r.Size.Milliseconds())
+		res[i] = r.Algorithm.alg().decideRead(r, read[j], pending, nowMs)
 		c.rememberOne(r, res[i], pending, nowMs)
 	}
 	return true
@@ -207,23 +197,34 @@ func (c *OverLimitCache) known(r *Request, nowMs int64) (fullUntil, bool) {
 	c.mu.RLock()
 	f, full := c.full[newFullKey(r, nowMs)]
 	c.mu.RUnlock()
-	if full && r.Algorithm == FixedWindow && r.Hits == 0 && f.count <= r.Limit {
-		return fullUntil{}, false // a check fits a window at its limit: ask the store
+	if full && r.Algorithm.alg().askStore(r, f) {
+		return fullUntil{}, false
 	}
 	return f, full && nowMs*int64(time.Millisecond) < f.until
 }
 
 // result is the Result of a denial of r by a counter known full, at nowMs.
 func (f fullUntil) result(r *Request, nowMs int64) Result {
-	if r.Algorithm.windowed() {
-		return Result{Count: r.Limit, Over: true}
+	return r.Algorithm.alg().fullResult(r, f, nowMs)
+}
+
+// retryResult is the Result of a denial by a counter known full until its
+// Retry (TokenBucket, SlidingLog), at nowMs: the Retry and Empty as they
+// are by then, with no other traffic, and the count the denial saw.
+func (f fullUntil) retryResult(nowMs int64) Result {
+	now := nowMs * int64(time.Millisecond)
+	return Result{Count: f.count, Over: true, Empty: time.Duration(max(f.emptyAt-now, 0)), Retry: time.Duration(f.until - now)}
+}
+
+// retryFull is the full answer of a counter that only frees room as time
+// passes: a denial of one hit (not a charge, the counter named once) shows
+// it full until its Retry.
+func retryFull(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
+	if !res.Over || res.Retry <= 0 || r.Hits > 1 || pending > 0 || r.Charge {
+		return fullUntil{}, false
 	}
 	now := nowMs * int64(time.Millisecond)
-	res := Result{Count: f.count, Over: true, Empty: time.Duration(max(f.emptyAt-now, 0)), Retry: time.Duration(f.until - now)}
-	if iv := r.Interval(); r.Algorithm == TokenBucket && iv > 0 {
-		res.Count = uint64((res.Empty + iv - 1) / iv)
-	}
-	return res
+	return fullUntil{until: now + int64(res.Retry), emptyAt: now + int64(res.Empty), count: res.Count}, true
 }
 
 // remember adds the cacheable counters of reqs that res shows full.
@@ -243,19 +244,9 @@ func (c *OverLimitCache) rememberOne(r *Request, res Result, pending uint64, now
 	if !cacheable(r) {
 		return
 	}
-	var f fullUntil
-	now := nowMs * int64(time.Millisecond)
-	if r.Algorithm.windowed() {
-		if res.Count < r.Limit {
-			return
-		}
-		f.count = res.Count
-		f.until = AtMillis(nowMs, r.Size.Milliseconds()).End() * int64(time.Millisecond)
-	} else {
-		if !res.Over || res.Retry <= 0 || r.Hits > 1 || pending > 0 || r.Charge {
-			return
-		}
-		f = fullUntil{until: now + int64(res.Retry), emptyAt: now + int64(res.Empty), count: res.Count}
+	f, full := r.Algorithm.alg().full(r, res, pending, nowMs)
+	if !full {
+		return
 	}
 	c.mu.Lock()
 	c.full[newFullKey(r, nowMs)] = f
@@ -263,7 +254,7 @@ func (c *OverLimitCache) rememberOne(r *Request, res Result, pending uint64, now
 }
 
 func cacheable(r *Request) bool {
-	return r.Algorithm != SlidingWindow && !r.Shadow && !r.Refund
+	return r.Algorithm.alg().cacheable() && !r.Shadow && !r.Refund
 }
 
 func (c *OverLimitCache) sweep(nowMs int64) {

@@ -4,65 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 )
-
-// Algorithm says how a counter measures a request against its limit. The
-// zero Algorithm is FixedWindow.
-type Algorithm uint8
-
-const (
-	// FixedWindow counts hits in the current epoch-aligned window only. A
-	// client can send up to twice its limit across a window boundary.
-	FixedWindow Algorithm = iota
-	// SlidingWindow weighs the previous window's count by the share of it
-	// that a rolling window still covers: previous*(1-elapsed) + current.
-	// It reads two counters and writes only the current one.
-	SlidingWindow
-	// TokenBucket is the generic cell rate algorithm (GCRA): a bucket of
-	// Burst tokens that refills Limit tokens per Size, one token every
-	// Interval. Its state is one theoretical arrival time (TAT): the
-	// bucket is full when the TAT is not after now. Over any interval of
-	// length T it admits at most Burst + Limit*T/Size hits.
-	TokenBucket
-	// SlidingLog keeps the time of every counted hit of the last window
-	// and admits a request when the hits of the window ending now, plus
-	// its own, fit the limit: in any window of length Size it admits at
-	// most Limit hits. Its memory grows with the limit.
-	SlidingLog
-)
-
-var algorithmNames = [...]string{
-	FixedWindow:   "fixed_window",
-	SlidingWindow: "sliding_window",
-	TokenBucket:   "token_bucket",
-	SlidingLog:    "sliding_log",
-}
-
-// String returns the name rules use: "fixed_window", "sliding_window",
-// "token_bucket" or "sliding_log"; "fixed_window" for an unknown value.
-func (a Algorithm) String() string {
-	if int(a) < len(algorithmNames) {
-		return algorithmNames[a]
-	}
-	return algorithmNames[FixedWindow]
-}
-
-// ParseAlgorithm returns the Algorithm that String names, and false for
-// any other name.
-func ParseAlgorithm(name string) (Algorithm, bool) {
-	for a, n := range algorithmNames {
-		if n == name {
-			return Algorithm(a), true
-		}
-	}
-	return FixedWindow, false
-}
-
-// windowed reports whether a counts hits in epoch-aligned windows, whose
-// key ends with the window's start.
-func (a Algorithm) windowed() bool { return a == FixedWindow || a == SlidingWindow }
 
 // ErrStore wraps every failure of a store to answer (network, timeout,
 // script errors). The request's counters are then in an unknown state for
@@ -207,11 +150,7 @@ func (r *Request) TTL() time.Duration {
 	if r.Reference {
 		return r.Size + r.Jitter
 	}
-	ms := r.Size.Milliseconds()
-	if r.Algorithm == SlidingWindow {
-		ms *= 2
-	}
-	return time.Duration(ms+1000) * time.Millisecond
+	return r.Algorithm.alg().ttl(r)
 }
 
 // Weight returns the share of the previous window that a rolling window
@@ -221,10 +160,7 @@ func (r *Request) TTL() time.Duration {
 // float64(previous)*Weight + float64(current), in that order, so that all
 // stores decide alike to the last bit.
 func (r *Request) Weight(w Window, nowMs int64) float64 {
-	if r.Algorithm != SlidingWindow {
-		return 0
-	}
-	return float64(w.End()-nowMs) / float64(w.Size)
+	return r.Algorithm.alg().weight(r, w, nowMs)
 }
 
 // charges reports whether r counts its hits even when denied.
@@ -233,44 +169,16 @@ func (r *Request) charges() bool { return r.Charge && r.Hits > 0 && !r.Refund }
 // need is the room a request must find: its hits, or when it only checks
 // one, except for FixedWindow, which envoyproxy/ratelimit finds over only
 // past its limit.
-func (r *Request) need() uint64 {
-	if r.Hits == 0 && r.Algorithm != FixedWindow {
-		return 1
-	}
-	return r.Hits
-}
-
-// over reports whether count (plus pending hits of the same request on the
-// same counter) and the weighted previous count leave no room for r.
-func (r *Request) over(count, previous uint64, weight float64) bool {
-	if r.Refund {
-		return false
-	}
-	if r.Algorithm == SlidingWindow {
-		return float64(previous)*weight+float64(count)+float64(r.need()) > float64(r.Limit)
-	}
-	return count > r.Limit || r.need() > r.Limit-count
-}
+func (r *Request) need() uint64 { return r.Algorithm.alg().need(r) }
 
 // Used returns how much of the counter res holds: Count, and for
 // SlidingWindow the rounded-up estimate.
-func (r *Request) Used(res Result, now time.Time) uint64 {
-	if r.Algorithm != SlidingWindow {
-		return res.Count
-	}
-	w := At(now, r.Size)
-	return uint64(math.Ceil(float64(res.Previous)*r.Weight(w, now.UnixMilli()) + float64(res.Count)))
-}
+func (r *Request) Used(res Result, now time.Time) uint64 { return r.Algorithm.alg().used(r, res, now) }
 
 // Capacity returns the most hits the counter holds: Limit, or for
 // TokenBucket the burst; 0 when Limit is 0, which admits nothing whatever
 // the burst.
-func (r *Request) Capacity() uint64 {
-	if r.Algorithm == TokenBucket && r.Limit > 0 {
-		return r.burst()
-	}
-	return r.Limit
-}
+func (r *Request) Capacity() uint64 { return r.Algorithm.Capacity(r.Limit, r.Burst) }
 
 // Remaining returns how many hits the counter still admits after res:
 // Capacity less Used, never negative. For a TokenBucket that is the whole
@@ -286,10 +194,7 @@ func (r *Request) Remaining(res Result, now time.Time) uint64 {
 // RetryAfter returns how long a client denied by this counter should wait:
 // Reset for the windows, Retry for TokenBucket and SlidingLog.
 func (r *Request) RetryAfter(res Result, now time.Time) time.Duration {
-	if r.Algorithm.windowed() {
-		return r.Reset(res, now)
-	}
-	return res.Retry
+	return r.Algorithm.alg().retryAfter(r, res, now)
 }
 
 // Reset returns the time until the counter admits again. For FixedWindow it
@@ -300,32 +205,30 @@ func (r *Request) RetryAfter(res Result, now time.Time) time.Duration {
 // current window alone is full. For TokenBucket and SlidingLog it is Empty:
 // the time until the bucket is full, or the log empty.
 func (r *Request) Reset(res Result, now time.Time) time.Duration {
-	if !r.Algorithm.windowed() {
-		return res.Empty
-	}
-	nowMs := now.UnixMilli()
-	w := At(now, r.Size)
-	untilEnd := w.Until(nowMs)
-	if r.Algorithm != SlidingWindow || r.Remaining(res, now) > 0 {
-		return untilEnd
-	}
-	room := float64(r.Limit) - 1 // what the estimate must fall to
-	size := float64(w.Size)
-	cur, prev := float64(res.Count), float64(res.Previous)
-	if room < 0 {
-		return untilEnd // a zero limit never admits; say when the window turns
-	}
-	if cur <= room && prev > 0 {
-		// Within this window: prev*(end-t)/size + cur <= room.
-		t := size * (room - cur) / prev // milliseconds before the end
-		wait := float64(untilEnd.Milliseconds()) - t
-		return time.Duration(math.Ceil(math.Max(wait, 0))) * time.Millisecond
-	}
-	// Past the boundary the current count becomes the previous one:
-	// cur*(1-t/size) <= room.
-	t := size
-	if cur > 0 {
-		t = math.Ceil(size * (1 - room/cur))
-	}
-	return untilEnd + time.Duration(t)*time.Millisecond
+	return r.Algorithm.alg().reset(r, res, now)
+}
+
+// FailClosed returns the reset and the retry-after wait to report for r's
+// counter when the store failed for it and its failure mode denies. Its
+// state is unknown, so it is reported just full: a window until it ends; a
+// token bucket just emptied, full again after its Tolerance and admitting
+// a hit after one Interval, as a bucket that has just denied one; a
+// sliding log until the current window (of its length, aligned as the
+// windows are) ends.
+func (r *Request) FailClosed(now time.Time) (reset, wait time.Duration) {
+	return r.Algorithm.alg().failClosed(r, now)
+}
+
+// Taken returns how much of Used hits counted by r account for: the hits,
+// or for SlidingLog the entries they add (LogEntries).
+func (r *Request) Taken(hits uint64) uint64 { return r.Algorithm.alg().taken(r, hits) }
+
+// Undo returns the refund that gives back what r, counted, added to its
+// counter's current state: on a SlidingWindow the current window's counter
+// alone (a FixedWindow refund of it), on a SlidingLog the entries its hits
+// added (LogEntries).
+func (r Request) Undo() Request {
+	r.Refund = true
+	r.Algorithm.alg().undo(&r)
+	return r
 }

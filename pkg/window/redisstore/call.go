@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"time"
-
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -64,14 +62,7 @@ func (r *request) at(j int) *window.Request {
 // can carry: a fixed window in this project's layout, not a shadow, a
 // refund or a charge, hits >= 1.
 func plain(r *window.Request) bool {
-	return r.Algorithm == window.FixedWindow && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1 && !r.Reference
-}
-
-// windowed reports whether r counts in windows, integer counters that can
-// be shared keys; a TokenBucket's or SlidingLog's key never is (see
-// take.lua).
-func windowed(r *window.Request) bool {
-	return r.Algorithm == window.FixedWindow || r.Algorithm == window.SlidingWindow
+	return scriptOf(r.Algorithm).short && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1 && !r.Reference
 }
 
 // callBuf is the memory script calls are built in: the argument list, the
@@ -234,7 +225,7 @@ func appendKeys(dst []any, arena []byte, keys []keyArg, sk *sharedKeys, r *reque
 		arena = c.AppendStoreKey(arena, r.nowMs)
 		k := arena[from:len(arena):len(arena)]
 		dst, keys = appendKey(dst, keys, k)
-		if !windowed(c) || c.Reference {
+		if !c.Algorithm.Windowed() || c.Reference {
 			continue // decided exactly one command per use; see take.lua
 		}
 		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
@@ -243,7 +234,7 @@ func appendKeys(dst []any, arena []byte, keys []keyArg, sk *sharedKeys, r *reque
 			planned = c.Hits
 		}
 		sk.add(dst, k, len(dst)-1, planned)
-		if c.Algorithm == window.SlidingWindow {
+		if c.Algorithm.ReadsPrevious() {
 			from = len(arena)
 			arena = window.AppendWindow(append(arena, c.Key...), w.Previous())
 			k = arena[from:len(arena):len(arena)]
@@ -290,7 +281,6 @@ func appendArgs(dst []any, t *triples, r *request) []any {
 	dst = append(dst, n)
 	for j := range n {
 		c := r.at(j)
-		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
 		flags := 0
 		if c.Shadow {
 			flags |= flagShadow
@@ -301,20 +291,7 @@ func appendArgs(dst []any, t *triples, r *request) []any {
 		if c.Charge && !c.Refund { // take.lua takes CHARGE as sent
 			flags |= flagCharge
 		}
-		switch c.Algorithm {
-		case window.TokenBucket:
-			dst = append(dst, int64(c.Tolerance()), c.Hits, r.nowMs, flags|flagToken, int64(c.Interval()))
-		case window.SlidingLog:
-			dst = append(dst, c.Limit, c.Hits, r.nowMs, flags|flagLog, c.Size.Milliseconds())
-		case window.SlidingWindow:
-			dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags|flagSliding, c.Weight(w, r.nowMs))
-		default:
-			if c.Reference { // its TTL in seconds: EXPIRE's, as envoyproxy/ratelimit sets it
-				dst = append(dst, c.Limit, c.Hits, int64(c.TTL()/time.Second), flags|flagRef, 0)
-				break
-			}
-			dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, 0)
-		}
+		dst = scriptOf(c.Algorithm).args(dst, c, r.nowMs, flags)
 	}
 	return dst
 }

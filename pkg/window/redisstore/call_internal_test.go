@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
@@ -174,5 +177,40 @@ func TestFlagsMatchTheScript(t *testing.T) {
 		if m == nil || m[1] != strconv.Itoa(want) {
 			t.Errorf("take.lua: %s = %v, want %d", name, m, want)
 		}
+	}
+}
+
+// TestTakeAssembly pins how the take script is put together: take.lua's
+// head, then one section per window.Algorithm in its order, each starting
+// with the comment that names it and registering itself in ALGORITHMS
+// under the flag the Go side sends, then run.lua; crossSource runs the
+// same script behind cross.lua's head.
+func TestTakeAssembly(t *testing.T) {
+	t.Parallel()
+	algFlag := map[window.Algorithm]string{window.FixedWindow: "0", window.SlidingWindow: "SLIDING", window.TokenBucket: "TOKEN", window.SlidingLog: "LOG"}
+	want := takeHead
+	for a := range window.Algorithm(len(takeSections)) {
+		sec := takeSections[a]
+		name := strings.ReplaceAll(a.String(), "_", " ")
+		if !strings.HasPrefix(sec, "-- The "+name+"'s section of take.lua") {
+			t.Errorf("section %d starts %.40q, want the %s's", a, sec, name)
+		}
+		if flag, ok := algFlag[a]; !ok || strings.Count(sec, "ALGORITHMS["+flag+"] = {") != 1 {
+			t.Errorf("section of %v does not register itself once as ALGORITHMS[%s]", a, flag)
+		}
+		want += sec
+	}
+	if len(algFlag) != len(takeSections) {
+		t.Errorf("%d sections for %d algorithms", len(takeSections), len(algFlag))
+	}
+	want += takeRun
+	if takeSource != want {
+		t.Error("takeSource is not take.lua + the sections in Algorithm order + run.lua")
+	}
+	if takeHash != redis.NewScript(want).Hash() || crossSource != crossHead+want {
+		t.Error("takeHash or crossSource is not of the assembled script")
+	}
+	if n := len(regexp.MustCompile(`(?m)^ALGORITHMS\[\w+\] = \{`).FindAllString(takeSource, -1)); n != len(takeSections) {
+		t.Errorf("%d algorithms registered in the script, want %d, one per section", n, len(takeSections))
 	}
 }

@@ -120,15 +120,8 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 		// added (window.Request.LogEntries). Charges stay: every slot
 		// counts them whatever the answer.
 		undo := make([]window.Request, len(reqs))
-		for i, r := range reqs {
-			r.Refund = true
-			switch r.Algorithm {
-			case window.SlidingWindow:
-				r.Algorithm = window.FixedWindow // its current window's counter
-			case window.SlidingLog:
-				r.Hits = r.LogEntries(r.Hits)
-			}
-			undo[i] = r
+		for i := range reqs {
+			undo[i] = reqs[i].Undo()
 		}
 		back := slices.Clone(res) // a request that took no hits needs no undo and keeps its count
 		s.runGroups(ctx, nowMs, undo, back, groups, func(g *slotGroup) []int {

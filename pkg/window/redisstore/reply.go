@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -72,7 +71,7 @@ func parseRequest(vals []any, r *request, res []window.Result) (bool, error) {
 		for i := range res {
 			v, ok := vals[1+i].(int64)
 			switch {
-			case !ok || status == 1 && v < 1 || !windowed(r.at(i)):
+			case !ok || status == 1 && v < 1 || !r.at(i).Algorithm.Windowed():
 				return false, fmt.Errorf("%w: unexpected script value %v", window.ErrStore, vals[1+i])
 			case v >= 0:
 				res[i] = window.Result{Count: uint64(v)}
@@ -91,47 +90,11 @@ func parseRequest(vals []any, r *request, res []window.Result) (bool, error) {
 			}
 			n[j] = v
 		}
+		c := r.at(i)
 		var err error
-		switch c := r.at(i); c.Algorithm {
-		case window.TokenBucket:
-			res[i], err = bucketResult(c, n)
-		case window.SlidingLog:
-			res[i], err = logResult(n)
-		default:
-			res[i] = window.Result{Count: uint64(n[0]), Previous: uint64(n[1]), Over: n[2] == 1}
-		}
-		if err != nil {
+		if res[i], err = scriptOf(c.Algorithm).read(c, n); err != nil {
 			return false, err
 		}
 	}
 	return status == 1, nil
-}
-
-// bucketResult reads a TokenBucket counter's values (empty ns, retry ns,
-// over 0 or 1; see take.lua) into its Result, as window.Memory makes it
-// (window.Request.BucketResult).
-func bucketResult(c *window.Request, n [3]int64) (window.Result, error) {
-	empty, retry, over := n[0], n[1], n[2]
-	if over > 1 || over == 0 && retry != 0 {
-		return window.Result{}, fmt.Errorf("%w: unexpected token bucket values %v", window.ErrStore, n)
-	}
-	return c.BucketResult(time.Duration(empty), over == 1, time.Duration(retry)), nil
-}
-
-// maxLogMs bounds a SlidingLog's times in a reply, so that they fit a
-// time.Duration: a log's entries leave within the longest window.
-const maxLogMs = int64(window.MaxSize / time.Millisecond)
-
-// logResult reads a SlidingLog counter's values (count, empty ms, 0 or 1 +
-// retry ms; see take.lua) into its Result.
-func logResult(n [3]int64) (window.Result, error) {
-	count, empty, over := n[0], n[1], n[2]
-	if empty > maxLogMs || over > maxLogMs+1 || count == 0 && empty != 0 {
-		return window.Result{}, fmt.Errorf("%w: unexpected sliding log values %v", window.ErrStore, n)
-	}
-	res := window.Result{Count: uint64(count), Over: over > 0, Empty: time.Duration(empty) * time.Millisecond}
-	if over > 0 {
-		res.Retry = time.Duration(over-1) * time.Millisecond
-	}
-	return res, nil
 }

@@ -9,14 +9,45 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-//go:embed take.lua
-var takeSource string
+// The take script's parts: take.lua, its head (the protocol, the call's
+// state, the short form); one section per algorithm, in lua/; run.lua, the
+// full form and the loop over the requests.
+var (
+	//go:embed take.lua
+	takeHead string
+	//go:embed lua/fixed.lua
+	fixedLua string
+	//go:embed lua/sliding.lua
+	slidingLua string
+	//go:embed lua/bucket.lua
+	bucketLua string
+	//go:embed lua/log.lua
+	logLua string
+	//go:embed run.lua
+	takeRun string
+)
+
+// takeSections are the algorithms' sections of the take script, in the
+// order of window.Algorithm (a test checks it covers them all).
+var takeSections = []string{
+	window.FixedWindow:   fixedLua,
+	window.SlidingWindow: slidingLua,
+	window.TokenBucket:   bucketLua,
+	window.SlidingLog:    logLua,
+}
+
+// takeSource is the take script, assembled at build time: the head, the
+// algorithms' sections, the run; one script, so one SHA and one EVALSHA
+// per call however many algorithms a batch holds.
+var takeSource = takeHead + strings.Join(takeSections, "") + takeRun
 
 var takeScript = redis.NewScript(takeSource)
 
-// takeHash is the SHA1 of take.lua, EVALSHA's second argument.
+// takeHash is the SHA1 of takeSource, EVALSHA's second argument.
 var takeHash = takeScript.Hash()
 
 //go:embed cross.lua
@@ -24,7 +55,7 @@ var crossHead string
 
 // crossSource is the take script for a call on several hash slots of one
 // cluster node: cross.lua's head, which reads the keys from ARGV and checks
-// that the node serves them all, then take.lua unchanged.
+// that the node serves them all, then the take script unchanged.
 var crossSource = crossHead + takeSource
 
 // crossHash is the SHA1 of crossSource.
