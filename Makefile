@@ -37,6 +37,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) tool staticcheck $(PKGS)
+	$(GO) test -count=1 ./internal/codecheck/
 
 unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)

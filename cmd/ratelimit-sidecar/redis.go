@@ -342,7 +342,8 @@ func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tr
 	ro := redisstore.Options{Timeout: c.redisTimeout, MaxTimeout: c.redisTimeoutCap, Tracer: tracer}
 	if c.redis.batchWorkers > 0 {
 		// Batched on every topology; on a cluster each batch is one script
-		// call per hash slot, pipelined per node. It fails only for
+		// call per node, every node's at once (per hash slot, pipelined per
+		// node, on servers before Redis 7.0). It fails only for
 		// negative batch options, which redisOptions refused.
 		var err error
 		rs.redis, err = redisstore.NewBatched(client, ro, c.redis.batchOptions())

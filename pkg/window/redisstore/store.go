@@ -35,9 +35,9 @@ type sharded interface {
 // Store is a window.Store whose counters live in Redis and are shared by
 // every replica that uses the same server and key prefix. On a single node
 // or behind Sentinel each Take is one EVALSHA of the embedded script; on
-// Redis Cluster a request whose counters lie on several hash slots is one
-// script per slot, in parallel, with refunds when a slot denies (see the
-// package doc). A batched Store (NewBatched) shares its script calls among
+// Redis Cluster a request whose counters lie on several hash slots of one
+// node is one call too, and one over several nodes is one script per slot,
+// in parallel, with refunds when a slot denies (see the package doc). A batched Store (NewBatched) shares its script calls among
 // concurrent Takes, on a cluster one per node (see the package doc).
 //
 // Every Take is bounded by how long its caller will wait: the time left to
@@ -177,7 +177,7 @@ func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 // counts only the charges (window.Request.Charge). It writes one window.Result
 // per request into res (len(res) >= len(reqs)) and reports whether the
 // requests were allowed. now should be the time the replicas agree on (see
-// window.Clock); Redis's own clock only runs the TTLs. Errors wrap
+// Clock); Redis's own clock only runs the TTLs. Errors wrap
 // window.ErrStore; on a cluster they may be a *window.PartialError.
 func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	if len(reqs) == 0 {
