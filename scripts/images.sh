@@ -5,7 +5,8 @@
 #                                            (test/k8s/images/sidecar.Containerfile)
 #   docker.io/envoyproxy/envoy:v1.40.0       Envoy from scripts/envoy.sh (PyPI), with the libraries it
 #                                            links, bash, cat and sleep (the preStop hook uses them)
-#   docker.io/library/redis:7                Debian's redis-server and redis-cli with their libraries
+#   docker.io/library/redis:7                Debian's redis-server and redis-cli with their libraries, and
+#                                            the official image's entrypoint behaviour
 #   docker.io/traefik/whoami:v1.10           test/k8s/echo, a stand-in that takes whoami's --port
 # With "save DIR" it also writes each as DIR/NAME.tar (docker-archive) for containerd. Idempotent: podman's
 # layer cache makes a rebuild of unchanged inputs quick.
@@ -57,6 +58,8 @@ build "$ENVOY" -f "$root/test/k8s/images/envoy.Containerfile" "$e"
 r=$work/redis
 addbin "$r" usr/local/bin/redis-server "$(command -v redis-server)"
 addbin "$r" usr/local/bin/redis-cli "$(command -v redis-cli)"
+addbin "$r" bin/sh "$(command -v dash)"
+cp "$root/test/k8s/images/redis-entrypoint.sh" "$r/usr/local/bin/docker-entrypoint.sh"
 users "$r" redis 999
 mkdir -p "$r/data" && chown 999:999 "$r/data"
 build "$REDIS" -f "$root/test/k8s/images/redis.Containerfile" "$r"
