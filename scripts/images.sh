@@ -8,6 +8,7 @@
 #   docker.io/library/redis:7                Debian's redis-server and redis-cli with their libraries, and
 #                                            the official image's entrypoint behaviour
 #   docker.io/traefik/whoami:v1.10           test/k8s/echo, a stand-in that takes whoami's --port
+#   localhost/ratelimit-sidecar-test/pause:1 test/k8s/pause, the test cluster's pod sandbox
 # With "save DIR" it also writes each as DIR/NAME.tar (docker-archive) for containerd. Idempotent: podman's
 # layer cache makes a rebuild of unchanged inputs quick.
 set -euo pipefail
@@ -21,6 +22,7 @@ SIDECAR=docker.io/library/ratelimit-sidecar:dev
 ENVOY=docker.io/envoyproxy/envoy:v1.40.0
 REDIS=docker.io/library/redis:7
 APP=docker.io/traefik/whoami:v1.10
+PAUSE=localhost/ratelimit-sidecar-test/pause:1 # scripts/k8s.sh's sandbox image
 
 # addbin DIR DEST BIN: copies BIN to DIR/DEST and every library ldd lists for it to the same path under DIR.
 addbin() {
@@ -71,10 +73,15 @@ users "$a" nonroot 65532
 rmdir "$a/tmp"
 build "$APP" -f "$root/test/k8s/images/app.Containerfile" "$a"
 
+p=$work/pause
+mkdir -p "$p"
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$p/pause" ./test/k8s/pause)
+build "$PAUSE" -f "$root/test/k8s/images/pause.Containerfile" "$p"
+
 if [[ ${1:-} == save ]]; then
 	out=${2:?usage: images.sh [save DIR]}
 	mkdir -p "$out"
-	for img in "$SIDECAR" "$ENVOY" "$REDIS" "$APP"; do
+	for img in "$SIDECAR" "$ENVOY" "$REDIS" "$APP" "$PAUSE"; do
 		name=${img##*/}
 		name=${name%%:*}
 		rm -f "$out/$name.tar"
