@@ -12,7 +12,6 @@ package deploy_test
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -47,7 +46,7 @@ const (
 	envoyComposeFile = "deploy/envoy-compose.yaml"
 	rulesFile        = "deploy/rules/edge.yaml"
 	k8sDir           = "deploy/k8s"
-	overlayDir       = "deploy/k8s/client-address"
+	overlayDir       = "deploy/k8s-client-address"
 	composeFile      = "docker-compose.yml"
 	envoyScript      = "scripts/envoy.sh"
 )
@@ -61,7 +60,7 @@ type bundle struct {
 	configMaps    map[string]*corev1.ConfigMap
 	statefulSets  map[string]*appsv1.StatefulSet
 	pdbs          []*policyv1.PodDisruptionBudget
-	overlay       overlay // deploy/k8s/client-address
+	overlay       overlay // deploy/k8s-client-address
 
 	envoyRaw, rulesRaw []byte
 	envoy              map[string]*bootstrapv3.Bootstrap // by file
@@ -88,11 +87,6 @@ func load(t *testing.T) *bundle {
 	for _, f := range files {
 		name := filepath.Base(f)
 		rel := filepath.ToSlash(filepath.Join(k8sDir, name))
-		if fi, err := os.Stat(f); err != nil {
-			t.Fatal(err)
-		} else if fi.IsDir() { // an overlay, such as client-address: checkClientAddressOverlay
-			continue
-		}
 		if name == "kustomization.yaml" {
 			if err := decodeStrict(readFile(t, root, rel), &b.kustomization); err != nil {
 				t.Fatalf("%s: %v", rel, err)

@@ -326,7 +326,7 @@ func checkDrain(b *bundle) error {
 	return errors.Join(errs...)
 }
 
-// overlay is deploy/k8s/client-address: deploy/k8s with Service patches.
+// overlay is deploy/k8s-client-address: deploy/k8s with Service patches.
 type overlay struct {
 	kustomization struct {
 		APIVersion string   `json:"apiVersion"`
@@ -345,8 +345,8 @@ type overlay struct {
 func checkClientAddressOverlay(b *bundle) error {
 	k := b.overlay.kustomization
 	var errs []error
-	if !slices.Equal(k.Resources, []string{".."}) {
-		errs = append(errs, fmt.Errorf("%s: resources %v, want [..] (deploy/k8s as shipped)", overlayDir, k.Resources))
+	if !slices.Equal(k.Resources, []string{"../k8s"}) {
+		errs = append(errs, fmt.Errorf("%s: resources %v, want [../k8s] (deploy/k8s as shipped)", overlayDir, k.Resources))
 	}
 	var edge *corev1.Service
 	for _, s := range b.overlay.services {
