@@ -168,6 +168,35 @@ func admittedPerWindow(as []answer) (decided, failOpen map[int64]int) {
 	return decided, failOpen
 }
 
+// underLoad runs disrupt while 4 keep-alive clients send 40 requests/s with one key and path, then requires
+// that no request failed and that the sidecars admitted at most the limit (20) per window.
+func underLoad(t *testing.T, url, key string, disrupt func()) {
+	t.Helper()
+	stop := make(chan struct{})
+	var as []answer
+	done := make(chan struct{})
+	go func() { as = load(url, key, 4, 100*time.Millisecond, stop); close(done) }()
+	time.Sleep(2 * time.Second)
+	disrupt()
+	close(stop)
+	<-done
+	t.Logf("%d requests: %s", len(as), summary(as))
+	for _, a := range as {
+		if a.failed() {
+			t.Errorf("failed request at %s: %d %v", a.at.Format(time.TimeOnly), a.code, a.err)
+		}
+	}
+	decided, failOpen := admittedPerWindow(as)
+	for w, n := range decided {
+		if n > 20 {
+			t.Errorf("window %d: the sidecars admitted %d requests for one key and path, limit 20", w, n)
+		}
+	}
+	// Envoy fails open when the sidecar does not answer within the filter's 0.02 s (failure_mode_deny:
+	// false); on a busy machine some decisions miss it. Reported, not failed: that is the shipped choice.
+	t.Logf("admitted per minute window: by the sidecars %v, by Envoy failing open %v", decided, failOpen)
+}
+
 // enforced says whether the limit holds again: a fresh key gets 20 × 200 then 429 (the sidecar can only
 // answer 429 from Redis's counts).
 func enforced(url string) bool {
@@ -278,68 +307,30 @@ func TestEdge(t *testing.T) {
 	})
 
 	t.Run("rollout restart under keep-alive load", func(t *testing.T) {
-		stop := make(chan struct{})
-		var as []answer
-		done := make(chan struct{})
-		go func() { as = load(url, "rollout", 4, 100*time.Millisecond, stop); close(done) }()
-		time.Sleep(2 * time.Second)
-		kubectl(t, "rollout", "restart", "deployment/edge")
-		kubectl(t, "rollout", "status", "deployment/edge", "--timeout=180s")
-		// The old pods drain for their preStop sleeps after the rollout reports done.
-		time.Sleep(25 * time.Second)
-		close(stop)
-		<-done
-		t.Logf("%d requests: %s", len(as), summary(as))
-		for _, a := range as {
-			if a.failed() {
-				t.Errorf("failed request at %s: %d %v", a.at.Format(time.TimeOnly), a.code, a.err)
-			}
-		}
-		decided, failOpen := admittedPerWindow(as)
-		for w, n := range decided {
-			if n > 20 {
-				t.Errorf("window %d: the sidecars admitted %d requests for one key and path, limit 20", w, n)
-			}
-		}
-		// Envoy fails open when the sidecar does not answer within the filter's 0.02 s (failure_mode_deny:
-		// false); on a busy machine some decisions miss it. Reported, not failed: that is the shipped choice.
-		t.Logf("admitted per minute window: by the sidecars %v, by Envoy failing open %v", decided, failOpen)
+		underLoad(t, url, "rollout", func() {
+			kubectl(t, "rollout", "restart", "deployment/edge")
+			kubectl(t, "rollout", "status", "deployment/edge", "--timeout=180s")
+			// The old pods drain for their preStop sleeps after the rollout reports done.
+			time.Sleep(25 * time.Second)
+		})
 	})
 
 	t.Run("drain under keep-alive load: the PodDisruptionBudget keeps one pod serving", func(t *testing.T) {
 		// One node: evicted pods cannot come back until it is uncordoned, so the budget (maxUnavailable 1)
 		// must stop the drain after the first eviction while the other pod serves every request.
 		node := strings.TrimSpace(kubectl(t, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"))
-		stop := make(chan struct{})
-		var as []answer
-		done := make(chan struct{})
-		go func() { as = load(url, "drain", 4, 100*time.Millisecond, stop); close(done) }()
-		time.Sleep(2 * time.Second)
-		out, err := kubectlErr("drain", node, "--pod-selector=app.kubernetes.io/name=edge", "--timeout=45s", "--ignore-daemonsets")
-		kubectl(t, "uncordon", node)
-		if err == nil {
-			t.Errorf("kubectl drain evicted every edge pod despite the PodDisruptionBudget:\n%s", out)
-		}
-		if n := strings.Count(out, "evicted"); n != 1 {
-			t.Errorf("%d edge pods evicted, want 1 (maxUnavailable 1):\n%s", n, out)
-		}
-		kubectl(t, "rollout", "status", "deployment/edge", "--timeout=120s")
-		time.Sleep(5 * time.Second)
-		close(stop)
-		<-done
-		t.Logf("%d requests: %s", len(as), summary(as))
-		for _, a := range as {
-			if a.failed() {
-				t.Errorf("failed request at %s: %d %v", a.at.Format(time.TimeOnly), a.code, a.err)
+		underLoad(t, url, "drain", func() {
+			out, err := kubectlErr("drain", node, "--pod-selector=app.kubernetes.io/name=edge", "--timeout=45s", "--ignore-daemonsets")
+			kubectl(t, "uncordon", node)
+			if err == nil {
+				t.Errorf("kubectl drain evicted every edge pod despite the PodDisruptionBudget:\n%s", out)
 			}
-		}
-		decided, failOpen := admittedPerWindow(as)
-		for w, n := range decided {
-			if n > 20 {
-				t.Errorf("window %d: the sidecars admitted %d requests for one key and path, limit 20", w, n)
+			if n := strings.Count(out, "evicted"); n != 1 {
+				t.Errorf("%d edge pods evicted, want 1 (maxUnavailable 1):\n%s", n, out)
 			}
-		}
-		t.Logf("admitted per minute window: by the sidecars %v, by Envoy failing open %v", decided, failOpen)
+			kubectl(t, "rollout", "status", "deployment/edge", "--timeout=120s")
+			time.Sleep(5 * time.Second)
+		})
 	})
 
 	t.Run("rules ConfigMap edit applies within kubelet sync plus debounce", func(t *testing.T) {
