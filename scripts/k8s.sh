@@ -241,7 +241,8 @@ up() {
 		log "already up"
 		return 0
 	fi
-	[[ ! -e $state ]] || down
+	# Whatever a stopped or killed run left (a state directory, a namespace with no processes) goes first.
+	down >/dev/null 2>&1 || true
 	install_debs
 	local b etcd
 	b=$(bins)
