@@ -14,7 +14,7 @@ added=$(comm -13 <(echo "$before") <(chains))
 # First every rule that jumps to an added chain, then the chains (one may jump to another).
 while read -r table chain; do
 	[[ -n $chain ]] || continue
-	iptables-save -t "$table" | grep -E -- "-j $chain( |\$)" | grep '^-A' | sed 's/^-A /-D /' | while read -r rule; do
+	{ iptables-save -t "$table" | grep -E -- "^-A .*-j $chain( |\$)" || true; } | sed 's/^-A /-D /' | while read -r rule; do
 		eval "iptables -t $table $rule" || true
 	done
 done <<<"$added"
