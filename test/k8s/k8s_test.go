@@ -221,10 +221,15 @@ func summary(as []answer) string {
 
 func TestEdge(t *testing.T) {
 	root := repoRoot(t)
+	// RLS_K8S_DIR runs the suite on a variant of deploy/k8s (a kustomization), to show what a check catches.
+	dir := filepath.Join(root, "deploy", "k8s")
+	if d := os.Getenv("RLS_K8S_DIR"); d != "" {
+		dir = d
+	}
 	start := time.Now()
-	kubectl(t, "apply", "-k", filepath.Join(root, "deploy", "k8s"))
+	kubectl(t, "apply", "-k", dir)
 	t.Cleanup(func() {
-		if out, err := kubectlErr("delete", "-k", filepath.Join(root, "deploy", "k8s"), "--wait=true", "--timeout=120s"); err != nil {
+		if out, err := kubectlErr("delete", "-k", dir, "--wait=true", "--timeout=120s"); err != nil {
 			t.Errorf("kubectl delete: %v\n%s", err, out)
 		}
 	})
@@ -360,7 +365,7 @@ func TestEdge(t *testing.T) {
 			}
 		}
 		t.Logf("new limit answered by each pod after %v (%d polls; kubelet --sync-frequency 1m default)", seen, polls.Load())
-		kubectl(t, "apply", "-k", filepath.Join(root, "deploy", "k8s"))
+		kubectl(t, "apply", "-k", dir)
 	})
 
 	t.Run("client addresses through a NodePort: Local keeps them, Cluster shares one budget", func(t *testing.T) {
