@@ -36,13 +36,13 @@ const cmdTimeout = 3 * time.Minute
 
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = &out, &errOut // stdout only is returned: scripts print paths there, progress on stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
+		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errOut.String())
 	}
 	return out.String()
 }
