@@ -10,7 +10,7 @@ export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -tags=vtprotobuf)
 # the service's requires no charting library). go.work joins them, but ./... stops at a nested module.
 PKGS = ./... ./bench/...
 
-.PHONY: run test deps build lint unit e2e real compose k8s fuzz bench capacity
+.PHONY: run test deps build lint unit e2e real compose k8s fuzz bench capacity faults soak
 
 # Run the sidecar on the embedded in-memory store with the example rules.
 run:
@@ -39,6 +39,7 @@ lint:
 	$(GO) vet -tags compose ./test/compose/
 	$(GO) vet -tags k8s ./test/k8s/
 	$(GO) tool staticcheck $(PKGS)
+	$(GO) test -count=1 ./internal/codecheck/
 
 unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
@@ -76,3 +77,14 @@ bench:
 # Remeasures docs/capacity.md's inputs and rewrites its tables and chart (bench/capacity.sh); flags via BENCHFLAGS.
 capacity:
 	bench/capacity.sh $(BENCHFLAGS)
+
+# Every fault of bench/faults against the sidecar and envoyproxy/ratelimit (docs/reliability.md); flags via
+# BENCHFLAGS. `make unit` runs the short version (a few faults, the sidecar alone).
+faults:
+	bench/faults.sh $(BENCHFLAGS)
+
+# The soak of bench/faults for SOAK (default 30m): two replicas, rules reloads, xDS pushes and Sentinel
+# failovers under steady load; `make unit` runs a 60-second one. Its per-interval figures go to bench/out-soak.
+SOAK ?= 30m
+soak:
+	cd bench && $(GO) test -count=1 -timeout 0 -run 'TestSoak$$' -v ./faults -args -soak.duration $(SOAK) -soak.out $(CURDIR)/bench/out-soak

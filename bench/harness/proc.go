@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,22 +66,6 @@ func clockTicks(ctx context.Context) float64 {
 	return 100
 }
 
-// freePorts returns n distinct loopback TCP ports that were free a moment ago: all n are held open until
-// the last is picked. Another process could take one before the child binds it; on a benchmark machine that
-// is not worth more machinery.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
 // waitListening reads the child's stdout until its "listening on ADDR" line and returns ADDR; the rest of the
 // output goes to log.
 func waitListening(ctx context.Context, p *proc.Process, out io.Reader, log io.Writer, timeout time.Duration) (string, error) {
@@ -133,25 +116,4 @@ func waitReady(ctx context.Context, p *proc.Process, url string, timeout time.Du
 		}
 		return nil
 	})
-}
-
-// httpGet returns the body of url.
-func httpGet(ctx context.Context, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(b), nil
 }

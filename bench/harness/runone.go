@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
 )
@@ -180,7 +181,7 @@ func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.
 			}
 		}
 		if t.metricsURL != "" {
-			if body, err := httpGet(ctx, t.metricsURL); err == nil {
+			if body, err := local.Get(ctx, t.metricsURL); err == nil {
 				s.roundTrips, s.haveRoundTrips = sumMetric(body, roundTripsMetric)
 			}
 		}
@@ -318,11 +319,11 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 			stop: func() { _ = p.Stop(5 * time.Second) }}, nil
 
 	case "sidecar":
-		ports, err := freePorts(2)
+		ports, err := local.FreePorts(2)
 		if err != nil {
 			return target{}, err
 		}
-		grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
+		grpcAddr, httpAddr := local.Addr(ports[0]), local.Addr(ports[1])
 		rules, err := b.rulesFor(sc)
 		if err != nil {
 			return target{}, err
@@ -398,26 +399,24 @@ func (b *bench) startReady(ctx context.Context, log io.Writer, name string, env 
 	return target{domain: "bench", pid: p.Pid(), cmd: cmd, stop: func() { _ = p.Stop(10 * time.Second) }}, nil
 }
 
-func loopback(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
-
 // startReference starts envoyproxy/ratelimit on the harness's Redis with the bench rules (in b.referenceRoot,
 // see build), configured as its image runs by default (no Redis pipelining, a pool of 10 connections,
 // per-request limit checks) except for what a loopback run needs: TCP to Redis, free ports on 127.0.0.1, rules
 // read once, and Prometheus metrics instead of statsd (the sidecar's own metrics are Prometheus too). Its
 // /healthcheck answers 200 once it serves.
 func (b *bench) startReference(ctx context.Context, log io.Writer) (target, error) {
-	ports, err := freePorts(4)
+	ports, err := local.FreePorts(4)
 	if err != nil {
 		return target{}, err
 	}
-	grpcAddr, httpAddr := loopback(ports[0]), loopback(ports[1])
+	grpcAddr, httpAddr := local.Addr(ports[0]), local.Addr(ports[1])
 	env := []string{
 		"RUNTIME_ROOT=" + b.referenceRoot, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config",
 		"RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.Addr, "CACHE_KEY_PREFIX=bench:",
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[0]),
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
-		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + loopback(ports[3]),
+		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + local.Addr(ports[3]),
 		"LOG_LEVEL=warn", "LOG_FORMAT=json",
 	}
 	t, err := b.startReady(ctx, log, "envoyproxy/ratelimit", env, b.reference, nil, "http://"+httpAddr+"/healthcheck")

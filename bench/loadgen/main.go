@@ -196,19 +196,38 @@ type worker struct {
 	firstErrAt        time.Time
 }
 
+// interval is the measured interval's bounds, in ns since t0: fixed up front, or with -warmup-lap set once the
+// lap is done. Until then they are at the end of time, so every call is warm-up. The workers read the bounds on
+// every call, so they are atomics.
+type interval struct {
+	t0             time.Time
+	size           time.Duration
+	startNs, endNs atomic.Int64
+}
+
+func newInterval(t0 time.Time, size time.Duration) *interval {
+	iv := &interval{t0: t0, size: size}
+	iv.startNs.Store(math.MaxInt64)
+	iv.endNs.Store(math.MaxInt64)
+	return iv
+}
+
+// set starts the interval at start after t0. The end is stored first, so a worker never sees a start with the
+// end of time as its end.
+func (iv *interval) set(start time.Duration) {
+	iv.endNs.Store(int64(start + iv.size))
+	iv.startNs.Store(int64(start))
+}
+
+// holds reports whether a call sent at began and answered at done (both since t0) lies in the interval.
+func (iv *interval) holds(began, done time.Duration) bool {
+	return began >= time.Duration(iv.startNs.Load()) && done <= time.Duration(iv.endNs.Load())
+}
+
 func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *requests, stderr io.Writer) result.Load {
-	t0 := time.Now()
-	// The measured interval's bounds, in ns since t0: fixed up front, or with -warmup-lap set once the lap is
-	// done. Until then they are at the end of time, so every call is warm-up.
-	var startNs, endNs atomic.Int64
-	startNs.Store(math.MaxInt64)
-	endNs.Store(math.MaxInt64)
-	setBounds := func(start time.Duration) {
-		endNs.Store(int64(start + o.duration))
-		startNs.Store(int64(start))
-	}
+	iv := newInterval(time.Now(), o.duration)
 	if !o.lap {
-		setBounds(o.warmup)
+		iv.set(o.warmup)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -217,63 +236,24 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 	workers := make([]worker, o.c)
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() {
-			ws := &workers[w]
-			cc := conns[w%len(conns)]
-			codec := rawCodec{}
-			callOpt := grpc.ForceCodecV2(codec)
-			var resp response
-			for ctx.Err() == nil {
-				i := seq.Add(1) - 1
-				req := &reqs.msgs[i%uint64(len(reqs.msgs))]
-				callCtx, callCancel := context.WithTimeout(ctx, o.timeout)
-				began := time.Since(t0)
-				err := cc.Invoke(callCtx, method, req, &resp, callOpt)
-				done := time.Since(t0)
-				callCancel()
-				if began < time.Duration(startNs.Load()) || done > time.Duration(endNs.Load()) || (err != nil && ctx.Err() != nil) {
-					// Warm-up, or cut by the end: neither belongs to the measured interval.
-					continue
-				}
-				if err == nil && resp.statuses != reqs.descriptors {
-					err = fmt.Errorf("got %d descriptor statuses for %d descriptors", resp.statuses, reqs.descriptors)
-				}
-				if err != nil {
-					ws.errs++
-					if ws.firstErr == nil {
-						ws.firstErr, ws.firstErrAt = err, t0.Add(done)
-					}
-					continue
-				}
-				ws.calls++
-				ws.h.Record(uint64(done - began))
-				switch resp.code {
-				case codeOK:
-					ws.ok++
-				case codeOverLimit:
-					ws.over++
-				default:
-					ws.unknown++
-				}
-			}
-		})
+		wg.Go(func() { workers[w].run(ctx, conns[w%len(conns)], reqs, &seq, iv, o.timeout) })
 	}
 	start := o.warmup
-	sleepUntil(ctx, t0.Add(start))
+	sleepUntil(ctx, iv.t0.Add(start))
 	if o.lap {
 		// The lap is done when its last request has been sent; the harness reads the key space after the end
 		// mark, when its last calls have long been answered.
 		for ctx.Err() == nil && seq.Load() < uint64(len(reqs.msgs)) {
 			sleepUntil(ctx, time.Now().Add(10*time.Millisecond))
 		}
-		start = time.Since(t0)
-		setBounds(start)
+		start = time.Since(iv.t0)
+		iv.set(start)
 	}
 	end := start + o.duration
 	if o.marks {
 		fmt.Fprintln(stderr, "mark start")
 	}
-	sleepUntil(ctx, t0.Add(end))
+	sleepUntil(ctx, iv.t0.Add(end))
 	cancel()
 	if o.marks {
 		fmt.Fprintln(stderr, "mark end")
@@ -282,6 +262,53 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 
 	res := o.load()
 	res.Conns, res.WarmupS, res.MeasuredS = len(conns), start.Seconds(), o.duration.Seconds()
+	merge(&res, workers, reqs.descriptors)
+	return res
+}
+
+// run sends the requests of reqs in turn (seq numbers them across workers) on cc until ctx ends, each call
+// bounded by timeout, and tallies the calls that lie in iv.
+func (ws *worker) run(ctx context.Context, cc *grpc.ClientConn, reqs *requests, seq *atomic.Uint64, iv *interval, timeout time.Duration) {
+	codec := rawCodec{}
+	callOpt := grpc.ForceCodecV2(codec)
+	var resp response
+	for ctx.Err() == nil {
+		i := seq.Add(1) - 1
+		req := &reqs.msgs[i%uint64(len(reqs.msgs))]
+		callCtx, callCancel := context.WithTimeout(ctx, timeout)
+		began := time.Since(iv.t0)
+		err := cc.Invoke(callCtx, method, req, &resp, callOpt)
+		done := time.Since(iv.t0)
+		callCancel()
+		if !iv.holds(began, done) || (err != nil && ctx.Err() != nil) {
+			// Warm-up, or cut by the end: neither belongs to the measured interval.
+			continue
+		}
+		if err == nil && resp.statuses != reqs.descriptors {
+			err = fmt.Errorf("got %d descriptor statuses for %d descriptors", resp.statuses, reqs.descriptors)
+		}
+		if err != nil {
+			ws.errs++
+			if ws.firstErr == nil {
+				ws.firstErr, ws.firstErrAt = err, iv.t0.Add(done)
+			}
+			continue
+		}
+		ws.calls++
+		ws.h.Record(uint64(done - began))
+		switch resp.code {
+		case codeOK:
+			ws.ok++
+		case codeOverLimit:
+			ws.over++
+		default:
+			ws.unknown++
+		}
+	}
+}
+
+// merge adds the workers' tallies to res, with the first error seen by any of them, and finishes it.
+func merge(res *result.Load, workers []worker, descriptors int) {
 	var h hist.Histogram
 	var firstAt time.Time
 	for i := range workers {
@@ -296,8 +323,7 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 			res.FirstError, firstAt = ws.firstErr.Error(), ws.firstErrAt
 		}
 	}
-	res.Finish(&h, reqs.descriptors)
-	return res
+	res.Finish(&h, descriptors)
 }
 
 // load is a result with the run's settings filled in.

@@ -37,6 +37,7 @@ type app struct {
 	counters   *counters
 	reg        *prometheus.Registry
 	srv        *envoyrls.Server
+	calls      callObserver     // times the gRPC calls of srv
 	tracing    *tracing.Tracing // nil without -tracing
 	reloader   *reload.Watcher  // nil with -config-type grpc-xds-sotw
 	xds        *xds.Client      // nil with -config-type file
@@ -92,7 +93,8 @@ func (a *app) buildServer(ctx context.Context) error {
 	if a.reg, err = newRegistry(clockOffset, c.breakerOpen); err != nil {
 		return err
 	}
-	recorder, err := metrics.New(metrics.Options{Registerer: a.reg, PoolStats: c.poolStats, RoundTrips: c.roundTrips})
+	recorder, err := metrics.New(metrics.Options{Registerer: a.reg, PoolStats: c.poolStats, RoundTrips: c.roundTrips,
+		ResponseTimeAsMilliseconds: a.o.responseTimeMs})
 	if err != nil {
 		return err
 	}
@@ -109,10 +111,12 @@ func (a *app) buildServer(ctx context.Context) error {
 		ShadowMode:      a.o.shadowMode,
 		QuotaMode:       a.o.quotaMode,
 		DynamicMetadata: a.o.dynamicMetadata,
+		ReferenceKeys:   a.o.refKeys.options(a.o.usesRedis(), a.log),
 	})
 	if err != nil {
 		return err
 	}
+	a.calls = recorder
 	if a.o.xds.configType == configXDS {
 		a.xds, err = newXDSClient(a.o, a.log, func(s *rules.Set) {
 			a.srv.SetRules(s)
@@ -195,7 +199,7 @@ func (a *app) buildListeners() error {
 	}
 	a.grpc = grpc.NewServer(opts...)
 	a.closers = append(a.closers, a.grpc.Stop)
-	rlsv3.RegisterRateLimitServiceServer(a.grpc, a.srv)
+	rlsv3.RegisterRateLimitServiceServer(a.grpc, timedServer{a.srv, a.calls})
 	a.health = newHealthService(a.o.xds.rulesAtStart())
 	a.health.register(a.grpc)
 	a.closers = append(a.closers, a.http.stop)
@@ -229,8 +233,11 @@ func (a *app) listen(addr string) (net.Listener, error) {
 }
 
 // serve serves gRPC and HTTP, watches the rules and reloads them on each
-// value of hup, and runs the health loop, until ctx ends; then it shuts
-// down. It returns nil after a clean shutdown, or the gRPC server's error.
+// value of hup, and runs the health loop (after the wait for Redis at
+// start, see startupWait), until ctx ends; then it shuts down. It returns
+// nil after a clean shutdown, the gRPC server's error, or, after shutting
+// down, errStoreUnreachable when Redis never answered within
+// -redis-startup-max-elapsed.
 func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	a.serveHTTP()
 	httpAddr := addrOf(a.httpLis)
@@ -268,8 +275,19 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	healthDone := make(chan struct{})
 	a.stopHealth = func() { cancelHealth(); <-healthDone }
 	defer a.stopHealth()
+	unreachable := make(chan error, 1)
 	go func() {
 		defer close(healthDone)
+		if a.o.usesRedis() && a.o.redis.startup.enabled() {
+			// Serving already: failure modes answer until Redis does.
+			err := newStartupWait(a.o.redis.startup, a.o.healthInterval, a.srv.Ping, a.log).run(healthCtx)
+			if err != nil {
+				if healthCtx.Err() == nil {
+					unreachable <- err
+				}
+				return
+			}
+		}
 		a.health.loop(healthCtx, a.srv.Ping, a.o.healthInterval, a.log)
 	}()
 
@@ -277,6 +295,10 @@ func (a *app) serve(ctx context.Context, hup <-chan os.Signal) error {
 	case <-ctx.Done():
 	case err := <-grpcDone:
 		return fmt.Errorf("grpc server: %w", err)
+	case err := <-unreachable:
+		a.log.Error("giving up: redis not reachable since start (-redis-startup-max-elapsed)", zap.Error(err))
+		a.shutdown()
+		return err
 	}
 	a.shutdown()
 	return nil
@@ -388,4 +410,26 @@ func (a *app) close() {
 		a.closers[i]()
 	}
 	a.closers = nil
+}
+
+// callObserver is told of every ShouldRateLimit call over gRPC;
+// metrics.Recorder.ObserveCall fits.
+type callObserver interface{ ObserveCall(d time.Duration) }
+
+// timedServer serves srv over gRPC and tells obs how long each call took,
+// as envoyproxy/ratelimit's gRPC interceptor times its calls (its
+// total_requests and response_time metrics). A method on the served type,
+// rather than an interceptor, keeps calls free of the interceptor chain.
+// The HTTP /json endpoint calls srv itself and is not timed, as in the
+// reference.
+type timedServer struct {
+	*envoyrls.Server
+	obs callObserver
+}
+
+func (s timedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.Server.ShouldRateLimit(ctx, req)
+	s.obs.ObserveCall(time.Since(start))
+	return resp, err
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap/zaptest"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -55,5 +58,49 @@ func TestAppServeShutdown(t *testing.T) {
 	if c, err := a.grpcLis.Accept(); err == nil {
 		c.Close()
 		t.Error("gRPC listener still accepts after shutdown")
+	}
+}
+
+// TestResponseTimeMetric: each ShouldRateLimit call over gRPC, allowed or
+// denied, counts once in the reference's ratelimit_service_total_requests
+// and response_time; a /json call does not, as in the reference. With
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true the histogram says it
+// counts milliseconds (internal/metrics TestReferenceCallMetrics checks
+// the values).
+func TestResponseTimeMetric(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		unit string
+	}{
+		{"seconds", nil, "in seconds."},
+		{"milliseconds", map[string]string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, "in milliseconds"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := startSidecar(t, []string{"-config", writeRules(t, goodRules(1)), "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, tt.env)
+			c := rlsv3.NewRateLimitServiceClient(dial(t, s.grpcAddr))
+			for _, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+				if resp, err := askK(context.Background(), c); err != nil || resp.OverallCode != want {
+					t.Fatalf("ShouldRateLimit = %v, %v; want %v", resp.GetOverallCode(), err, want)
+				}
+			}
+			resp, err := http.Post("http://"+s.httpAddr+"/json", "application/json",
+				strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			_, body := httpGet(t, "http://"+s.httpAddr+"/metrics")
+			calls := seriesValue(body, `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`)
+			timed := seriesValue(body, `ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"}`)
+			if calls != 2 || timed != 2 {
+				t.Errorf("total_requests %v, response_time count %v; want 2 and 2 (the gRPC calls, not /json)", calls, timed)
+			}
+			if !strings.Contains(body, "# HELP ratelimit_service_response_time_seconds") || !strings.Contains(body, tt.unit) {
+				t.Errorf("/metrics lacks the response time help %q:\n%s", tt.unit, body)
+			}
+		})
 	}
 }

@@ -38,7 +38,17 @@ type refProcess struct {
 // environment, and waits until it serves. It is killed when the test ends.
 func startWithEnv(t *testing.T, vars map[string]string) *refProcess {
 	t.Helper()
-	cmd := exec.Command(binary(t))
+	return startAs(t, "", nil, vars)
+}
+
+// startAs is startWithEnv with argv0 as the name the process is started
+// under ("": the binary's path) and args as its arguments.
+func startAs(t *testing.T, argv0 string, args []string, vars map[string]string) *refProcess {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	if argv0 != "" {
+		cmd.Args[0] = argv0
+	}
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -84,15 +94,31 @@ func startWithEnv(t *testing.T, vars map[string]string) *refProcess {
 }
 
 // refEnv is the environment both drop-in tests share: every listener on a
-// free port of the loopback, by the reference's variables, and a Redis
-// timeout (the reference's own default) that a loaded CI machine cannot
-// miss, where the sidecar's default is below Envoy's 20 ms filter timeout.
+// free port of the loopback, by the reference's variables. REDIS_TIMEOUT is
+// left to its default, the reference's 10s (see refRedisTimeout), which a
+// loaded CI machine cannot miss.
 func refEnv(vars map[string]string) map[string]string {
 	for k, v := range map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
-		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "REDIS_TIMEOUT": "10s"} {
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"} {
 		vars[k] = v
 	}
 	return vars
+}
+
+// runtimeRoot makes a RUNTIME_ROOT whose RUNTIME_SUBDIRECTORY "ratelimit"
+// holds config/config.yaml, compatRules("2"), and returns both paths.
+func runtimeRoot(t *testing.T) (root, file string) {
+	t.Helper()
+	root = t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file = filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte(compatRules("2")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, file
 }
 
 // TestReferenceQuickStart starts the binary with the environment of the
@@ -100,15 +126,7 @@ func refEnv(vars map[string]string) map[string]string {
 func TestReferenceQuickStart(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
-	root := t.TempDir()
-	dir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(file, []byte(compatRules("2")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root, file := runtimeRoot(t)
 	p := startWithEnv(t, refEnv(map[string]string{
 		"USE_STATSD": "false", "LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis.Addr,
 		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit",

@@ -25,7 +25,8 @@ import (
 // at the given addresses and the certificate files in certs, the Secret
 // envoy-rate-limit that Deployment mounts at /certs. refEnv adds what a
 // test on one machine needs: every listener on a free port of the loopback
-// and a Redis timeout a loaded machine cannot miss; the xDS backoff
+// (REDIS_TIMEOUT stays unset, as Envoy Gateway leaves it: the reference's
+// 10s, which a loaded machine cannot miss); the xDS backoff
 // variables, which Envoy Gateway leaves at 10s and 60s, are spaced for a
 // test.
 func envoyGatewayDeploymentEnv(xdsAddr, redisAddr string, certs *tlstest.Mount) map[string]string {

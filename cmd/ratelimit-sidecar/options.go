@@ -19,10 +19,12 @@ type options struct {
 	grpcAddr        string
 	httpAddr        string
 	redisURL        string
-	redisTimeout    time.Duration
-	redis           redisConfig // topology, credentials, TLS, breaker: see redis.go
+	redisTimeout    time.Duration // a call without a deadline
+	redisTimeoutCap time.Duration // 0: calls follow their deadlines
+	redis           redisConfig   // topology, credentials, TLS, breaker: see redis.go
 	tracing         tracingConfig
 	keyPrefix       string
+	refKeys         refKeysConfig // -reference-keys: see refkeys.go
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
@@ -32,6 +34,7 @@ type options struct {
 	debugAddr       string
 	metricsAddr     string // "": metrics only on httpAddr
 	metricsPath     string
+	responseTimeMs  bool          // ratelimit_service_response_time_seconds in milliseconds
 	grpcMaxAge      time.Duration // 0: connections live for ever
 	grpcMaxAgeGrace time.Duration // 0: for ever
 	grpcTLS         grpcTLSConfig // see tls.go
@@ -45,12 +48,17 @@ type options struct {
 	// refNotes are what the reference's environment asked that this
 	// project does differently, one log line each at start; see refenv.go.
 	refNotes []refNote
+	// ignoredArgs are the arguments dropped because the binary was
+	// started under the reference's name (see referenceName); logged once.
+	ignoredArgs []string
 	// redisGiven names the -redis-* flags given a value other than "",
 	// on the command line or by their RLS_ variable; see usesRedis.
 	redisGiven []string
 }
 
-// parseOptions resolves the settings: each flag from args, else from its
+// parseOptions resolves the settings of the command started as name: each
+// flag from args (under the reference's name, only those it defines: see
+// referenceName), else from its
 // RLS_ variable (see config.EnvName), else from envoyproxy/ratelimit's
 // variables (see refenv.go), else its default. Every bad value is reported
 // at once.
@@ -59,6 +67,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.addFlags(fs)
+	if startedAsReference(name) {
+		args, c.ignoredArgs = splitForeign(fs, args)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -105,6 +116,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
+	if err := c.refKeys.check(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.grpcTLS.check()...)
 	if err := c.tracing.check(); err != nil {
 		errs = append(errs, err)
@@ -125,14 +139,17 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.httpAddr, "http-addr", config.DefaultHTTPAddr, "HTTP listen address for /healthcheck, /json, /rlconfig, /healthz, /readyz, /rules and /metrics; empty disables")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, at -metrics-path; empty serves them only at /metrics on -http-addr")
 	fs.StringVar(&c.metricsPath, "metrics-path", config.DefaultMetricsPath, "path of the metrics on -metrics-addr")
+	fs.BoolVar(&c.responseTimeMs, "metrics-response-time-ms", false, "export envoyproxy/ratelimit's ratelimit_service_response_time_seconds in milliseconds, its unit before its #1104, instead of seconds")
 	fs.DurationVar(&c.grpcMaxAge, "grpc-max-connection-age", 0, "close gRPC connections after about this long (GOAWAY), so clients rebalance; 0 never")
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	c.grpcTLS.addFlags(fs)
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on each Redis counting call, or nine tenths of the time left to the request's deadline when that is sooner; keep it below Envoy's filter timeout (20ms by default); health pings and the in-memory store are not bound by it")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on a Redis counting call for a request that carries no deadline; a request with one (Envoy sends its filter timeout) gets the time left to it less a margin for answering (a tenth, at least 5ms) instead, longer or shorter, so its failure mode still answers in time; health pings and the in-memory store are not bound by it")
+	fs.DurationVar(&c.redisTimeoutCap, "redis-timeout-cap", 0, "when above 0, no Redis counting call waits longer, whatever the request's deadline: for failure modes fast rather than decisions from a slow Redis; 0 follows each request's deadline")
 	c.redis.addFlags(fs)
 	c.tracing.addFlags(fs)
 	fs.StringVar(&c.keyPrefix, "key-prefix", config.DefaultKeyPrefix, "first part of every counter key")
+	c.refKeys.addFlags(fs)
 	fs.StringVar(&c.logLevel, "log-level", config.DefaultLogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", config.DefaultLogFormat, "json or console")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", config.DefaultShutdownTimeout, "how long in-flight calls may take to finish after SIGTERM")
@@ -152,7 +169,8 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 }
 
 // redisConfig is the Redis topology, credentials, TLS and circuit breaker
-// flags. -redis-url and -redis-timeout live in options itself.
+// flags. -redis-url, -redis-timeout and -redis-timeout-cap live in options
+// itself.
 type redisConfig struct {
 	mode            string // single, sentinel or cluster
 	addrs           string // comma-separated host:port
@@ -173,7 +191,9 @@ type redisConfig struct {
 	breakerOpenFor  time.Duration
 	breakerFailFor  time.Duration
 	batchWorkers    int
+	batchSpacing    time.Duration
 	batchLinger     time.Duration
+	startup         startupConfig // the wait for Redis's first answer: see startup.go
 }
 
 // addFlags registers the Redis flags on fs; parseOptions gives each its RLS_
@@ -197,7 +217,9 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", config.DefaultRedisBreakerFailures, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")
-	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions); 0 sends each request on its own; on a cluster one call per hash slot, pipelined per node")
+	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "the most batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions), and another leaves beside it once it has been out -redis-batch-spacing: how many are out follows the round trip; 0 sends each request on its own; on a cluster one call per node")
+	fs.DurationVar(&c.batchSpacing, "redis-batch-spacing", config.DefaultRedisBatchSpacing, "while a batched call is out, the next batch leaves when it comes back or once it has been out this long, whichever is first: a request waits at most about this long for its batch to leave however far Redis is, and a Redis answering within it keeps one call in flight (the largest batches)")
+	c.startup.addFlags(fs)
 	fs.DurationVar(&c.batchLinger, "redis-batch-linger", 0, "when requests are already waiting as a batch starts and the previous batch carried more than one, how long the batch waits for more before it is sent (at most half the time to its earliest deadline, so at most half of -redis-timeout): fewer, larger script calls cost Redis less CPU per decision, each request waits up to this much longer; 0 sends at once")
 }
 

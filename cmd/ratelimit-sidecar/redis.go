@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -28,7 +27,8 @@ import (
 // and a cluster client for cluster (IsClusterMode). Whatever the flags, the
 // counting path gets no retries (a retried script can count twice), and
 // ContextTimeoutEnabled, so the deadline the store puts on each call
-// (-redis-timeout, see redisstore.Options) bounds it. Every problem is
+// (from the request's, -redis-timeout and -redis-timeout-cap; see
+// redisstore.Options) bounds it. Every problem is
 // reported at once.
 func redisOptions(c *options) (*redis.UniversalOptions, error) {
 	r := &c.redis
@@ -52,7 +52,7 @@ func redisOptions(c *options) (*redis.UniversalOptions, error) {
 	checkRedisMode(c, o, &p)
 	checkRedisLimits(c, &p)
 	applyRedisTLS(r, o, urlTLS, &p)
-	setRedisConnection(o, c.redisTimeout)
+	setRedisConnection(o, c.redisTimeout, c.redisTimeoutCap)
 	if err := p.err(); err != nil {
 		return nil, err
 	}
@@ -185,6 +185,9 @@ func checkRedisLimits(c *options, p *problems) {
 	if c.redisTimeout <= 0 {
 		p.add("-redis-timeout %v: want more than 0", c.redisTimeout)
 	}
+	if c.redisTimeoutCap < 0 {
+		p.add("-redis-timeout-cap %v: want 0 (none) or more", c.redisTimeoutCap)
+	}
 	// A batch never waits more than half the time to its earliest
 	// deadline (redisstore.BatchOptions.Linger), so more would not be waited.
 	if r.batchLinger < 0 || r.batchLinger > c.redisTimeout/2 {
@@ -192,6 +195,10 @@ func checkRedisLimits(c *options, p *problems) {
 	}
 	if r.batchLinger > 0 && r.batchWorkers == 0 {
 		p.add("-redis-batch-linger needs batching: not with -redis-batch-workers 0")
+	}
+	r.startup.check(p)
+	if r.batchSpacing <= 0 {
+		p.add("-redis-batch-spacing %v: want more than 0", r.batchSpacing)
 	}
 }
 
@@ -261,8 +268,10 @@ func skipHostnameVerification(c *tls.Config) {
 
 // setRedisConnection sets what holds whatever the flags: no retries on the
 // counting path, context deadlines, RESP2, one dial attempt, and a dial
-// timeout of ten times -redis-timeout, at least a second.
-func setRedisConnection(o *redis.UniversalOptions, timeout time.Duration) {
+// timeout of ten times -redis-timeout, at least a second, and not more than
+// -redis-timeout-cap when that is over a second (the reference's
+// REDIS_TIMEOUT bounds its dials so).
+func setRedisConnection(o *redis.UniversalOptions, timeout, maxTimeout time.Duration) {
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 	// RESP2: the counting path needs nothing of RESP3, and with RESP3
@@ -273,6 +282,9 @@ func setRedisConnection(o *redis.UniversalOptions, timeout time.Duration) {
 	// not after go-redis's five attempts with backoff.
 	o.DialerRetries = 1
 	o.DialTimeout = max(timeout*10, time.Second)
+	if maxTimeout > 0 {
+		o.DialTimeout = min(o.DialTimeout, max(maxTimeout, time.Second))
+	}
 }
 
 // newRedisClient returns the client for the counting path, built from the
@@ -302,7 +314,7 @@ func poolStatsOf(s *redis.PoolStats) *metrics.PoolStats {
 // layer can be turned off by its flag. It is not a store itself: the
 // server is handed Store, so a decision pays no extra call through it.
 type redisStore struct {
-	Store   envoyrls.Store // the outermost layer
+	Store   window.Store // the outermost layer
 	redis   *redisstore.Store
 	batched bool            // Takes are coalesced: -redis-batch-workers > 0
 	breaker *window.Breaker // nil without -redis-breaker-failures
@@ -321,7 +333,7 @@ func (s *redisStore) Close() error { return s.redis.Close() }
 
 // batchOptions are the batched store's options from the flags.
 func (r *redisConfig) batchOptions() redisstore.BatchOptions {
-	return redisstore.BatchOptions{Workers: r.batchWorkers, Linger: r.batchLinger}
+	return redisstore.BatchOptions{Workers: r.batchWorkers, Spacing: r.batchSpacing, Linger: r.batchLinger}
 }
 
 // newRedisStore returns the store over client; see redisStore. The
@@ -329,10 +341,11 @@ func (r *redisConfig) batchOptions() redisstore.BatchOptions {
 // Redis call.
 func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tracer trace.Tracer) *redisStore {
 	rs := &redisStore{}
-	ro := redisstore.Options{Timeout: c.redisTimeout, Tracer: tracer}
+	ro := redisstore.Options{Timeout: c.redisTimeout, MaxTimeout: c.redisTimeoutCap, Tracer: tracer}
 	if c.redis.batchWorkers > 0 {
 		// Batched on every topology; on a cluster each batch is one script
-		// call per hash slot, pipelined per node. It fails only for
+		// call per node, every node's at once (per hash slot, pipelined per
+		// node, on servers before Redis 7.0). It fails only for
 		// negative batch options, which redisOptions refused.
 		var err error
 		rs.redis, err = redisstore.NewBatched(client, ro, c.redis.batchOptions())

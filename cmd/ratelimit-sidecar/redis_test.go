@@ -131,8 +131,10 @@ func TestRedisOptions(t *testing.T) {
 		{name: "CA file not PEM", args: []string{"-redis-addrs", "h:1", "-redis-tls", "-redis-tls-ca", notPEM}, wantErr: "no PEM certificate"},
 		{name: "negative pool size", args: []string{"-redis-addrs", "h:1", "-redis-pool-size", "-1"}, wantErr: "-redis-pool-size"},
 		{name: "negative batch linger", args: []string{"-redis-addrs", "h:1", "-redis-batch-linger", "-1ms"}, wantErr: "-redis-batch-linger"},
+		{name: "negative timeout cap", args: []string{"-redis-addrs", "h:1", "-redis-timeout-cap", "-1ms"}, wantErr: "-redis-timeout-cap -1ms: want 0 (none) or more"},
 		{name: "batch linger past half the timeout", args: []string{"-redis-addrs", "h:1", "-redis-timeout", "5ms", "-redis-batch-linger", "3ms"}, wantErr: "half of -redis-timeout"},
 		{name: "batch linger unbatched", args: []string{"-redis-addrs", "h:1", "-redis-batch-workers", "0", "-redis-batch-linger", "1ms"}, wantErr: "needs batching"},
+		{name: "zero batch spacing", args: []string{"-redis-addrs", "h:1", "-redis-batch-spacing", "0s"}, wantErr: "-redis-batch-spacing"},
 		{name: "batch linger on a cluster", args: []string{"-redis-mode", "cluster", "-redis-addrs", "h:1", "-redis-batch-linger", "1ms"},
 			check: func(t *testing.T, o *redis.UniversalOptions) {
 				if !o.IsClusterMode {
@@ -313,11 +315,11 @@ func TestRedisStoreLayers(t *testing.T) {
 // TestBatchOptions: the batch flags reach the batched store's options.
 func TestBatchOptions(t *testing.T) {
 	t.Parallel()
-	c := redisFlags(t, []string{"-redis-addrs", "h:1", "-redis-batch-workers", "2", "-redis-batch-linger", "200us"}, nil)
+	c := redisFlags(t, []string{"-redis-addrs", "h:1", "-redis-batch-workers", "2", "-redis-batch-spacing", "3ms", "-redis-batch-linger", "200us"}, nil)
 	if _, err := redisOptions(c); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.redis.batchOptions(), (redisstore.BatchOptions{Workers: 2, Linger: 200 * time.Microsecond}); got != want {
+	if got, want := c.redis.batchOptions(), (redisstore.BatchOptions{Workers: 2, Spacing: 3 * time.Millisecond, Linger: 200 * time.Microsecond}); got != want {
 		t.Errorf("batchOptions() = %+v, want %+v", got, want)
 	}
 }
@@ -332,5 +334,27 @@ func TestPoolStatsOf(t *testing.T) {
 	want := metrics.PoolStats{Hits: 10, Misses: 2, Timeouts: 1, TotalConns: 5, IdleConns: 3, StaleConns: 4}
 	if got == nil || *got != want {
 		t.Errorf("poolStatsOf = %+v, want %+v", got, want)
+	}
+}
+
+// TestRedisDialTimeout: ten times -redis-timeout, at least a second, and no
+// more than -redis-timeout-cap when that is over a second, so the
+// reference's REDIS_TIMEOUT (both at 10s) bounds dials as it does there.
+func TestRedisDialTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		timeout, maxTimeout, want time.Duration
+	}{
+		{15 * time.Millisecond, 0, time.Second},
+		{15 * time.Millisecond, 15 * time.Millisecond, time.Second},
+		{500 * time.Millisecond, 0, 5 * time.Second},
+		{500 * time.Millisecond, 2 * time.Second, 2 * time.Second},
+		{10 * time.Second, 10 * time.Second, 10 * time.Second},
+	} {
+		var o redis.UniversalOptions
+		setRedisConnection(&o, tt.timeout, tt.maxTimeout)
+		if o.DialTimeout != tt.want {
+			t.Errorf("setRedisConnection(%v, %v): DialTimeout = %v, want %v", tt.timeout, tt.maxTimeout, o.DialTimeout, tt.want)
+		}
 	}
 }

@@ -26,8 +26,10 @@ import (
 type refVar struct {
 	names []string
 	defs  []string // the reference's defaults, by names' index
-	// to maps the values (defaults filled in) onto flags and notes; nil
-	// for a variable this project replaces, which gets note instead.
+	// to maps the values (defaults filled in, in names' order) onto flags
+	// and notes; a mapper of several variables names each value on its
+	// first line and reads only those names. nil for a variable this
+	// project replaces, which gets note instead.
 	to func(m *refMapping, v []string) error
 	// always calls to even when none of names is set.
 	always bool
@@ -190,18 +192,32 @@ func refDuration(name, v string) (string, error) {
 // hostPort maps a HOST/PORT pair of variables onto one address flag.
 func hostPort(flagName, portVar string) func(m *refMapping, v []string) error {
 	return func(m *refMapping, v []string) error {
-		p, err := refPort(portVar, v[1])
+		host, port := v[0], v[1]
+		p, err := refPort(portVar, port)
 		if err != nil {
 			return err
 		}
-		m.set([]string{strings.TrimSuffix(portVar, "PORT") + "HOST", portVar}, nil, flagName, net.JoinHostPort(v[0], p))
+		m.set([]string{strings.TrimSuffix(portVar, "PORT") + "HOST", portVar}, nil, flagName, net.JoinHostPort(host, p))
 		return nil
 	}
 }
 
+// refReader says which store reads a variable that refFlag maps.
+type refReader int
+
+const (
+	// anyStore: the variable maps onto its flag whatever holds the
+	// counters.
+	anyStore refReader = iota
+	// redisOnly: only the Redis store reads it; without Redis the variable
+	// is noted as not used (see refMapping.setRedis).
+	redisOnly
+)
+
 // refFlag maps the variable name onto flagName, its value checked and
-// converted by conv (nil takes it as is); redis marks a Redis setting.
-func refFlag(name, flagName string, conv func(name, v string) (string, error), redis bool) refVar {
+// converted by conv (nil takes it as is); reader says whether only the
+// Redis store reads it.
+func refFlag(name, flagName string, conv func(name, v string) (string, error), reader refReader) refVar {
 	return refVar{names: []string{name}, to: func(m *refMapping, v []string) error {
 		val := v[0]
 		if conv != nil {
@@ -210,7 +226,7 @@ func refFlag(name, flagName string, conv func(name, v string) (string, error), r
 				return err
 			}
 		}
-		if redis {
+		if reader == redisOnly {
 			m.setRedis(name, flagName, val)
 		} else {
 			m.set([]string{name}, nil, flagName, val)
@@ -236,8 +252,9 @@ func intConv(name, v string) (string, error) {
 // that directory. With none set, the reference's default directory is used
 // only if it exists, so that -config stays required elsewhere.
 func runtimePath(m *refMapping, v []string) error {
-	p := filepath.Join(v[0], v[1], v[2])
-	if v[0] == refDefaultRuntimeRoot && m.getenv("RUNTIME_ROOT") == "" && !m.exists(p) {
+	root, sub, app := v[0], v[1], v[2]
+	p := filepath.Join(root, sub, app)
+	if root == refDefaultRuntimeRoot && m.getenv("RUNTIME_ROOT") == "" && !m.exists(p) {
 		return nil
 	}
 	m.set([]string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, nil, "config", p)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 )
 
 // TestReferenceEnv maps envoyproxy/ratelimit's variables onto options:
@@ -48,9 +50,27 @@ func TestReferenceEnv(t *testing.T) {
 		{"no rules anywhere", nil, nil, nil, "-config (or RLS_CONFIG) is required"},
 		{"redis single tcp", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_POOL_SIZE": "7", "REDIS_AUTH": "user:pa:ss", "REDIS_TIMEOUT": "2s"}, func(o *options) string {
 			r := o.redis
-			return want(o.usesRedis() && r.mode == "single" && r.addrs == "redis:6379" && r.poolSize == 7 && r.username == "user" && r.password == "pa:ss" && o.redisTimeout == 2*time.Second,
-				"single redis:6379, pool 7, user and password, 2s", o)
+			return want(o.usesRedis() && r.mode == "single" && r.addrs == "redis:6379" && r.poolSize == 7 && r.username == "user" && r.password == "pa:ss" && o.redisTimeout == 2*time.Second && o.redisTimeoutCap == 2*time.Second,
+				"single redis:6379, pool 7, user and password, 2s for a call without a deadline and at most", o)
 		}, ""},
+		// REDIS_TIMEOUT is the reference's client timeout, 10s by default:
+		// no call waits longer, one without a deadline waits that long.
+		{"redis timeout: the reference's default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(o *options) string {
+			return want(o.redisTimeout == 10*time.Second && o.redisTimeoutCap == 10*time.Second, "10s and a 10s cap", o)
+		}, ""},
+		{"redis timeout 0: none", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "0s"}, func(o *options) string {
+			return want(o.redisTimeout == 10*time.Second && o.redisTimeoutCap == 0, "10s and no cap", o)
+		}, ""},
+		{"redis timeout: a flag wins", []string{"-redis-timeout-cap", "15ms"}, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "2s"}, func(o *options) string {
+			return want(o.redisTimeout == 15*time.Millisecond && o.redisTimeoutCap == 15*time.Millisecond && hasNote(o, "REDIS_TIMEOUT", "wins"), "the sidecar's defaults and the flag's cap", o)
+		}, ""},
+		{"redis timeout without redis", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_TIMEOUT": "2s"}, func(o *options) string {
+			return want(!o.usesRedis() && o.redisTimeout == 15*time.Millisecond && o.redisTimeoutCap == 0 && hasNote(o, "REDIS_TIMEOUT", "in memory"), "memory store, defaults and a note", o)
+		}, ""},
+		{"the sidecar's own flags: no cap", []string{"-redis-url", "redis://h:1/0"}, map[string]string{"RLS_CONFIG": "r"}, func(o *options) string {
+			return want(o.redisTimeout == 15*time.Millisecond && o.redisTimeoutCap == 0, "15ms without a deadline, no cap", o)
+		}, ""},
+		{"bad redis timeout", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "soon"}, nil, `REDIS_TIMEOUT="soon"`},
 		{"redis single unix by default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "/var/run/redis.sock", "REDIS_AUTH": "secret"}, func(o *options) string {
 			return want(o.redisURL == "unix:///var/run/redis.sock" && o.redis.username == "" && o.redis.password == "secret", "unix socket URL and password", o)
 		}, ""},
@@ -77,11 +97,53 @@ func TestReferenceEnv(t *testing.T) {
 			return want(o.logLevel == "warn" && o.logFormat == "console" && o.keyPrefix == "p" && o.nearLimitRatio == 0.9 && !o.overLimitCache &&
 				o.shadowMode && o.quotaMode && o.dynamicMetadata && o.mergeDomains && o.grpcMaxAge == time.Hour && o.grpcMaxAgeGrace == time.Minute, "every behaviour variable applied", o)
 		}, ""},
+		{"reference keys", nil, map[string]string{"RLS_CONFIG": "r", "RLS_REFERENCE_KEYS": "true", "CACHE_KEY_PREFIX": "p:", "EXPIRATION_JITTER_MAX_SECONDS": "30"}, func(o *options) string {
+			k := o.refKeys
+			return want(k.enabled && k.prefix == "p:" && k.jitter == 30*time.Second && o.keyPrefix == "p:", "reference keys with prefix p: and 30s jitter", o)
+		}, ""},
+		{"reference keys defaults", []string{"-reference-keys"}, map[string]string{"RLS_CONFIG": "r"}, func(o *options) string {
+			k := o.refKeys
+			return want(k.enabled && k.prefix == "" && k.jitter == 300*time.Second && o.keyPrefix == "ratelimit", "the reference's empty prefix and 300s jitter", o)
+		}, ""},
+		{"reference key jitter not whole", nil, map[string]string{"RLS_CONFIG": "r", "RLS_REFERENCE_KEY_JITTER": "1500ms"}, nil, "-reference-key-jitter 1.5s"},
+		{"reference jitter malformed", nil, map[string]string{"RLS_CONFIG": "r", "EXPIRATION_JITTER_MAX_SECONDS": "-1"}, nil, "EXPIRATION_JITTER_MAX_SECONDS"},
 		{"local cache on", nil, map[string]string{"RLS_CONFIG": "r", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "RLS_OVER_LIMIT_CACHE": "false"}, func(o *options) string {
 			return want(!o.overLimitCache, "RLS_OVER_LIMIT_CACHE=false wins", o)
 		}, ""},
 		{"prometheus", nil, map[string]string{"RLS_CONFIG": "r", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats/prometheus"}, func(o *options) string {
 			return want(o.metricsAddr == ":19001" && o.metricsPath == "/stats/prometheus", "metrics on :19001", o)
+		}, ""},
+		{"prometheus response time in milliseconds", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, func(o *options) string {
+			return want(o.responseTimeMs, "-metrics-response-time-ms", o)
+		}, ""},
+		{"bad prometheus response time", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "ms"}, nil, `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="ms"`},
+		{"cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:1,b:2",
+			"REDIS_CLUSTER_PIPELINE_PARALLELISM": "8", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "4"}, func(o *options) string {
+			return want(o.redis.mode == "cluster" && o.redis.batchWorkers == config.DefaultRedisBatchWorkers && hasNote(o, "REDIS_CLUSTER_PIPELINE_PARALLELISM", "one script call per node") &&
+				hasNote(o, "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "one Redis"), "cluster, batching unchanged, two notes", o)
+		}, ""},
+		{"bad cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_CLUSTER_PIPELINE_PARALLELISM": "auto"}, nil, `REDIS_CLUSTER_PIPELINE_PARALLELISM="auto"`},
+		{"negative cluster pipeline parallelism", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "a:1",
+			"REDIS_CLUSTER_PIPELINE_PARALLELISM": "-1"}, nil, "REDIS_CLUSTER_PIPELINE_PARALLELISM=-1: want 0"},
+		{"redis startup retry", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_STARTUP_INITIAL_INTERVAL": "2s",
+			"REDIS_STARTUP_MAX_INTERVAL": "1m", "REDIS_STARTUP_MAX_ELAPSED_TIME": "5m"}, func(o *options) string {
+			st := o.redis.startup
+			return want(st.initial == 2*time.Second && st.max == time.Minute && st.maxElapsed == 5*time.Minute && st.enabled(), "start-up wait 2s to 1m, giving up after 5m", o)
+		}, ""},
+		{"redis startup defaults", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(o *options) string {
+			return want(!o.redis.startup.enabled(), "no start-up wait: the health loop's pings, for ever", o)
+		}, ""},
+		{"redis startup without redis", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_STARTUP_MAX_ELAPSED_TIME": "5m"}, func(o *options) string {
+			return want(!o.usesRedis() && hasNote(o, "REDIS_STARTUP_MAX_ELAPSED_TIME", "in memory"), "memory store and a note", o)
+		}, ""},
+		{"bad redis startup interval", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "a:1", "REDIS_STARTUP_INITIAL_INTERVAL": "1"}, nil, `REDIS_STARTUP_INITIAL_INTERVAL="1"`},
+		{"redis startup initial above the max default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_STARTUP_INITIAL_INTERVAL": "1m"}, func(o *options) string {
+			_, err := redisOptions(o) // the Redis flags are checked together, when the client is built
+			return want(err == nil && o.redis.startup.initial == time.Minute && o.redis.startup.max == 30*time.Second, "accepted, as the reference does (its waits are then the max)", o)
+		}, ""},
+		{"bad redis startup max", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_STARTUP_MAX_ELAPSED_TIME": "-1s"}, func(o *options) string {
+			_, err := redisOptions(o)
+			return want(err != nil && strings.Contains(err.Error(), "-redis-startup-max-elapsed -1s: want 0"), "a problem with the elapsed time", o)
 		}, ""},
 		{"prometheus off", nil, map[string]string{"RLS_CONFIG": "r", "PROMETHEUS_ADDR": ":19001"}, func(o *options) string {
 			return want(o.metricsAddr == "" && hasNote(o, "PROMETHEUS_ADDR", "USE_PROMETHEUS"), "no metrics listener, a note", o)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // refDefaultRuntimeRoot is the reference's RUNTIME_ROOT default.
@@ -16,9 +18,10 @@ const (
 	noteMemcache   = "not used: memcached is not supported; counters are in Redis (REDIS_URL) or in memory"
 	notePerSecond  = "not used: one Redis holds every window; per-second limits are not sent to a second Redis"
 	notePipeline   = "not used: concurrent requests share Redis round trips by batching (-redis-batch-workers, -redis-batch-linger)"
+	noteParallel   = "not used: on a Redis Cluster each batch is one script call per node, every node's call sent at once on one of its connections, never one call per key; -redis-batch-workers bounds the calls in flight on each node"
 	noteHeaders    = "not used: the rate limit headers are those of docs/rules.md (x-ratelimit-*, retry-after), added by Envoy from the response"
-	noteJitter     = "not used: a counter expires when its window ends, with no jitter"
-	notePoolEmpty  = "not used: a call waits for a free Redis connection until -redis-timeout"
+	noteJitter     = "not used without -reference-keys: a counter expires when its window ends, with no jitter"
+	notePoolEmpty  = "not used: a call waits for a free Redis connection until its deadline (see -redis-timeout)"
 	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
 	noteHealthRule = "not used: health is SERVING only once rules are loaded and the store answers"
 	noteMapper     = "not used: metric names are fixed (docs/operations.md#metrics)"
@@ -30,83 +33,89 @@ var refVars = []refVar{
 	{names: []string{"HOST", "PORT"}, defs: []string{"0.0.0.0", "8080"}, to: hostPort("http-addr", "PORT")},
 	{names: []string{"DEBUG_HOST", "DEBUG_PORT"}, defs: []string{"0.0.0.0", "6070"}, to: hostPort("debug-addr", "DEBUG_PORT")},
 	{names: []string{"GRPC_UDS", "GRPC_HOST", "GRPC_PORT"}, defs: []string{"", "0.0.0.0", "8081"}, to: refGRPCAddr},
-	refFlag("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", refDuration, false),
-	refFlag("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", refDuration, false),
+	refFlag("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", refDuration, anyStore),
+	refFlag("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", refDuration, anyStore),
 	{names: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
 		"GRPC_SERVER_TLS_CA_CERT", "GRPC_CLIENT_TLS_SAN"}, defs: []string{"false"}, to: refGRPCTLS},
-	refFlag("LOG_LEVEL", "log-level", refLogLevel, false),
-	refFlag("LOG_FORMAT", "log-format", refLogFormat, false),
+	refFlag("LOG_LEVEL", "log-level", refLogLevel, anyStore),
+	refFlag("LOG_FORMAT", "log-format", refLogFormat, anyStore),
 	{names: []string{"CONFIG_TYPE"}, to: refConfigType},
-	refFlag("FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start", boolConv, false),
-	refFlag("CONFIG_GRPC_XDS_NODE_ID", "xds-node-id", nil, false),
-	refFlag("CONFIG_GRPC_XDS_NODE_METADATA", "xds-node-metadata", nil, false),
-	refFlag("CONFIG_GRPC_XDS_SERVER_URL", "xds-server-url", nil, false),
+	refFlag("FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start", boolConv, anyStore),
+	refFlag("CONFIG_GRPC_XDS_NODE_ID", "xds-node-id", nil, anyStore),
+	refFlag("CONFIG_GRPC_XDS_NODE_METADATA", "xds-node-metadata", nil, anyStore),
+	refFlag("CONFIG_GRPC_XDS_SERVER_URL", "xds-server-url", nil, anyStore),
 	{names: []string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"}, note: noteXDSRetry},
-	refFlag("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "xds-headers", nil, false),
-	refFlag("CONFIG_GRPC_XDS_SERVER_USE_TLS", "xds-tls", boolConv, false),
-	refFlag("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds-tls-cert", nil, false),
-	refFlag("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds-tls-key", nil, false),
-	refFlag("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds-tls-ca", nil, false),
-	refFlag("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds-tls-san", nil, false),
-	refFlag("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "xds-backoff-initial", refDuration, false),
-	refFlag("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "xds-backoff-max", refDuration, false),
-	refFlag("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "xds-backoff-random-factor", nil, false),
-	refFlag("XDS_CLIENT_BACKOFF_JITTER", "xds-backoff-jitter", boolConv, false),
-	refFlag("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "xds-max-msg-size", intConv, false),
+	refFlag("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "xds-headers", nil, anyStore),
+	refFlag("CONFIG_GRPC_XDS_SERVER_USE_TLS", "xds-tls", boolConv, anyStore),
+	refFlag("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds-tls-cert", nil, anyStore),
+	refFlag("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds-tls-key", nil, anyStore),
+	refFlag("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds-tls-ca", nil, anyStore),
+	refFlag("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds-tls-san", nil, anyStore),
+	refFlag("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "xds-backoff-initial", refDuration, anyStore),
+	refFlag("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "xds-backoff-max", refDuration, anyStore),
+	refFlag("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "xds-backoff-random-factor", nil, anyStore),
+	refFlag("XDS_CLIENT_BACKOFF_JITTER", "xds-backoff-jitter", boolConv, anyStore),
+	refFlag("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "xds-max-msg-size", intConv, anyStore),
 	{names: []string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_STATSD", "STATSD_HOST", "STATSD_PORT",
 		"EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS"}, note: noteStats},
 	{names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, defs: []string{"false", ":9090", "/metrics"}, to: refPrometheus},
 	{names: []string{"PROMETHEUS_MAPPER_YAML"}, note: noteMapper},
+	refFlag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "metrics-response-time-ms", boolConv, anyStore),
 	{names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, defs: []string{refDefaultRuntimeRoot, "", "config"}, to: runtimePath, always: true},
 	{names: []string{"RUNTIME_IGNOREDOTFILES"}, to: refIgnoreDotFiles},
 	{names: []string{"RUNTIME_WATCH_ROOT"}, to: refWatchRoot},
-	{names: []string{"EXPIRATION_JITTER_MAX_SECONDS"}, note: noteJitter},
+	{names: []string{"EXPIRATION_JITTER_MAX_SECONDS"}, to: refJitter},
 	{names: []string{"LOCAL_CACHE_SIZE_IN_BYTES"}, to: refLocalCache},
-	refFlag("NEAR_LIMIT_RATIO", "near-limit-ratio", nil, false),
-	refFlag("CACHE_KEY_PREFIX", "key-prefix", nil, false),
+	refFlag("NEAR_LIMIT_RATIO", "near-limit-ratio", nil, anyStore),
+	{names: []string{"CACHE_KEY_PREFIX"}, to: refCacheKeyPrefix},
 	{names: []string{"BACKEND_TYPE"}, to: refBackendType},
 	{names: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, to: refStopIncrement},
 	{names: []string{"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}, note: noteHeaders},
 	{names: []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, note: noteHealthRule},
 	{names: []string{"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL"}, defs: []string{"unix", "SINGLE", "/var/run/nutcracker/ratelimit.sock"}, to: refRedisAddr, always: true},
-	refFlag("REDIS_POOL_SIZE", "redis-pool-size", intConv, true),
+	refFlag("REDIS_POOL_SIZE", "redis-pool-size", intConv, redisOnly),
 	{names: []string{"REDIS_AUTH"}, to: refRedisAuth("REDIS_AUTH", "redis-username", "redis-password")},
-	refFlag("REDIS_TLS", "redis-tls", boolConv, true),
-	refFlag("REDIS_TLS_CLIENT_CERT", "redis-tls-cert", nil, true),
-	refFlag("REDIS_TLS_CLIENT_KEY", "redis-tls-key", nil, true),
-	refFlag("REDIS_TLS_CACERT", "redis-tls-ca", nil, true),
-	refFlag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", boolConv, true),
+	refFlag("REDIS_TLS", "redis-tls", boolConv, redisOnly),
+	refFlag("REDIS_TLS_CLIENT_CERT", "redis-tls-cert", nil, redisOnly),
+	refFlag("REDIS_TLS_CLIENT_KEY", "redis-tls-key", nil, redisOnly),
+	refFlag("REDIS_TLS_CACERT", "redis-tls-ca", nil, redisOnly),
+	refFlag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", boolConv, redisOnly),
 	{names: []string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"}, note: notePipeline},
+	{names: []string{"REDIS_CLUSTER_PIPELINE_PARALLELISM"}, to: refClusterParallelism},
 	{names: []string{"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
 		"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH",
 		"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_TIMEOUT",
-		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}, note: notePerSecond},
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM"}, note: notePerSecond},
 	{names: []string{"REDIS_SENTINEL_AUTH"}, to: refRedisAuth("REDIS_SENTINEL_AUTH", "redis-sentinel-username", "redis-sentinel-password")},
 	{names: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"}, note: noteHealthConn},
-	refFlag("REDIS_TIMEOUT", "redis-timeout", refDuration, true),
+	{names: []string{"REDIS_TIMEOUT"}, defs: []string{"10s"}, to: refRedisTimeout, always: true},
+	refFlag("REDIS_STARTUP_INITIAL_INTERVAL", "redis-startup-initial-interval", refDuration, redisOnly),
+	refFlag("REDIS_STARTUP_MAX_INTERVAL", "redis-startup-max-interval", refDuration, redisOnly),
+	refFlag("REDIS_STARTUP_MAX_ELAPSED_TIME", "redis-startup-max-elapsed", refDuration, redisOnly),
 	{names: []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR"}, note: notePoolEmpty},
 	{names: []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
 		"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}, note: noteMemcache},
-	refFlag("SHADOW_MODE", "shadow-mode", boolConv, false),
-	refFlag("QUOTA_MODE", "quota-mode", boolConv, false),
-	refFlag("RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", boolConv, false),
-	refFlag("MERGE_DOMAIN_CONFIG", "merge-domains", boolConv, false),
-	refFlag("TRACING_ENABLED", "tracing", boolConv, false),
-	refFlag("TRACING_SERVICE_NAME", "tracing-service-name", nil, false),
-	refFlag("TRACING_SERVICE_NAMESPACE", "tracing-service-namespace", nil, false),
-	refFlag("TRACING_SERVICE_INSTANCE_ID", "tracing-service-instance-id", nil, false),
-	refFlag("TRACING_EXPORTER_PROTOCOL", "tracing-exporter-protocol", nil, false),
-	refFlag("TRACING_SAMPLING_RATE", "tracing-sampling-rate", nil, false),
+	refFlag("SHADOW_MODE", "shadow-mode", boolConv, anyStore),
+	refFlag("QUOTA_MODE", "quota-mode", boolConv, anyStore),
+	refFlag("RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", boolConv, anyStore),
+	refFlag("MERGE_DOMAIN_CONFIG", "merge-domains", boolConv, anyStore),
+	refFlag("TRACING_ENABLED", "tracing", boolConv, anyStore),
+	refFlag("TRACING_SERVICE_NAME", "tracing-service-name", nil, anyStore),
+	refFlag("TRACING_SERVICE_NAMESPACE", "tracing-service-namespace", nil, anyStore),
+	refFlag("TRACING_SERVICE_INSTANCE_ID", "tracing-service-instance-id", nil, anyStore),
+	refFlag("TRACING_EXPORTER_PROTOCOL", "tracing-exporter-protocol", nil, anyStore),
+	refFlag("TRACING_SAMPLING_RATE", "tracing-sampling-rate", nil, anyStore),
 }
 
 // refGRPCAddr: GRPC_UDS, else GRPC_HOST and GRPC_PORT.
 func refGRPCAddr(m *refMapping, v []string) error {
+	uds, hostAndPort := v[0], v[1:]
 	from := []string{"GRPC_UDS", "GRPC_HOST", "GRPC_PORT"}
-	if v[0] != "" {
-		m.set(from, nil, "grpc-addr", "unix://"+v[0])
+	if uds != "" {
+		m.set(from, nil, "grpc-addr", "unix://"+uds)
 		return nil
 	}
-	return hostPort("grpc-addr", "GRPC_PORT")(m, v[1:])
+	return hostPort("grpc-addr", "GRPC_PORT")(m, hostAndPort)
 }
 
 // refGRPCTLS maps the gRPC server's TLS variables onto the -grpc-tls*
@@ -115,7 +124,8 @@ func refGRPCAddr(m *refMapping, v []string) error {
 // GRPC_CLIENT_TLS_CACERT for the reference, GRPC_SERVER_TLS_CA_CERT in
 // Envoy Gateway's Deployment: either asks for mutual TLS.
 func refGRPCTLS(m *refMapping, v []string) error {
-	on, err := refBool("GRPC_SERVER_USE_TLS", v[0])
+	useTLS, cert, key, clientCA, serverCA, san := v[0], v[1], v[2], v[3], v[4], v[5]
+	on, err := refBool("GRPC_SERVER_USE_TLS", useTLS)
 	if err != nil {
 		return err
 	}
@@ -127,22 +137,22 @@ func refGRPCTLS(m *refMapping, v []string) error {
 		}
 		return nil
 	}
-	ca, caFrom := v[3], []string{"GRPC_CLIENT_TLS_CACERT"}
+	ca, caFrom := clientCA, []string{"GRPC_CLIENT_TLS_CACERT"}
 	switch {
 	case ca == "":
-		ca, caFrom = v[4], []string{"GRPC_SERVER_TLS_CA_CERT"}
-	case v[4] != "" && v[4] != ca:
-		return fmt.Errorf("GRPC_CLIENT_TLS_CACERT=%q and GRPC_SERVER_TLS_CA_CERT=%q: both name the CA of the client certificates; set one", ca, v[4])
+		ca, caFrom = serverCA, []string{"GRPC_SERVER_TLS_CA_CERT"}
+	case serverCA != "" && serverCA != ca:
+		return fmt.Errorf("GRPC_CLIENT_TLS_CACERT=%q and GRPC_SERVER_TLS_CA_CERT=%q: both name the CA of the client certificates; set one", ca, serverCA)
 	}
 	m.set([]string{"GRPC_SERVER_USE_TLS"}, nil, "grpc-tls", "true")
 	for _, f := range []struct {
 		from      []string
 		flag, val string
 	}{
-		{[]string{"GRPC_SERVER_TLS_CERT"}, "grpc-tls-cert", v[1]},
-		{[]string{"GRPC_SERVER_TLS_KEY"}, "grpc-tls-key", v[2]},
+		{[]string{"GRPC_SERVER_TLS_CERT"}, "grpc-tls-cert", cert},
+		{[]string{"GRPC_SERVER_TLS_KEY"}, "grpc-tls-key", key},
 		{caFrom, "grpc-tls-client-ca", ca},
-		{[]string{"GRPC_CLIENT_TLS_SAN"}, "grpc-tls-client-san", v[5]},
+		{[]string{"GRPC_CLIENT_TLS_SAN"}, "grpc-tls-client-san", san},
 	} {
 		if f.val != "" {
 			m.set(f.from, nil, f.flag, f.val)
@@ -193,7 +203,8 @@ func refConfigType(m *refMapping, v []string) error {
 // refPrometheus serves metrics on PROMETHEUS_ADDR when USE_PROMETHEUS is
 // true, as the reference does; they are on -http-addr's /metrics anyway.
 func refPrometheus(m *refMapping, v []string) error {
-	on, err := refBool("USE_PROMETHEUS", v[0])
+	use, addr, path := v[0], v[1], v[2]
+	on, err := refBool("USE_PROMETHEUS", use)
 	if err != nil {
 		return err
 	}
@@ -205,10 +216,10 @@ func refPrometheus(m *refMapping, v []string) error {
 		}
 		return nil
 	}
-	if !strings.HasPrefix(v[2], "/") {
-		return fmt.Errorf("PROMETHEUS_PATH=%q: want a path starting with /", v[2])
+	if !strings.HasPrefix(path, "/") {
+		return fmt.Errorf("PROMETHEUS_PATH=%q: want a path starting with /", path)
 	}
-	m.set([]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, nil, "metrics-addr", v[1], "metrics-path", v[2])
+	m.set([]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, nil, "metrics-addr", addr, "metrics-path", path)
 	return nil
 }
 
@@ -250,6 +261,26 @@ func refBackendType(m *refMapping, v []string) error {
 	return fmt.Errorf("BACKEND_TYPE=%q: want redis or memcache", v[0])
 }
 
+// refCacheKeyPrefix maps CACHE_KEY_PREFIX onto -key-prefix, and verbatim
+// onto -reference-key-prefix, the prefix of the reference's own keys.
+func refCacheKeyPrefix(m *refMapping, v []string) error {
+	m.set([]string{"CACHE_KEY_PREFIX"}, nil, "key-prefix", v[0])
+	m.set([]string{"CACHE_KEY_PREFIX"}, nil, "reference-key-prefix", v[0])
+	return nil
+}
+
+// refJitter maps EXPIRATION_JITTER_MAX_SECONDS (whole seconds) onto
+// -reference-key-jitter, which only -reference-keys uses.
+func refJitter(m *refMapping, v []string) error {
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS=%q: want a whole number of seconds, >= 0", v[0])
+	}
+	m.set([]string{"EXPIRATION_JITTER_MAX_SECONDS"}, nil, "reference-key-jitter", strconv.FormatInt(n, 10)+"s")
+	m.note("EXPIRATION_JITTER_MAX_SECONDS", noteJitter, false)
+	return nil
+}
+
 func refStopIncrement(m *refMapping, v []string) error {
 	_, err := refBool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", v[0])
 	if err == nil {
@@ -258,18 +289,36 @@ func refStopIncrement(m *refMapping, v []string) error {
 	return err
 }
 
+// refClusterParallelism checks REDIS_CLUSTER_PIPELINE_PARALLELISM as the
+// reference does (a whole number; below 0 stops a cluster's start) and
+// notes why it is not needed: it bounds how many of one pipeline's per-key
+// command groups the reference sends to a cluster at once (1, its default,
+// one after another), and the sidecar sends no per-key groups.
+func refClusterParallelism(m *refMapping, v []string) error {
+	n, err := strconv.Atoi(v[0])
+	if err != nil {
+		return fmt.Errorf("REDIS_CLUSTER_PIPELINE_PARALLELISM=%q: want a whole number", v[0])
+	}
+	if n < 0 && strings.EqualFold(m.getenv("REDIS_TYPE"), "cluster") {
+		return fmt.Errorf("REDIS_CLUSTER_PIPELINE_PARALLELISM=%d: want 0 (the pool size) or more", n)
+	}
+	m.note("REDIS_CLUSTER_PIPELINE_PARALLELISM", noteParallel, false)
+	return nil
+}
+
 // refRedisAddr maps REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL onto the
 // Redis address flags, with the reference's REDIS_URL forms: host:port (or
 // a socket path) for SINGLE, mastername,host:port,... for SENTINEL,
 // host:port,host:port for CLUSTER. A redis:// or rediss:// URL is taken as
 // -redis-url.
 func refRedisAddr(m *refMapping, v []string) error {
-	sock, typ, url := strings.ToLower(v[0]), strings.ToLower(v[1]), v[2]
+	sockType, redisType, url := v[0], v[1], v[2]
+	sock, typ := strings.ToLower(sockType), strings.ToLower(redisType)
 	if sock != "tcp" && sock != "unix" {
-		return fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", v[0])
+		return fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", sockType)
 	}
 	if typ != "single" && typ != "sentinel" && typ != "cluster" {
-		return fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", v[1])
+		return fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", redisType)
 	}
 	from := []string{"REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE"}
 	if !m.redis {
@@ -295,7 +344,7 @@ func refRedisAddr(m *refMapping, v []string) error {
 	case typ == "single":
 		m.set(from, guard, "redis-addrs", url)
 	case sock == "unix":
-		return fmt.Errorf("REDIS_SOCKET_TYPE=unix: REDIS_TYPE=%s needs tcp addresses", v[1])
+		return fmt.Errorf("REDIS_SOCKET_TYPE=unix: REDIS_TYPE=%s needs tcp addresses", redisType)
 	case typ == "sentinel":
 		if len(addrs) < 2 {
 			return fmt.Errorf("REDIS_URL=%q: REDIS_TYPE=SENTINEL wants mastername,host:port[,host:port...]", url)
@@ -321,4 +370,30 @@ func refRedisAuth(name, userFlag, passFlag string) func(m *refMapping, v []strin
 		m.set([]string{name}, []string{userFlag, passFlag}, userFlag, user, passFlag, pass)
 		return nil
 	}
+}
+
+// refRedisTimeout maps REDIS_TIMEOUT, the reference's Redis client timeout
+// (dial and each read or write; 10s by default), onto -redis-timeout (a
+// call without a deadline) and -redis-timeout-cap (every call): started
+// with the reference's Redis variables, no call waits longer than the
+// reference's would, and a request with a deadline still keeps its
+// margin for answering (see redisstore.Options). Without Redis it is only noted, when set.
+func refRedisTimeout(m *refMapping, v []string) error {
+	if !m.redis {
+		if m.getenv("REDIS_TIMEOUT") != "" {
+			m.setRedis("REDIS_TIMEOUT") // notes it as not used
+		}
+		return nil
+	}
+	if _, err := refDuration("REDIS_TIMEOUT", v[0]); err != nil {
+		return err
+	}
+	timeout, maxTimeout := v[0], v[0]
+	if d, _ := time.ParseDuration(v[0]); d <= 0 {
+		// The reference sets no timeout then: no cap, and a call without
+		// a deadline waits the reference's default.
+		timeout, maxTimeout = "10s", "0s"
+	}
+	m.set([]string{"REDIS_TIMEOUT"}, nil, "redis-timeout", timeout, "redis-timeout-cap", maxTimeout)
+	return nil
 }

@@ -10,13 +10,20 @@ import (
 	"go.uber.org/zap"
 )
 
-// run is the command: the "validate" subcommand, or the service, which
-// serves until ctx ends and then shuts down gracefully.
+// run is the command started under its own name: the "validate"
+// subcommand, or the service, which serves until ctx ends and then shuts
+// down gracefully.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runAs(ctx, "ratelimit-sidecar", args, getenv, stdout, stderr)
+}
+
+// runAs is run started under name (argv[0]), which decides what happens to
+// arguments the command does not define (see referenceName).
+func runAs(ctx context.Context, name string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "validate" {
 		return validate(args[1:], getenv, stdout, stderr)
 	}
-	o, err := parseOptions("ratelimit-sidecar", args, getenv, stderr)
+	o, err := parseOptions(name, args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -25,6 +32,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer log.Sync()
+	if len(o.ignoredArgs) > 0 {
+		log.Warn("arguments ignored: started as "+referenceName+", which ignores its command line",
+			zap.Strings("args", o.ignoredArgs))
+	}
 	for _, n := range o.refNotes {
 		if n.warn {
 			log.Warn(n.name+": "+n.text, zap.String("variable", n.name))

@@ -10,14 +10,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 // counters is the counter store the server is handed, with its clock and
 // what the metrics read of it.
 type counters struct {
-	store envoyrls.Store
+	store window.Store
 	// now is the clock of windows: the Redis server's (see startClock),
 	// or time.Now for the in-memory store, which is one replica.
 	now func() time.Time

@@ -20,12 +20,16 @@ const (
 	envoyTraceID     = "4bf92f3577b34da6a3ce929d0e0e4736"
 	envoySpanID      = "00f067aa0ba902b7"
 	envoyTraceparent = "00-" + envoyTraceID + "-" + envoySpanID + "-01"
+	// A B3 trace, as Envoy's Zipkin tracer sends it.
+	b3TraceID = "80f198ee56343ba864fe8b2a57d3eff7"
+	b3SpanID  = "e457b5a2e4d86bd1"
 )
 
 // TestTracingFromReferenceEnv starts the binary with the reference's
 // tracing variables and the SDK's OTEL_* ones only, Redis behind it, and
 // checks that a traced call exports its ShouldRateLimit span, under
-// Envoy's, and its Redis span, under that, to an OTLP receiver over gRPC.
+// Envoy's, and its Redis span, under that, to an OTLP receiver over gRPC;
+// and that a call with B3 headers joins their trace.
 func TestTracingFromReferenceEnv(t *testing.T) {
 	t.Parallel()
 	recv := otlptest.StartGRPC(t)
@@ -45,17 +49,21 @@ func TestTracingFromReferenceEnv(t *testing.T) {
 		"TRACING_SAMPLING_RATE":       "1",
 		"OTEL_EXPORTER_OTLP_ENDPOINT": recv.Endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50",
 	}))
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", envoyTraceparent)
-	if resp, err := askK(ctx, rlsv3.NewRateLimitServiceClient(dial(t, p.grpcAddr))); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("ShouldRateLimit = %v, %v; want OK; log:\n%s", resp.GetOverallCode(), err, p.log)
+	c := rlsv3.NewRateLimitServiceClient(dial(t, p.grpcAddr))
+	for _, md := range [][]string{{"traceparent", envoyTraceparent}, {"x-b3-traceid", b3TraceID, "x-b3-spanid", b3SpanID, "x-b3-sampled", "1"}} {
+		if resp, err := askK(metadata.AppendToOutgoingContext(context.Background(), md...), c); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("ShouldRateLimit = %v, %v; want OK; log:\n%s", resp.GetOverallCode(), err, p.log)
+		}
 	}
-	spans := recv.WaitSpans(t, 2, 10*time.Second)
-	var call, take otlptest.Span
+	spans := recv.WaitSpans(t, 4, 10*time.Second)
+	var call, take, b3Call otlptest.Span
 	for _, s := range spans {
 		switch {
+		case strings.HasSuffix(s.Name, "/ShouldRateLimit") && s.TraceID() == b3TraceID:
+			b3Call = s
 		case strings.HasSuffix(s.Name, "/ShouldRateLimit"):
 			call = s
-		case s.Name == "redis take":
+		case s.Name == "redis take" && s.TraceID() == envoyTraceID:
 			take = s
 		}
 		if s.Resource["service.name"] != "ratelimit" || s.Resource["service.namespace"] != "envoy-gateway-system" || s.Resource["service.instance.id"] != "envoy-ratelimit-0" {
@@ -67,6 +75,10 @@ func TestTracingFromReferenceEnv(t *testing.T) {
 	}
 	if take.Span == nil || take.ParentID() != call.ID() {
 		t.Errorf("no Redis span under the ShouldRateLimit span %s; got %v", call.ID(), spans)
+	}
+	// Envoy's Zipkin tracer sends B3 headers instead (the reference's #1110).
+	if b3Call.Span == nil || b3Call.ParentID() != b3SpanID {
+		t.Errorf("no ShouldRateLimit span under the B3 span %s; got %v", b3SpanID, spans)
 	}
 }
 

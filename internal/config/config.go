@@ -33,6 +33,9 @@ const (
 	DefaultNearLimitRatio = 0.8
 	// DefaultKeyPrefix is -key-prefix's, the first part of every counter key.
 	DefaultKeyPrefix = "ratelimit"
+	// DefaultReferenceKeyJitter is -reference-key-jitter's,
+	// envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS default.
+	DefaultReferenceKeyJitter = 300 * time.Second
 	// DefaultLogLevel is -log-level's.
 	DefaultLogLevel = "info"
 	// DefaultLogFormat is -log-format's.
@@ -45,8 +48,10 @@ const (
 	DefaultClockSyncInterval = 30 * time.Second
 	// DefaultOverLimitCache is -over-limit-cache's.
 	DefaultOverLimitCache = true
-	// DefaultMaxDescriptors is -max-descriptors'.
-	DefaultMaxDescriptors = 64
+	// DefaultMaxDescriptors is -max-descriptors': the most rules an Envoy
+	// Gateway rate limit policy may hold (256), each of which can add a
+	// descriptor to one request.
+	DefaultMaxDescriptors = 256
 	// DefaultMaxEntries is -max-entries'.
 	DefaultMaxEntries = 32
 	// DefaultMaxEntryBytes is -max-entry-bytes'.
@@ -65,8 +70,13 @@ const (
 	DefaultRedisBreakerFailFor = 250 * time.Millisecond
 	// DefaultRedisBreakerOpenFor is -redis-breaker-open-for's.
 	DefaultRedisBreakerOpenFor = time.Second
-	// DefaultRedisBatchWorkers is -redis-batch-workers'.
-	DefaultRedisBatchWorkers = 1
+	// DefaultRedisBatchWorkers is -redis-batch-workers': the most batched
+	// calls in flight; how many are out follows the round trip (see
+	// DefaultRedisBatchSpacing).
+	DefaultRedisBatchWorkers = 16
+	// DefaultRedisBatchSpacing is -redis-batch-spacing's: while a batch is
+	// out, the next leaves when it comes back or after this long.
+	DefaultRedisBatchSpacing = time.Millisecond
 
 	// DefaultTracingServiceName is -tracing-service-name's,
 	// envoyproxy/ratelimit's TRACING_SERVICE_NAME default.

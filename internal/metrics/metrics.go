@@ -26,6 +26,11 @@ type Options struct {
 	// ratelimit_redis_pool_*. It is called at each scrape; nil statistics
 	// export nothing for that scrape.
 	PoolStats func() *PoolStats
+	// ResponseTimeAsMilliseconds makes ratelimit_service_response_time_seconds
+	// count milliseconds, the reference's unit before its #1104 (its
+	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS), for dashboards built on
+	// that; false counts seconds, as the reference does by default since.
+	ResponseTimeAsMilliseconds bool
 }
 
 // PoolStats are a Redis client's connection pool counters, as go-redis's
@@ -46,6 +51,7 @@ type PoolStats struct {
 // Metric names:
 //
 //	ratelimit_decisions_total{domain,rule,outcome}   counter
+//	ratelimit_refunded_hits_total{domain,rule}       counter, hits given back (is_negative_hits)
 //	ratelimit_store_duration_seconds                 histogram
 //	ratelimit_store_errors_total                     counter
 //	ratelimit_failure_mode_active                    gauge, 1 while the store fails
@@ -60,10 +66,13 @@ type PoolStats struct {
 //	ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}{domain,key1[,key2]}
 //	ratelimit_service_should_rate_limit_error{err_type}
 //	ratelimit_service_config_load_{success,error}
+//	ratelimit_service_total_requests{grpc_method}            counter, with ObserveCall
+//	ratelimit_service_response_time_seconds{grpc_method}     histogram, with ObserveCall
 //
 // and the Go runtime and process collectors.
 type Recorder struct {
 	decisions     *prometheus.CounterVec
+	refunded      *prometheus.CounterVec
 	storeDuration prometheus.Histogram
 	storeErrors   prometheus.Counter
 	failing       prometheus.Gauge
@@ -102,6 +111,7 @@ type detailedKey struct {
 // handles are the counters of one label set: the decisions by outcome,
 // and the reference's stats of statsKey (nil where its mapper maps none).
 type handles struct {
+	rule      string // the rule label
 	decisions [numOutcomes]prometheus.Counter
 	statsKey  string // the reference's stats key, domain included
 	stats     [numStats]prometheus.Counter
@@ -123,6 +133,10 @@ func New(o Options) (*Recorder, error) {
 			Name: "ratelimit_decisions_total",
 			Help: "Decisions per matched limit, by domain, rule (with request values for detailed_metric and value_to_metric rules) and outcome.",
 		}, []string{"domain", "rule", "outcome"}),
+		refunded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_refunded_hits_total",
+			Help: "Hits that requests with is_negative_hits asked to give back, by domain and rule (labelled as in ratelimit_decisions_total).",
+		}, []string{"domain", "rule"}),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimit_store_duration_seconds",
 			Help:    "Latency of counter store calls, failed ones included.",
@@ -148,10 +162,10 @@ func New(o Options) (*Recorder, error) {
 	m.reloadOK = reloads.WithLabelValues("ok")
 	m.reloadError = reloads.WithLabelValues("error")
 
-	ref, refCollectors := newRefMetrics()
+	ref, refCollectors := newRefMetrics(o.ResponseTimeAsMilliseconds)
 	m.ref = ref
 	cs := append([]prometheus.Collector{
-		m.decisions, m.storeDuration, m.storeErrors, m.failing, reloads, m.reloadSuccess,
+		m.decisions, m.refunded, m.storeDuration, m.storeErrors, m.failing, reloads, m.reloadSuccess,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, refCollectors...)
@@ -202,6 +216,10 @@ func (m *Recorder) Decision(d envoyrls.Decision) {
 	}
 	hs.decisions[d.Outcome].Inc()
 	add(&hs.stats, &d)
+	if d.Refunded > 0 {
+		// Rare: a series appears only for rules that get refunds.
+		m.refunded.WithLabelValues(d.Domain, hs.rule).Add(float64(d.Refunded))
+	}
 }
 
 // detailedHandles returns the handles of a detailed_metric limit whose
@@ -230,7 +248,7 @@ func (m *Recorder) makeHandles(k handleKey, d *envoyrls.Decision) *handles {
 	case k.value != "":
 		rule = k.value // value_to_metric's label
 	}
-	h := &handles{statsKey: string(appendStatsKey([]byte(k.domain+"."), d))}
+	h := &handles{rule: rule, statsKey: string(appendStatsKey([]byte(k.domain+"."), d))}
 	for o := range h.decisions {
 		h.decisions[o] = m.decisions.WithLabelValues(k.domain, rule, envoyrls.Outcome(o).String())
 	}
@@ -249,6 +267,17 @@ func (m *Recorder) StoreCall(d time.Duration, err error) {
 		return
 	}
 	m.failing.Set(0)
+}
+
+// ObserveCall records one ShouldRateLimit call over gRPC, answered or
+// failed, that took d from receipt to answer: the reference's
+// ratelimit_service_total_requests and ratelimit_service_response_time_seconds
+// (in milliseconds with Options.ResponseTimeAsMilliseconds), which its
+// gRPC interceptor records. Unlike the reference's, d is not rounded down
+// to a whole millisecond.
+func (m *Recorder) ObserveCall(d time.Duration) {
+	m.ref.calls.Inc()
+	m.ref.callTime.Observe(d.Seconds() * m.ref.callUnit)
 }
 
 // InvalidRequest counts a malformed request as the reference's

@@ -13,6 +13,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
@@ -290,13 +291,20 @@ descriptors:
 		call("api_key", "k1")
 	}
 	call("path", "/x")
+	back := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: "k1"}},
+		HitsAddend: wrapperspb.UInt64(5), IsNegativeHits: true}
+	if resp, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{back}}); err != nil ||
+		resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 {
+		t.Errorf("refund of 5 = %v, %v; want OK, 2 remaining (floored at 0)", resp, err)
+	}
 	text := gatherText(t, reg)
 	for _, want := range []string{
-		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="api_key"} 1`,
 		`ratelimit_decisions_total{domain="edge",outcome="near_limit",rule="api_key"} 1`,
 		`ratelimit_decisions_total{domain="edge",outcome="over_limit",rule="api_key"} 1`,
 		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="path_/x"} 1`,
-		`ratelimit_store_duration_seconds{} count=4`,
+		`ratelimit_decisions_total{domain="edge",outcome="ok",rule="api_key"} 2`,
+		`ratelimit_refunded_hits_total{domain="edge",rule="api_key"} 5`,
+		`ratelimit_store_duration_seconds{} count=5`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q; got\n%s", want, text)

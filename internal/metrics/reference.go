@@ -90,6 +90,13 @@ type refMetrics struct {
 	serviceError prometheus.Counter
 	loadSuccess  prometheus.Counter
 	loadError    prometheus.Counter
+	// calls and callTime are the reference's gRPC server metrics of
+	// ShouldRateLimit (its src/metrics interceptor, grpc_method
+	// "ShouldRateLimit"); callUnit is what callTime counts in: 1 for
+	// seconds, 1000 for milliseconds.
+	calls    prometheus.Counter
+	callTime prometheus.Observer
+	callUnit float64
 }
 
 // unchecked registers a collector without describing it, so that one
@@ -99,8 +106,15 @@ type unchecked struct{ prometheus.Collector }
 
 func (unchecked) Describe(chan<- *prometheus.Desc) {}
 
-func newRefMetrics() (*refMetrics, []prometheus.Collector) {
-	r := &refMetrics{}
+// newRefMetrics makes the reference's metrics. With responseTimeMs,
+// ratelimit_service_response_time_seconds counts milliseconds, as the
+// reference's mapper did before its #1104 and does again with
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true; else seconds.
+func newRefMetrics(responseTimeMs bool) (*refMetrics, []prometheus.Collector) {
+	r := &refMetrics{callUnit: 1}
+	if responseTimeMs {
+		r.callUnit = 1000
+	}
 	var cs []prometheus.Collector
 	for i, s := range statNames {
 		opts := prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + s, Help: statHelp[i]}
@@ -122,7 +136,24 @@ func newRefMetrics() (*refMetrics, []prometheus.Collector) {
 		Name: "ratelimit_service_config_load_error",
 		Help: "Rules loads that failed, as envoyproxy/ratelimit counts them.",
 	})
-	return r, append(cs, errs, r.loadSuccess, r.loadError)
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_service_total_requests",
+		Help: "ShouldRateLimit calls over gRPC, answered or failed, as envoyproxy/ratelimit counts them.",
+	}, []string{"grpc_method"})
+	unit := "seconds"
+	if responseTimeMs {
+		unit = "milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS), whatever the name says"
+	}
+	// statsd_exporter's default buckets, which the reference's mapper
+	// keeps, in either unit.
+	callTime := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ratelimit_service_response_time_seconds",
+		Help:    "Time to answer a ShouldRateLimit call over gRPC, as envoyproxy/ratelimit measures it, in " + unit + ".",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"grpc_method"})
+	r.calls = calls.WithLabelValues("ShouldRateLimit")
+	r.callTime = callTime.WithLabelValues("ShouldRateLimit")
+	return r, append(cs, errs, r.loadSuccess, r.loadError, calls, callTime)
 }
 
 // counters resolves the counters of the reference's stats for stats key

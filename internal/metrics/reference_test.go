@@ -3,7 +3,9 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
@@ -350,5 +353,64 @@ func TestDetailedStatsKeys(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.decisions.WithLabelValues("d", "tenant.user_u1", "ok")); got != 3 {
 		t.Errorf(`ratelimit_decisions_total{rule="tenant.user_u1",outcome="ok"} = %v, want 3`, got)
+	}
+}
+
+// TestReferenceCallMetrics: ObserveCall is the reference's
+// total_requests and response_time of ShouldRateLimit, the time in seconds
+// by default and in milliseconds with ResponseTimeAsMilliseconds (its
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS), in the buckets its mapper
+// leaves at statsd_exporter's defaults.
+func TestReferenceCallMetrics(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		ms   bool
+		sum  float64 // of 3ms, 40ms and 1.5s
+		le   string  // the bucket the 40ms call is the first of: 0.05s, or past 10ms
+	}{
+		{"seconds", false, 1.543, "0.05"},
+		{"milliseconds", true, 1543, "+Inf"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m, reg := newTestMetrics(t, Options{ResponseTimeAsMilliseconds: tt.ms})
+			for _, d := range []time.Duration{3 * time.Millisecond, 40 * time.Millisecond, 1500 * time.Millisecond} {
+				m.ObserveCall(d)
+			}
+			if n := testutil.ToFloat64(m.ref.calls); n != 3 {
+				t.Errorf("total_requests = %v, want 3", n)
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var h *dto.Histogram
+			for _, mf := range mfs {
+				if mf.GetName() == "ratelimit_service_response_time_seconds" {
+					if l := mf.Metric[0].Label; len(l) != 1 || l[0].GetName() != "grpc_method" || l[0].GetValue() != "ShouldRateLimit" {
+						t.Errorf("labels %v, want grpc_method=ShouldRateLimit", l)
+					}
+					h = mf.Metric[0].Histogram
+				}
+			}
+			if h == nil {
+				t.Fatal("no ratelimit_service_response_time_seconds")
+			}
+			if got := h.GetSampleSum(); math.Abs(got-tt.sum) > tt.sum*1e-9 || h.GetSampleCount() != 3 {
+				t.Errorf("response_time sum %v count %d, want %v and 3", got, h.GetSampleCount(), tt.sum)
+			}
+			// The first bucket holding two calls.
+			first := "+Inf"
+			for _, b := range h.Bucket {
+				if b.GetCumulativeCount() >= 2 {
+					first = strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)
+					break
+				}
+			}
+			if first != tt.le {
+				t.Errorf("the 40ms call's bucket is le=%s, want %s", first, tt.le)
+			}
+		})
 	}
 }

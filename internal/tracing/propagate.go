@@ -3,24 +3,33 @@ package tracing
 import (
 	"context"
 
+	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
 
+// propagator reads the caller's trace context as envoyproxy/ratelimit does
+// since its #1110: W3C traceparent and tracestate (Envoy's OpenTelemetry
+// tracer), then B3 in either encoding (Envoy's Zipkin tracer sends the
+// x-b3-* headers; b3 is the single-header form), then W3C baggage. Each
+// reads its own headers and keeps the context it was given when they are
+// absent or malformed, so a call that carries both W3C and B3 headers
+// joins the B3 trace, the last one read, as the reference's composite does.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, b3.New(), propagation.Baggage{})
+
 // ServerOption returns the gRPC server option that honours the caller's
-// trace context: a unary interceptor that reads W3C traceparent and
-// tracestate from the call's metadata (Envoy's OpenTelemetry tracer sends
-// them on its rate-limit calls) into the context the handler gets. It
-// makes no span itself; the handler's span (see envoyrls.Options.Tracer)
-// is then the caller's span's child. A call without a valid traceparent
-// starts a new trace.
+// trace context: a unary interceptor that reads it from the call's
+// metadata (see propagator) into the context the handler gets. It makes
+// no span itself; the handler's span (see envoyrls.Options.Tracer) is then
+// the caller's span's child. A call without a valid trace context starts a
+// new trace.
 func (t *Tracing) ServerOption() grpc.ServerOption {
 	return grpc.ChainUnaryInterceptor(extractTraceContext)
 }
 
 func extractTraceContext(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return handler(propagation.TraceContext{}.Extract(ctx, metadataCarrier{ctx}), req)
+	return handler(propagator.Extract(ctx, metadataCarrier{ctx}), req)
 }
 
 // metadataCarrier reads a propagator's keys from the incoming metadata

@@ -71,17 +71,17 @@ func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
 	}
 	stores := []struct {
 		name string
-		make func(b *testing.B) Store
+		make func(b *testing.B) window.Store
 	}{
-		{"memory", func(b *testing.B) Store { return window.NewMemory() }},
-		{"redis", func(b *testing.B) Store {
+		{"memory", func(b *testing.B) window.Store { return window.NewMemory() }},
+		{"redis", func(b *testing.B) window.Store {
 			s := redisstore.New(redistest.Start(b).Client(b), benchStoreOptions(tracer))
 			if err := s.Ping(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"redis-batched", func(b *testing.B) Store {
+		{"redis-batched", func(b *testing.B) window.Store {
 			s, err := redisstore.NewBatched(redistest.Start(b).Client(b), benchStoreOptions(tracer), redisstore.BatchOptions{})
 			if err != nil {
 				b.Fatal(err)
@@ -92,8 +92,8 @@ func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
 			}
 			return s
 		}},
-		{"cluster", func(b *testing.B) Store { return clusterStore(b, tracer, false) }},
-		{"cluster-batched", func(b *testing.B) Store { return clusterStore(b, tracer, true) }},
+		{"cluster", func(b *testing.B) window.Store { return clusterStore(b, tracer, false) }},
+		{"cluster-batched", func(b *testing.B) window.Store { return clusterStore(b, tracer, true) }},
 	}
 	for _, st := range stores {
 		for _, n := range []int{1, 3} {
@@ -144,7 +144,7 @@ func benchShouldRateLimit(b *testing.B, tracer trace.Tracer) {
 // clusterStore returns a store over a new 3-master Redis Cluster, batched
 // or not, its script loaded. Its rt/op counts one round trip per node a
 // call or a batch's pipeline reaches.
-func clusterStore(b *testing.B, tracer trace.Tracer, batched bool) Store {
+func clusterStore(b *testing.B, tracer trace.Tracer, batched bool) window.Store {
 	c := redistest.StartCluster(b, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { client.Close() })
@@ -207,7 +207,7 @@ func BenchmarkShouldRateLimitHotKey(b *testing.B) {
 
 // takeCounter counts the Takes that reach the store it wraps.
 type takeCounter struct {
-	Store
+	window.Store
 	calls atomic.Int64
 }
 
@@ -251,7 +251,7 @@ func benchOneFull(b *testing.B, rs *rules.Set, batched, cached bool, n int) {
 	srv := redistest.Start(b)
 	client := srv.Client(b)
 	var rt roundTripper
-	var store Store
+	var store window.Store
 	o := benchStoreOptions(nil)
 	if batched {
 		s, err := redisstore.NewBatched(client, o, redisstore.BatchOptions{})

@@ -42,19 +42,19 @@ func TestCachedDenialTruthful(t *testing.T) {
 			[]bool{false, false, true}},
 	}
 	type kind struct {
-		store func(t *testing.T) Store
+		store func(t *testing.T) window.Store
 		// keys returns every counter in the store and its value, or nil
 		// when the store cannot be listed.
 		keys func(t *testing.T) map[string]string
 	}
 	kinds := map[string]func(t *testing.T) kind{
 		"memory": func(t *testing.T) kind {
-			return kind{store: func(*testing.T) Store { return window.NewMemory() }, keys: func(*testing.T) map[string]string { return nil }}
+			return kind{store: func(*testing.T) window.Store { return window.NewMemory() }, keys: func(*testing.T) map[string]string { return nil }}
 		},
 		"redis": func(t *testing.T) kind {
 			client := redistest.Start(t).Client(t)
 			return kind{
-				store: func(*testing.T) Store { return redisstore.New(client, redisstore.Options{}) },
+				store: func(*testing.T) window.Store { return redisstore.New(client, redisstore.Options{}) },
 				keys: func(t *testing.T) map[string]string {
 					ctx := context.Background()
 					ks, err := client.Keys(ctx, "*").Result()

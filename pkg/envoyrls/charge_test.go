@@ -50,12 +50,12 @@ descriptors:
 // budgetStores are the stores of the budget tables, each as the command
 // composes it (behind an over-limit cache), and the store beneath, to read
 // counters from.
-var budgetStores = map[string]func(t *testing.T) (Store, window.Store){
-	"memory": func(t *testing.T) (Store, window.Store) {
+var budgetStores = map[string]func(t *testing.T) (window.Store, window.Store){
+	"memory": func(t *testing.T) (window.Store, window.Store) {
 		m := window.NewMemory()
 		return window.NewOverLimitCache(m), m
 	},
-	"redis": func(t *testing.T) (Store, window.Store) {
+	"redis": func(t *testing.T) (window.Store, window.Store) {
 		s, err := redisstore.NewBatched(redistest.Start(t).Client(t), redisstore.Options{}, redisstore.BatchOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ var budgetStores = map[string]func(t *testing.T) (Store, window.Store){
 		t.Cleanup(func() { _ = s.Close() })
 		return window.NewOverLimitCache(s), s
 	},
-	"cluster": func(t *testing.T) (Store, window.Store) {
+	"cluster": func(t *testing.T) (window.Store, window.Store) {
 		s := redisstore.New(redistest.StartCluster(t, 3).Client(t), redisstore.Options{})
 		return window.NewOverLimitCache(s), s
 	},
@@ -138,11 +138,11 @@ func counter(t *testing.T, f *fixture, s window.Store, domain string, d *rlv3.Ra
 
 // TestAIGatewayBudget: AI Gateway checks with no hits_addend (one hit) and
 // charges the tokens a response used, on every budget of the call, when the
-// stream is done. Its budgets set quota_mode, which never makes a request
-// OVER_LIMIT (as envoyproxy/ratelimit's service: a quota limit over reports
-// OK, remaining 0, and its index in dynamic_metadata's quotaModeViolations),
-// so every call is counted: with a budget of 1000 and responses of 600, no
-// charge is lost, and the overage is what the gateway sees in the metadata.
+// stream is done. Its budgets set quota_mode: as envoyproxy/ratelimit's
+// service decides since its #1059, a request is OVER_LIMIT only when every
+// quota descriptor of it is over. Here the model's budget keeps room, so
+// a spent user budget alone never denies (its status says OVER_LIMIT,
+// remaining 0): every call is counted and no charge is lost.
 func TestAIGatewayBudget(t *testing.T) {
 	t.Parallel()
 	const ok = okCode
@@ -160,6 +160,88 @@ func TestAIGatewayBudget(t *testing.T) {
 		{"a charge of one token", 7 * time.Second, both, hits(1), ok, []uint32{1745, 0}, []uint64{1255, 1255}},
 		{"next window", time.Hour, both, nil, ok, []uint32{2999, 999}, []uint64{1, 1}},
 	})
+}
+
+// quotaPolicyRules are the rules AI Gateway's controller builds for a
+// QuotaPolicy with a default bucket and no bucket rules (its
+// internal/ratelimit/translator, the simple case): one descriptor per
+// targeted backend ("namespace/name"), the model under it with quota_mode.
+const quotaPolicyRules = `
+domain: ai-gateway-quota
+descriptors:
+  - key: backend_name
+    value: default/small
+    descriptors:
+      - key: model_name_override
+        value: m
+        quota_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: backend_name
+    value: default/other
+    descriptors:
+      - key: model_name_override
+        value: m
+        quota_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: backend_name
+    value: default/large
+    descriptors:
+      - key: model_name_override
+        value: m
+        quota_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 1000}
+`
+
+// TestQuotaPolicyBudget: a QuotaPolicy's token budget holds. AI Gateway
+// checks each targeted backend at request time with no hits_addend (one hit
+// each) and charges the backend that served with the tokens used when the
+// stream is done. As envoyproxy/ratelimit decides since its #1059, the
+// request is OVER_LIMIT once every quota descriptor of it is over. A
+// denied check counts nothing; a charge counts whatever the answer (Envoy
+// ignores the answer at stream end).
+func TestQuotaPolicyBudget(t *testing.T) {
+	t.Parallel()
+	const over, ok = overCode, okCode
+	backend := func(name string) []string {
+		return []string{"backend_name", "default/" + name, "model_name_override", "m"}
+	}
+	small, other, large := [][]string{backend("small")}, [][]string{backend("other")}, [][]string{backend("large")}
+	both := [][]string{backend("small"), backend("other")}
+	for _, tt := range []struct {
+		name   string
+		limits []uint32
+		steps  []budgetStep
+	}{
+		{"7-token charges against 10", []uint32{10}, []budgetStep{
+			{"check", 0, small, nil, ok, []uint32{9}, []uint64{1}},
+			{"charge 7", time.Second, small, hits(7), ok, []uint32{2}, []uint64{8}},
+			{"check", 2 * time.Second, small, nil, ok, []uint32{1}, []uint64{9}},
+			{"charge 7 past the budget", 3 * time.Second, small, hits(7), over, []uint32{0}, []uint64{16}},
+			{"check of a spent budget: denied, uncounted", 4 * time.Second, small, nil, over, []uint32{0}, []uint64{16}},
+			{"again", 5 * time.Second, small, nil, over, []uint32{0}, []uint64{16}},
+			{"next window", time.Hour, small, nil, ok, []uint32{9}, []uint64{1}},
+		}},
+		{"600-token charges against 1000", []uint32{1000}, []budgetStep{
+			{"check", 0, large, nil, ok, []uint32{999}, []uint64{1}},
+			{"charge 600", time.Second, large, hits(600), ok, []uint32{399}, []uint64{601}},
+			{"check", 2 * time.Second, large, nil, ok, []uint32{398}, []uint64{602}},
+			{"charge 600 past the budget", 3 * time.Second, large, hits(600), over, []uint32{0}, []uint64{1202}},
+			{"check of a spent budget", 4 * time.Second, large, nil, over, []uint32{0}, []uint64{1202}},
+		}},
+		{"two targeted backends", []uint32{10, 10}, []budgetStep{
+			{"check both", 0, both, nil, ok, []uint32{9, 9}, []uint64{1, 1}},
+			{"charge small 9", time.Second, small, hits(9), ok, []uint32{0}, []uint64{10}},
+			{"check both: small spent, other has room", 2 * time.Second, both, nil, ok, []uint32{0, 8}, []uint64{11, 2}},
+			{"charge other 9 past its budget", 3 * time.Second, other, hits(9), over, []uint32{0}, []uint64{11}},
+			{"check both: both spent", 4 * time.Second, both, nil, over, []uint32{0, 0}, []uint64{11, 11}},
+			{"again", 5 * time.Second, both, nil, over, []uint32{0, 0}, []uint64{11, 11}},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			runBudget(t, quotaPolicyRules, "ai-gateway-quota", tt.limits, tt.steps)
+		})
+	}
 }
 
 // TestEnvoyGatewayBudget: Envoy Gateway's response cost checks with a

@@ -51,7 +51,7 @@ descriptors:
 // counterStore is a store as the command composes it (behind an over-limit
 // cache) and a reader of its counters, which counts nothing.
 type counterStore struct {
-	store Store
+	store window.Store
 	get   func(t *testing.T, c counterAt) uint64
 }
 
@@ -220,7 +220,7 @@ func TestDescriptorKeysShareAllocation(t *testing.T) {
 	f := newFixture(t, window.NewMemory(), counterRules)
 	allocs := func(d *rlv3.RateLimitDescriptor) (float64, int) {
 		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{d}}
-		c := &call{}
+		c := &scratch{}
 		for _, l := range f.srv.Rules().Domain("edge").Match(d.Entries) {
 			c.limits, c.owner = append(c.limits, l), append(c.owner, 0)
 			c.slot = append(c.slot, len(c.reqs))

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,25 +19,35 @@ import (
 //	                     strings), limit (its override, as text) and
 //	                     hitsAddend (its own hits_addend) when it has them
 //	hitsAddend           the request's hits_addend, when not 0
+//	metadata             the metadata of the rules of the descriptors that
+//	                     passed, merged (see mergeMetadata), when any
+//
+// and two the reference sent until its #1112 (3728d99), kept because
+// gateways may read them:
+//
 //	quotaModeViolations  indexes of the descriptors over a quota-mode
 //	                     limit, when there are any
 //	quotaModeEnabled     whether a limit that applied is in quota mode
 //
-// Before them come the metadata of the rules whose limits applied (not
-// replaced, not overridden), merged in request order: a later rule's key
-// replaces an earlier one's, and the fields above replace both, so a rule
-// cannot hide what was decided. Envoy puts the struct under the
-// envoy.filters.http.ratelimit namespace.
-func (s *Server) dynamicMetadata(req *rlsv3.RateLimitRequest, c *call) *structpb.Struct {
+// A descriptor passed when its status is not OVER_LIMIT; its rules are
+// those whose limits applied to it (not unlimited, not replaced, not
+// overridden), as the reference (f2fb157) takes the one limit it matched.
+// Envoy puts the struct under the envoy.filters.http.ratelimit namespace.
+func (s *Server) dynamicMetadata(req *rlsv3.RateLimitRequest, c *scratch, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) *structpb.Struct {
 	fields := make(map[string]*structpb.Value)
 	quotaEnabled := s.quota
-	for _, l := range c.limits {
+	var passed, last *structpb.Struct
+	for k, l := range c.limits {
 		quotaEnabled = quotaEnabled || l.QuotaMode && !l.Unlimited
-		if l.Metadata != nil {
-			for k, v := range l.Metadata.Fields {
-				fields[k] = v // shared, never modified: see rules.Limit.Metadata
-			}
+		// The limits of one rule share its metadata: merging it again changes nothing.
+		if l.Metadata == nil || l.Metadata == last || l.Unlimited || statuses[c.owner[k]].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			continue
 		}
+		last = l.Metadata
+		if passed == nil {
+			passed = &structpb.Struct{Fields: make(map[string]*structpb.Value, len(l.Metadata.Fields))}
+		}
+		mergeMetadata(passed, l.Metadata)
 	}
 	fields["domain"] = structpb.NewStringValue(req.Domain)
 	descs := make([]*structpb.Value, len(req.Descriptors))
@@ -47,6 +58,9 @@ func (s *Server) dynamicMetadata(req *rlsv3.RateLimitRequest, c *call) *structpb
 	if req.HitsAddend != 0 {
 		fields["hitsAddend"] = structpb.NewNumberValue(float64(req.HitsAddend))
 	}
+	if passed != nil {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
 	if over := slices.Compact(c.quotaOver); len(over) > 0 {
 		idx := make([]*structpb.Value, len(over))
 		for i, o := range over {
@@ -56,6 +70,32 @@ func (s *Server) dynamicMetadata(req *rlsv3.RateLimitRequest, c *call) *structpb
 	}
 	fields["quotaModeEnabled"] = structpb.NewBoolValue(quotaEnabled)
 	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata merges src into dst as envoyproxy/ratelimit's mergeMetadata
+// does: a key dst lacks is added; where both hold a struct, the structs
+// are merged the same way; otherwise dst's value stays, so the first
+// descriptor to set a key wins. src is a rule's metadata, shared by every
+// response: a struct of it that a later merge must change is copied first
+// (the reference merges into the rules' own structs).
+func mergeMetadata(dst, src *structpb.Struct) {
+	for k, v := range src.Fields {
+		have, ok := dst.Fields[k]
+		if !ok {
+			dst.Fields[k] = v // shared, never modified: copied below before any merge into it
+			continue
+		}
+		hs, vs := have.GetStructValue(), v.GetStructValue()
+		if hs == nil || vs == nil {
+			continue
+		}
+		merged := &structpb.Struct{Fields: maps.Clone(hs.Fields)}
+		if merged.Fields == nil {
+			merged.Fields = make(map[string]*structpb.Value, len(vs.Fields))
+		}
+		mergeMetadata(merged, vs)
+		dst.Fields[k] = structpb.NewStructValue(merged)
+	}
 }
 
 // descriptorMetadata is one descriptor in dynamic_metadata's descriptors.

@@ -15,17 +15,22 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// metadataRules give descriptors metadata that overlaps: user's tier is
-// replaced by route's, and route's domain by the request's.
+// metadataRules give descriptors metadata that overlaps: user's and
+// peer's both set tier and a team struct.
 const metadataRules = `
 domain: m
 descriptors:
   - key: user
     metadata: {tier: gold, team: {name: a, size: 3}}
     rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: peer
+    metadata: {tier: silver, owner: x, team: {name: z, lead: b}}
+    rate_limits:
+      - {unit: minute, requests_per_unit: 5}
+      - {unit: hour, requests_per_unit: 50}
   - key: route
     quota_mode: true
-    metadata: {tier: silver, owner: x, domain: spoof}
+    metadata: {route: r}
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: old
     metadata: {old: true}
@@ -35,6 +40,9 @@ descriptors:
   - key: free
     metadata: {free: yes}
     rate_limit: {unlimited: true}
+  - key: plain
+    metadata: {plain: p}
+    rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
@@ -48,9 +56,12 @@ func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
 
 // TestDynamicMetadata: with Options.DynamicMetadata the response's
 // dynamic_metadata has envoyproxy/ratelimit's fields (domain, descriptors
-// with entries, limit and hitsAddend, the request's hitsAddend,
-// quotaModeViolations, quotaModeEnabled) over the merged metadata of the
-// rules that applied; without it, none.
+// with entries, limit and hitsAddend, the request's hitsAddend) and, under
+// metadata, the metadata of the rules of the descriptors that passed,
+// merged as the reference (f2fb157) merges them: the first descriptor to
+// set a key wins, structs are merged. quotaModeViolations and
+// quotaModeEnabled, which the reference sent before, stay. Without the
+// option there is none.
 func TestDynamicMetadata(t *testing.T) {
 	t.Parallel()
 	withHits := func(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
@@ -59,6 +70,14 @@ func TestDynamicMetadata(t *testing.T) {
 	}
 	override := desc("user", "o")
 	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(2)}
+	entries := func(e ...string) map[string]any {
+		out := make([]any, len(e))
+		for i, x := range e {
+			out[i] = x
+		}
+		return map[string]any{"entries": out}
+	}
+	userMeta := map[string]any{"tier": "gold", "team": map[string]any{"name": "a", "size": 3.0}}
 	tests := []struct {
 		name  string
 		off   bool // Options.DynamicMetadata false
@@ -70,38 +89,54 @@ func TestDynamicMetadata(t *testing.T) {
 		{name: "off", off: true, descs: []*rlv3.RateLimitDescriptor{desc("user", "u")}},
 		{name: "no rule", descs: []*rlv3.RateLimitDescriptor{desc("x", "y", "z", "")}, want: map[string]any{
 			"domain":           "m",
-			"descriptors":      []any{map[string]any{"entries": []any{"x=y", "z="}}},
+			"descriptors":      []any{entries("x=y", "z=")},
 			"quotaModeEnabled": false,
 		}},
-		{name: "merged metadata, a quota violation", descs: []*rlv3.RateLimitDescriptor{desc("user", "u"), withHits(desc("route", "r"), 2)}, want: map[string]any{
-			"tier": "silver", "team": map[string]any{"name": "a", "size": 3.0}, "owner": "x",
-			"domain": "m",
-			"descriptors": []any{
-				map[string]any{"entries": []any{"user=u"}},
-				map[string]any{"entries": []any{"route=r"}, "hitsAddend": 2.0},
-			},
+		{name: "first wins, structs merged", descs: []*rlv3.RateLimitDescriptor{desc("user", "u"), desc("peer", "p")}, want: map[string]any{
+			"domain":      "m",
+			"descriptors": []any{entries("user=u"), entries("peer=p")},
+			"metadata": map[string]any{"tier": "gold", "owner": "x",
+				"team": map[string]any{"name": "a", "size": 3.0, "lead": "b"}},
+			"quotaModeEnabled": false,
+		}},
+		{name: "the other order", descs: []*rlv3.RateLimitDescriptor{desc("peer", "p"), desc("user", "u")}, want: map[string]any{
+			"domain":      "m",
+			"descriptors": []any{entries("peer=p"), entries("user=u")},
+			"metadata": map[string]any{"tier": "silver", "owner": "x",
+				"team": map[string]any{"name": "z", "size": 3.0, "lead": "b"}},
+			"quotaModeEnabled": false,
+		}},
+		{name: "a spent quota descriptor did not pass", descs: []*rlv3.RateLimitDescriptor{desc("user", "u"), withHits(desc("route", "r"), 2)}, want: map[string]any{
+			"domain":              "m",
+			"descriptors":         []any{entries("user=u"), map[string]any{"entries": []any{"route=r"}, "hitsAddend": 2.0}},
+			"metadata":            userMeta,
 			"quotaModeViolations": []any{1.0},
 			"quotaModeEnabled":    true,
 		}},
-		{name: "override, request hits, unlimited", hits: 3, descs: []*rlv3.RateLimitDescriptor{override, desc("free", "f")}, want: map[string]any{
-			"free":   "yes",
+		{name: "a descriptor over its limit did not pass", descs: []*rlv3.RateLimitDescriptor{desc("plain", "p"), desc("user", "u")}, want: map[string]any{
+			"domain":           "m",
+			"descriptors":      []any{entries("plain=p"), entries("user=u")},
+			"metadata":         userMeta,
+			"quotaModeEnabled": false,
+		}},
+		{name: "override, request hits, unlimited: no rule metadata", hits: 3, descs: []*rlv3.RateLimitDescriptor{override, desc("free", "f")}, want: map[string]any{
 			"domain": "m",
 			"descriptors": []any{
 				map[string]any{"entries": []any{"user=o"}, "limit": "requests_per_unit:10 unit:MINUTE unit_multiplier:{value:2}"},
-				map[string]any{"entries": []any{"free=f"}},
+				entries("free=f"),
 			},
 			"hitsAddend":       3.0,
 			"quotaModeEnabled": false,
 		}},
 		{name: "a replaced limit's metadata is left out", descs: []*rlv3.RateLimitDescriptor{desc("old", "1"), desc("new", "1")}, want: map[string]any{
 			"domain":           "m",
-			"descriptors":      []any{map[string]any{"entries": []any{"old=1"}}, map[string]any{"entries": []any{"new=1"}}},
+			"descriptors":      []any{entries("old=1"), entries("new=1")},
 			"quotaModeEnabled": false,
 		}},
 		{name: "global quota mode", quota: true, descs: []*rlv3.RateLimitDescriptor{desc("user", "u")}, want: map[string]any{
-			"tier": "gold", "team": map[string]any{"name": "a", "size": 3.0},
 			"domain":           "m",
-			"descriptors":      []any{map[string]any{"entries": []any{"user=u"}}},
+			"descriptors":      []any{entries("user=u")},
+			"metadata":         userMeta,
 			"quotaModeEnabled": true,
 		}},
 	}
@@ -109,22 +144,29 @@ func TestDynamicMetadata(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, window.NewMemory(), metadataRules, func(o *Options) { o.DynamicMetadata, o.QuotaMode = !tt.off, tt.quota })
 			f.call(t, "m", desc("route", "r")) // route's 1 a minute is used up
-			resp, err := f.srv.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "m", Descriptors: tt.descs, HitsAddend: tt.hits})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.want == nil {
-				if resp.DynamicMetadata != nil {
-					t.Errorf("dynamic_metadata = %v, want none", resp.DynamicMetadata)
+			f.call(t, "m", desc("plain", "p")) // and plain's
+			// Twice: a merge must not change the rules' own metadata.
+			for range 2 {
+				resp, err := f.srv.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "m", Descriptors: tt.descs, HitsAddend: tt.hits})
+				if err != nil {
+					t.Fatal(err)
 				}
-				return
+				if tt.want == nil {
+					if resp.DynamicMetadata != nil {
+						t.Errorf("dynamic_metadata = %v, want none", resp.DynamicMetadata)
+					}
+					return
+				}
+				if want := mustStruct(t, tt.want); !proto.Equal(resp.DynamicMetadata, want) {
+					got, _ := protojson.Marshal(resp.DynamicMetadata)
+					w, _ := protojson.Marshal(want)
+					t.Errorf("dynamic_metadata =\n%s\nwant\n%s", got, w)
+				}
+				checkCodecDynamicMetadata(t, resp)
 			}
-			if want := mustStruct(t, tt.want); !proto.Equal(resp.DynamicMetadata, want) {
-				got, _ := protojson.Marshal(resp.DynamicMetadata)
-				w, _ := protojson.Marshal(want)
-				t.Errorf("dynamic_metadata =\n%s\nwant\n%s", got, w)
+			if got := f.srv.Rules().Domain("m").Match(desc("user", "u").Entries)[0].Metadata; !proto.Equal(got, mustStruct(t, userMeta)) {
+				t.Errorf("the user rule's metadata became %v", got)
 			}
-			checkCodecDynamicMetadata(t, resp)
 		})
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// modeRules have two quota-mode limits and two plain ones.
+// modeRules have three quota-mode limits and two plain ones.
 const modeRules = `
 domain: q
 descriptors:
@@ -24,6 +24,9 @@ descriptors:
   - key: quota_b
     quota_mode: true
     rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: quota_h
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: wide
@@ -105,29 +108,63 @@ func runModeCases(t *testing.T, cases []modeCase, opts func(*Options)) {
 	}
 }
 
-// TestQuotaMode: as envoyproxy/ratelimit's service, a quota-mode limit that
-// is over never makes the request OVER_LIMIT (its status says OK, with
-// nothing remaining), even when every quota-mode limit is over; a plain
-// limit that is over still does. An allowed request counts every counter,
-// the full quota ones too (as shadow_mode limits are counted); a denied one
-// counts none.
+// TestQuotaMode: as envoyproxy/ratelimit's service since its #1059, a
+// quota-mode limit that is over makes its status OVER_LIMIT (nothing
+// remaining) but the request OVER_LIMIT only when every quota descriptor
+// of it is over; a plain limit that is over still denies. An allowed
+// request counts every counter, the spent quota ones too (as shadow_mode
+// limits are counted); a denied one counts none, whichever rule denied it.
 func TestQuotaMode(t *testing.T) {
 	t.Parallel()
 	runModeCases(t, []modeCase{
 		{name: "quota under", keys: []string{"quota_b"},
 			want: []rlsv3.RateLimitResponse_Code{okCode, okCode}, remaining: []uint32{1}, counts: []uint64{1}},
-		{name: "quota over alone", before: []string{"quota_a"}, keys: []string{"quota_a"},
-			want: []rlsv3.RateLimitResponse_Code{okCode, okCode}, remaining: []uint32{0}, counts: []uint64{2}},
-		{name: "every quota over", before: []string{"quota_a", "quota_b", "quota_b"}, keys: []string{"quota_a", "quota_b"},
-			want: []rlsv3.RateLimitResponse_Code{okCode, okCode, okCode}, remaining: []uint32{0, 0}, counts: []uint64{2, 3}},
-		{name: "a quota over, the others counted", before: []string{"quota_a"}, keys: []string{"quota_a", "quota_b", "wide"},
-			want: []rlsv3.RateLimitResponse_Code{okCode, okCode, okCode, okCode}, remaining: []uint32{0, 1, 99}, counts: []uint64{2, 1, 1}},
+		{name: "quota over alone: denied, nothing counted", before: []string{"quota_a"}, keys: []string{"quota_a"},
+			want: []rlsv3.RateLimitResponse_Code{overCode, overCode}, remaining: []uint32{0}, counts: []uint64{1}},
+		{name: "every quota over: denied, nothing counted", before: []string{"quota_a", "quota_b", "quota_b"}, keys: []string{"quota_a", "quota_b"},
+			want: []rlsv3.RateLimitResponse_Code{overCode, overCode, overCode}, remaining: []uint32{0, 0}, counts: []uint64{1, 2}},
+		// The store counted it before the quota rule denied it: the status
+		// is read from that count, and the hit is given back after.
+		{name: "every quota over beside a plain limit with room: denied, nothing counted", before: []string{"quota_a"}, keys: []string{"quota_a", "wide"},
+			want: []rlsv3.RateLimitResponse_Code{overCode, overCode, okCode}, remaining: []uint32{0, 99}, counts: []uint64{1, 0}},
+		{name: "a quota over, another with room: allowed, all counted", before: []string{"quota_a"}, keys: []string{"quota_a", "quota_b", "wide"},
+			want: []rlsv3.RateLimitResponse_Code{okCode, overCode, okCode, okCode}, remaining: []uint32{0, 1, 99}, counts: []uint64{2, 1, 1}},
 		// Denied: nothing counted, so quota_b still has both.
 		{name: "a plain limit over: denied, nothing counted", before: []string{"plain"}, keys: []string{"quota_b", "plain"},
 			want: []rlsv3.RateLimitResponse_Code{overCode, okCode, overCode}, remaining: []uint32{2, 0}, counts: []uint64{0, 1}},
 		{name: "a plain and a quota over", before: []string{"plain", "quota_a"}, keys: []string{"quota_a", "plain"},
-			want: []rlsv3.RateLimitResponse_Code{overCode, okCode, overCode}, remaining: []uint32{0, 0}, counts: []uint64{1, 1}},
+			want: []rlsv3.RateLimitResponse_Code{overCode, overCode, overCode}, remaining: []uint32{0, 0}, counts: []uint64{1, 1}},
 	}, func(*Options) {})
+}
+
+// TestQuotaRetryAfter: a request denied because its quota descriptors are
+// all spent passes again once one of them has room: its retry-after is the
+// shortest of their waits. t0 is 15 s into a minute.
+func TestQuotaRetryAfter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory(), modeRules)
+	f.call(t, "q", desc("quota_a", "x"))
+	f.call(t, "q", desc("quota_h", "x"))
+	for _, keys := range [][]string{{"quota_h"}, {"quota_a", "quota_h"}, {"quota_h", "quota_a"}} {
+		var ds []*rlv3.RateLimitDescriptor
+		for _, k := range keys {
+			ds = append(ds, desc(k, "x"))
+		}
+		resp := f.call(t, "q", ds...)
+		want := "45"
+		if len(keys) == 1 {
+			want = "1965" // the rest of the hour
+		}
+		var got string
+		for _, h := range resp.ResponseHeadersToAdd {
+			if h.Key == "retry-after" {
+				got = h.Value
+			}
+		}
+		if resp.OverallCode != overCode || got != want {
+			t.Errorf("%v: %v, retry-after %q; want OVER_LIMIT, %s", keys, codes1(resp), got, want)
+		}
+	}
 }
 
 // TestGlobalQuotaMode: Options.QuotaMode (QUOTA_MODE) puts every limit in
@@ -135,10 +172,10 @@ func TestQuotaMode(t *testing.T) {
 func TestGlobalQuotaMode(t *testing.T) {
 	t.Parallel()
 	runModeCases(t, []modeCase{
-		{name: "a plain limit over, the others counted", before: []string{"plain"}, keys: []string{"plain", "wide"},
-			want: []rlsv3.RateLimitResponse_Code{okCode, okCode, okCode}, remaining: []uint32{0, 99}, counts: []uint64{2, 1}},
-		{name: "every limit over", before: []string{"plain", "quota_a"}, keys: []string{"plain", "quota_a"},
-			want: []rlsv3.RateLimitResponse_Code{okCode, okCode, okCode}, remaining: []uint32{0, 0}, counts: []uint64{2, 2}},
+		{name: "a limit over, another with room: allowed, both counted", before: []string{"plain"}, keys: []string{"plain", "wide"},
+			want: []rlsv3.RateLimitResponse_Code{okCode, overCode, okCode}, remaining: []uint32{0, 99}, counts: []uint64{2, 1}},
+		{name: "every limit over: denied, nothing counted", before: []string{"plain", "quota_a"}, keys: []string{"plain", "quota_a"},
+			want: []rlsv3.RateLimitResponse_Code{overCode, overCode, overCode}, remaining: []uint32{0, 0}, counts: []uint64{1, 1}},
 	}, func(o *Options) { o.QuotaMode = true })
 }
 
@@ -154,8 +191,9 @@ func TestGlobalShadowMode(t *testing.T) {
 			want: []rlsv3.RateLimitResponse_Code{okCode, overCode}, remaining: []uint32{0}, counts: []uint64{2}},
 		{name: "over beside one under: both counted", before: []string{"plain"}, keys: []string{"plain", "wide"},
 			want: []rlsv3.RateLimitResponse_Code{okCode, overCode, okCode}, remaining: []uint32{0, 99}, counts: []uint64{2, 1}},
-		{name: "quota and shadow_mode limits report OK", before: []string{"quota_a", "shadowed"}, keys: []string{"quota_a", "shadowed"},
-			want: []rlsv3.RateLimitResponse_Code{okCode, okCode, okCode}, remaining: []uint32{0, 0}, counts: []uint64{2, 2}},
+		// Every quota over denies, and global shadow mode answers OK: counted.
+		{name: "quota over: OK, counted", before: []string{"quota_a", "shadowed"}, keys: []string{"quota_a", "shadowed"},
+			want: []rlsv3.RateLimitResponse_Code{okCode, overCode, okCode}, remaining: []uint32{0, 0}, counts: []uint64{2, 2}},
 	}, func(o *Options) { o.ShadowMode = true })
 }
 

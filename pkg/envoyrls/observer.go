@@ -44,6 +44,10 @@ type Decision struct {
 	// request's, 1 when unset), whether or not they were counted; 0 for a
 	// refund (is_negative_hits), which adds none.
 	Hits uint64
+	// Refunded is what a refund (is_negative_hits) asked to give back; 0
+	// for any other decision. The counter gives back at most what it
+	// holds.
+	Refunded uint64
 	// Used is the counter's use before this request, as limit_remaining
 	// counts it (window.Request.Used: for a sliding window the estimate,
 	// for a token bucket the tokens taken from a full bucket, for a

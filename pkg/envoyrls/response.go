@@ -2,14 +2,11 @@ package envoyrls
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -21,10 +18,12 @@ import (
 // response builds the answer from the store's results (or with none
 // needed). A counter the store failed for is left out, unless its failure
 // mode is deny: then it is over its limit (see failClosed for how long). A
-// quota-mode limit that is over reports OK with nothing remaining; with
-// Options.ShadowMode an OVER_LIMIT answer becomes OK (its statuses keep
-// saying which limits are over), as in envoyproxy/ratelimit.
-func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *rlsv3.RateLimitResponse {
+// quota-mode limit that is over makes its status OVER_LIMIT but the
+// request OVER_LIMIT only when every quota descriptor is over (see
+// Server.quotaMode); with Options.ShadowMode an OVER_LIMIT answer becomes
+// OK (its statuses keep saying which limits are over), as in
+// envoyproxy/ratelimit.
+func (s *Server) response(req *rlsv3.RateLimitRequest, c *scratch, now time.Time) *rlsv3.RateLimitResponse {
 	resp, resets := newResponse(len(req.Descriptors))
 	var retry time.Duration
 	var worst *rules.Limit
@@ -38,14 +37,18 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 		r, res := &c.reqs[slot], c.res[slot]
 		var remaining uint64
 		var reset, wait time.Duration // duration_until_reset; retry-after when over
-		var over bool
+		var over, statusOver bool     // denies the request; reported in the status
 		switch {
 		case c.isFailed(slot) && l.FailureMode != rules.FailDeny:
+			if s.quotaMode(l) {
+				// Its failure mode lets it pass: a quota with room.
+				c.markQuota(c.owner[k], len(req.Descriptors), l, false, 0)
+			}
 			continue // nothing is known, and its failure mode lets it pass
 		case c.isFailed(slot):
 			// Fails closed (failureResponse observed it).
 			reset, wait = failClosed(r, now)
-			over = true
+			over, statusOver = true, true
 		case res.Skipped:
 			// Not read: another counter of this denied request was known
 			// full and the read of the others failed (see
@@ -54,25 +57,28 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			// not the cache answered; its count is unknown, so it states no
 			// remaining or reset of its own.
 			if st := resp.Statuses[c.owner[k]]; st.CurrentLimit == nil {
-				st.CurrentLimit = l.Proto()
+				st.CurrentLimit = c.served.currentLimit(l)
 			}
 			continue
 		default:
 			remaining = r.Remaining(res, now)
 			reset = r.Reset(res, now)
 			over = res.Over && !l.Shadow
-			if over && s.quotaMode(l) {
-				over = false
-				c.quotaOver = append(c.quotaOver, c.owner[k])
-			}
 			if over { // only a denial needs it; for a window it is reset again
 				wait = r.RetryAfter(res, now)
+			}
+			if s.quotaMode(l) {
+				// Reported over, deciding only with the other quotas.
+				c.markQuota(c.owner[k], len(req.Descriptors), l, over, wait)
+				statusOver, over = over, false
+			} else {
+				statusOver = over
 			}
 			s.observe(req, c, k, res, remaining, now)
 		}
 		st := resp.Statuses[c.owner[k]]
-		if tighter(st, over, remaining, reset) {
-			st.CurrentLimit = l.Proto()
+		if tighter(st, statusOver, remaining, reset) {
+			st.CurrentLimit = c.served.currentLimit(l)
 			st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
 			// Each status has its own Duration: what a looser limit wrote
 			// there, a tighter one overwrites.
@@ -80,8 +86,10 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 			d.Seconds, d.Nanos = int64(reset/time.Second), int32(reset%time.Second)
 			st.DurationUntilReset = d
 		}
-		if over {
+		if statusOver {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if over {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			if worst == nil || wait >= retry {
 				retry, worst = wait, l
@@ -91,14 +99,18 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *call, now time.Time) *
 	if unlimited {
 		markUnlimited(resp, c)
 	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT && c.quotaSpent() {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		retry, worst = c.quotaRetry()
+	}
 	switch {
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		addTooManyRequests(resp, req.Domain, retry, worst)
+		addTooManyRequests(resp, c.served, req.Domain, retry, worst)
 	}
 	if s.meta {
-		resp.DynamicMetadata = s.dynamicMetadata(req, c)
+		resp.DynamicMetadata = s.dynamicMetadata(req, c, resp.Statuses)
 	}
 	return resp
 }
@@ -122,7 +134,7 @@ func failClosed(r *window.Request, now time.Time) (reset, wait time.Duration) {
 // markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
 // does, and no current_limit, for a descriptor with an unlimited limit
 // where no other limit of it reported one.
-func markUnlimited(resp *rlsv3.RateLimitResponse, c *call) {
+func markUnlimited(resp *rlsv3.RateLimitResponse, c *scratch) {
 	for k, slot := range c.slot {
 		if st := resp.Statuses[c.owner[k]]; slot < 0 && st.CurrentLimit == nil {
 			st.LimitRemaining = math.MaxUint32
@@ -178,7 +190,7 @@ func tighter(st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, remaining 
 	return reset > st.DurationUntilReset.AsDuration()
 }
 
-func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window.Result, remaining uint64, now time.Time) {
+func (s *Server) observe(req *rlsv3.RateLimitRequest, c *scratch, k int, res window.Result, remaining uint64, now time.Time) {
 	if s.obs == nil {
 		return
 	}
@@ -207,7 +219,7 @@ func (s *Server) observe(req *rlsv3.RateLimitRequest, c *call, k int, res window
 
 // decision is what an Observer is told of limit k, less what the store
 // answered.
-func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome) Decision {
+func (s *Server) decision(req *rlsv3.RateLimitRequest, c *scratch, k int, o Outcome) Decision {
 	l, owner, r := c.limits[k], c.owner[k], &c.reqs[c.slot[k]]
 	d := Decision{
 		Domain:    c.domain,
@@ -217,7 +229,9 @@ func (s *Server) decision(req *rlsv3.RateLimitRequest, c *call, k int, o Outcome
 		Outcome:   o,
 		NearLimit: uint64(math.Floor(s.near * float64(r.Capacity()))),
 	}
-	if !r.Refund {
+	if r.Refund {
+		d.Refunded = r.Hits
+	} else {
 		d.Hits = r.Hits
 	}
 	return d
@@ -248,7 +262,7 @@ func metricValue(req *rlsv3.RateLimitRequest, owner int, l *rules.Limit) string 
 // failure_mode_deny decides, else the answered counters decide.
 // If a failure mode refuses a request whose answered counters were counted,
 // their hits are given back.
-func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *call, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
+func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitRequest, c *scratch, now time.Time, allowed bool, err error) (*rlsv3.RateLimitResponse, error) {
 	for range c.res {
 		c.failed = append(c.failed, false)
 	}
@@ -289,7 +303,9 @@ func (s *Server) failureResponse(ctx context.Context, req *rlsv3.RateLimitReques
 	if !deny && unavailable {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return s.response(req, c, now), nil
+	resp := s.response(req, c, now)
+	s.refundQuotaDenial(ctx, now, c, resp)
+	return resp, nil
 }
 
 // tooManyRequests is the JSON body Envoy sends with its 429.
@@ -304,56 +320,13 @@ type tooManyRequests struct {
 // longest wait among the over-limit counters: until a window resets, or
 // for a token bucket or sliding log until the request's hits would fit;
 // see window.Request.RetryAfter), content-type and the JSON body to an
-// OVER_LIMIT response. l is the limit that decided it.
-func addTooManyRequests(resp *rlsv3.RateLimitResponse, domain string, retry time.Duration, l *rules.Limit) {
+// OVER_LIMIT response, prepared by v (see served.tooMany). l is the limit
+// that decided it.
+func addTooManyRequests(resp *rlsv3.RateLimitResponse, v *served, domain string, retry time.Duration, l *rules.Limit) {
 	secs := int64(math.Ceil(retry.Seconds()))
 	if secs < 1 {
 		secs = 1
 	}
-	var t *rules.Denial
-	if l.Override || l.Algorithm != window.FixedWindow {
-		// Made for this denial alone: an override belongs to one request,
-		// and the retry-after of a sliding window, token bucket or sliding
-		// log depends on its key's own state, so a cache would be
-		// rewritten, by a write all requests share, at almost every denial.
-		t = newTooMany(domain, secs, l)
-	} else if t = l.Denial.Load(); t == nil || t.RetryAfter != secs {
-		t = newTooMany(domain, secs, l)
-		l.Denial.Store(t)
-	}
+	t := v.tooMany(domain, secs, l)
 	resp.RawBody, resp.ResponseHeadersToAdd = t.Body, t.Headers
-}
-
-// newTooMany builds the 429 body and headers of one limit's denials with
-// one retry-after. A configured limit belongs to one domain, and for a fixed
-// window every denial by a key under attack within that second gets the
-// same parts, so each limit keeps the last ones it built (Limit.Denial) and
-// responses share them, as they share current_limit: nothing writes a
-// response's fields after it is built. Building them anew, with JSON
-// marshalling and Sprintf, would cost every denial of a key under attack,
-// which the over-limit cache otherwise answers cheaply
-// (BenchmarkShouldRateLimitHotKey measures that path). Only fixed windows
-// keep them: for the other algorithms retry-after is when that key's own
-// counter admits again, which differs from key to key, so their denials
-// build their own.
-func newTooMany(domain string, secs int64, l *rules.Limit) *rules.Denial {
-	msg := fmt.Sprintf("rate limit of %d per %s exceeded", l.RequestsPerUnit, windowName(l))
-	if l.Algorithm == window.TokenBucket && l.Burst != l.RequestsPerUnit {
-		msg = fmt.Sprintf("rate limit of %d per %s (burst %d) exceeded", l.RequestsPerUnit, windowName(l), l.Burst)
-	}
-	if l.Name != "" {
-		msg += " (" + l.Name + ")"
-	}
-	body, _ := json.Marshal(tooManyRequests{Error: "too_many_requests", Message: msg, RetryAfterSeconds: secs, Domain: domain})
-	return &rules.Denial{RetryAfter: secs, Body: body, Headers: []*corev3.HeaderValue{
-		{Key: "retry-after", Value: strconv.FormatInt(secs, 10)},
-		{Key: "content-type", Value: "application/json"},
-	}}
-}
-
-func windowName(l *rules.Limit) string {
-	if l.Multiplier > 1 {
-		return fmt.Sprintf("%d %ss", l.Multiplier, l.Unit)
-	}
-	return l.Unit.String()
 }

@@ -17,20 +17,10 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// Store checks and counts the counters of one request atomically. Both
-// *window.Memory and *redisstore.Store implement it. A store that waits on
-// anything bounds its Takes itself (redisstore.Options.Timeout), and
-// returns by ctx's deadline: the server applies failure modes to what it
-// returns and must still answer before its caller gives up.
-type Store interface {
-	Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (allowed bool, err error)
-	Ping(ctx context.Context) error
-}
-
 // InputLimits caps what one request may ask, so hostile input costs bounded
 // work. A zero field takes its default.
 type InputLimits struct {
-	MaxDescriptors int    // per request; default 64
+	MaxDescriptors int    // per request; default 256, Envoy Gateway's most rules in a policy
 	MaxEntries     int    // per descriptor; default 32
 	MaxEntryBytes  int    // per entry key or value; default 1024
 	MaxHits        uint64 // per descriptor; default 1<<32 - 1
@@ -38,7 +28,7 @@ type InputLimits struct {
 
 func (l InputLimits) withDefaults() InputLimits {
 	if l.MaxDescriptors <= 0 {
-		l.MaxDescriptors = 64
+		l.MaxDescriptors = 256
 	}
 	if l.MaxEntries <= 0 {
 		l.MaxEntries = 32
@@ -55,7 +45,13 @@ func (l InputLimits) withDefaults() InputLimits {
 // Options configure a Server. Store is required; every other field has a
 // default.
 type Options struct {
-	Store Store
+	// Store checks and counts the counters of each request atomically:
+	// *window.Memory or *redisstore.Store, possibly wrapped
+	// (window.OverLimitCache, window.Breaker). A store that waits on
+	// anything bounds its Takes itself (see redisstore.Options), and returns
+	// by ctx's deadline: the server applies failure modes to what it
+	// returns and must still answer before its caller gives up.
+	Store window.Store
 	// Rules to serve at start; nil serves none (every descriptor is OK)
 	// until SetRules.
 	Rules *rules.Set
@@ -89,10 +85,18 @@ type Options struct {
 	// the rules that applied merged in (see dynamicMetadata). Off, nothing
 	// is built.
 	DynamicMetadata bool
-	// Tracer makes a span of each ShouldRateLimit call (see trace.go),
+	// Tracer makes a span of each ShouldRateLimit request (see trace.go),
 	// the child of any span ctx carries, and hands the store the context
 	// holding it. Nil (the default) makes none and costs nothing.
 	Tracer trace.Tracer
+	// ReferenceKeys, when not nil, keeps the counters of the limits that
+	// envoyproxy/ratelimit can express (fixed windows of one unit, the
+	// first limit of a descriptor) in its Redis keys and counts them as it
+	// does with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, so both
+	// servers share them during a migration. Other limits keep this
+	// project's keys. Nil (the default) keeps every counter in this
+	// project's keys.
+	ReferenceKeys *ReferenceKeys
 }
 
 // Server answers ShouldRateLimit. It is safe for concurrent use; rules can be
@@ -100,20 +104,21 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store   Store
-	rules   atomic.Pointer[rules.Set]
+	store   window.Store
+	served  atomic.Pointer[served] // the rules, with what is prepared for them
 	prefix  string
 	now     func() time.Time
 	limits  InputLimits
 	log     *zap.Logger
 	obs     Observer
-	near    float64      // NearLimitRatio
-	shadow  bool         // Options.ShadowMode
-	quota   bool         // Options.QuotaMode
-	meta    bool         // Options.DynamicMetadata
-	tracer  trace.Tracer // nil: no spans
-	failing atomic.Bool  // the last store call failed; for transition logs
-	calls   sync.Pool
+	near    float64        // NearLimitRatio
+	shadow  bool           // Options.ShadowMode
+	quota   bool           // Options.QuotaMode
+	meta    bool           // Options.DynamicMetadata
+	tracer  trace.Tracer   // nil: no spans
+	ref     *ReferenceKeys // nil: this project's keys only
+	failing atomic.Bool    // the last store call failed; for transition logs
+	scratch sync.Pool      // of *scratch
 }
 
 // NewServer returns a Server, or an error for bad options.
@@ -151,32 +156,33 @@ func NewServer(o Options) (*Server, error) {
 		quota:  o.QuotaMode,
 		meta:   o.DynamicMetadata,
 		tracer: o.Tracer,
+		ref:    o.ReferenceKeys,
 	}
-	s.calls.New = func() any { return new(call) }
-	if o.Rules != nil {
-		s.rules.Store(o.Rules)
-	}
+	s.scratch.New = func() any { return new(scratch) }
+	s.SetRules(o.Rules)
 	return s, nil
 }
 
 // SetRules swaps the rules atomically: each request sees either the old or
-// the new rules, never a mix.
-func (s *Server) SetRules(r *rules.Set) { s.rules.Store(r) }
+// the new rules, never a mix, and the response parts prepared for them
+// (see served). Nil serves none.
+func (s *Server) SetRules(r *rules.Set) { s.served.Store(newServed(r)) }
 
 // Rules returns the rules being served, or nil.
-func (s *Server) Rules() *rules.Set { return s.rules.Load() }
+func (s *Server) Rules() *rules.Set { return s.served.Load().rules }
 
 // Ping checks the store.
 func (s *Server) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
-// call is the scratch space of one request, pooled to spare allocations.
+// scratch is the working state of one request, pooled to spare allocations.
 // limits and owner list every matched limit and its descriptor's index; reqs
 // and res hold only the counted ones, slot[k] being limit k's index in them
 // or -1 for an unlimited limit.
-type call struct {
-	domain  string // metric label: the domain, or "unknown" when no rules name it
-	failed  []bool // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
-	counted bool   // the store counted the request's hits (it was allowed)
+type scratch struct {
+	domain  string  // metric label: the domain, or "unknown" when no rules name it
+	served  *served // the rules the request is decided by
+	failed  []bool  // per slot: the store failed for it, so its result is unknown; empty unless a store call failed
+	counted bool    // the store counted the request's hits (it was allowed)
 	limits  []*rules.Limit
 	owner   []int
 	slot    []int
@@ -187,26 +193,93 @@ type call struct {
 	// quotaOver lists, in increasing order and possibly repeated, the
 	// descriptors of which a quota-mode limit was over.
 	quotaOver []int
+	// quota is, per descriptor, what its quota-mode limits say (see
+	// quotaState); empty when no limit of the request is in quota mode.
+	// quotaWait and quotaLimit are, for a spent descriptor, the longest
+	// retry-after wait among its quota limits over and that limit.
+	quota      []quotaState
+	quotaWait  []time.Duration
+	quotaLimit []*rules.Limit
+	// refunded: the counted hits that are not charges were given back.
+	refunded bool
+}
+
+// quotaState is what a descriptor's quota-mode limits say of it.
+type quotaState uint8
+
+const (
+	quotaNone  quotaState = iota // no quota-mode limit
+	quotaRoom                    // quota-mode limits, none over
+	quotaSpent                   // a quota-mode limit over
+)
+
+// markQuota records that quota-mode limit l of descriptor i (of n) is
+// over, with wait its retry-after, or not: a descriptor is spent when any
+// of its quota limits is, as a descriptor with plain limits is over when
+// any of them is, and it has room again when all of them have.
+func (c *scratch) markQuota(i, n int, l *rules.Limit, spent bool, wait time.Duration) {
+	for len(c.quota) < n {
+		c.quota, c.quotaWait, c.quotaLimit = append(c.quota, quotaNone), append(c.quotaWait, 0), append(c.quotaLimit, nil)
+	}
+	switch {
+	case spent:
+		c.quota[i] = quotaSpent
+		c.quotaOver = append(c.quotaOver, i)
+		if c.quotaLimit[i] == nil || wait >= c.quotaWait[i] {
+			c.quotaWait[i], c.quotaLimit[i] = wait, l
+		}
+	case c.quota[i] == quotaNone:
+		c.quota[i] = quotaRoom
+	}
+}
+
+// quotaRetry returns the retry-after of a request denied because all its
+// quota descriptors are spent, and the limit that decides it: it passes
+// again as soon as one of them has room, so the shortest of their waits.
+func (c *scratch) quotaRetry() (time.Duration, *rules.Limit) {
+	var retry time.Duration
+	var worst *rules.Limit
+	for i, l := range c.quotaLimit {
+		if l != nil && (worst == nil || c.quotaWait[i] < retry) {
+			retry, worst = c.quotaWait[i], l
+		}
+	}
+	return retry, worst
+}
+
+// quotaSpent reports whether the request has quota descriptors and every
+// one of them is spent: envoyproxy/ratelimit's rule (its #1059) for when
+// quota-mode limits make a request OVER_LIMIT.
+func (c *scratch) quotaSpent() bool {
+	spent := false
+	for _, q := range c.quota {
+		if q == quotaRoom {
+			return false
+		}
+		spent = spent || q == quotaSpent
+	}
+	return spent
 }
 
 // isFailed reports whether the store failed for the counter in slot i.
-func (c *call) isFailed(i int) bool { return len(c.failed) > i && c.failed[i] }
+func (c *scratch) isFailed(i int) bool { return len(c.failed) > i && c.failed[i] }
 
 // unknownDomain labels metrics of domains that no rules file names.
 const unknownDomain = "unknown"
 
-func (c *call) reset() {
+func (c *scratch) reset() {
 	c.limits, c.owner, c.slot = c.limits[:0], c.owner[:0], c.slot[:0]
 	c.reqs, c.res, c.key, c.keyEnds = c.reqs[:0], c.res[:0], c.key[:0], c.keyEnds[:0]
 	c.failed, c.quotaOver = c.failed[:0], c.quotaOver[:0]
-	c.counted = false
+	c.quota, c.quotaWait, c.quotaLimit = c.quota[:0], c.quotaWait[:0], c.quotaLimit[:0]
+	c.counted, c.refunded = false, false
 }
 
 // ShouldRateLimit decides a request: one status per descriptor, in order.
 // Malformed requests get InvalidArgument and count nothing; a failed store
-// gets each limit's failure mode. Responses share read-only parts with each
-// other and with the rules (current_limit, the 429 body and headers):
-// callers must not modify a response. With Options.Tracer it makes a span.
+// gets each limit's failure mode. Responses share read-only parts that the
+// server prepared per limit (current_limit, the 429 body and headers) and
+// the rules' metadata: callers must not modify a response. With Options.Tracer it makes a span.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if s.tracer != nil {
 		return s.tracedDecide(ctx, req)
@@ -220,10 +293,12 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if err := s.validate(req); err != nil {
 		return nil, s.invalid(err)
 	}
-	dom := s.rules.Load().Domain(req.Domain)
-	c := s.calls.Get().(*call)
-	defer s.calls.Put(c)
+	v := s.served.Load()
+	dom := v.rules.Domain(req.Domain)
+	c := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(c)
 	c.reset()
+	c.served = v
 	c.domain = unknownDomain
 	if dom != nil {
 		// A client can send any domain (with an override, any domain even
@@ -268,6 +343,10 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			Algorithm: l.Algorithm,
 			Burst:     uint64(l.Burst),
 		})
+		if s.referenceLayout(l) {
+			r := &c.reqs[len(c.reqs)-1]
+			r.Reference, r.Jitter = true, s.referenceJitter()
+		}
 	}
 	if len(c.reqs) == 0 {
 		return s.response(req, c, now), nil
@@ -282,7 +361,25 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		resp, err := s.failureResponse(ctx, req, c, now, allowed, err)
 		return resp, grpcError(err)
 	}
-	return s.response(req, c, now), nil
+	if !allowed {
+		s.giveBack(ctx, now, c)
+	}
+	resp := s.response(req, c, now)
+	s.refundQuotaDenial(ctx, now, c, resp)
+	return resp, nil
+}
+
+// refundQuotaDenial gives back the hits of a request that the store
+// counted (its quota-mode limits never deny there, see quotaMode) and that
+// response then denied because every quota descriptor of it was spent: a
+// denied request consumes nothing but its charges. Between the count and
+// the refund, other requests see these counters higher by this request's
+// hits; the quota counters are over already, so only a plain limit of the
+// same request with room left can answer differently in that instant.
+func (s *Server) refundQuotaDenial(ctx context.Context, now time.Time, c *scratch, resp *rlsv3.RateLimitResponse) {
+	if c.counted && !c.refunded && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && c.quotaSpent() {
+		s.refund(ctx, now, c)
+	}
 }
 
 // invalid tells the Observer of a request refused as malformed and returns
@@ -294,10 +391,14 @@ func (s *Server) invalid(err error) error {
 	return grpcError(err)
 }
 
-// quotaMode reports whether l is in quota mode: over its limit, it is
-// counted and reported (status OK, limit_remaining 0, in
-// dynamic_metadata's quotaModeViolations) but never makes the request
-// OVER_LIMIT, as in envoyproxy/ratelimit.
+// quotaMode reports whether l is in quota mode. Over its limit, its
+// descriptor is reported OVER_LIMIT (limit_remaining 0, and listed in
+// dynamic_metadata's quotaModeViolations) but makes the request OVER_LIMIT
+// only when every quota descriptor of the request is over too, as
+// envoyproxy/ratelimit decides since its #1059 (see scratch.quotaSpent). The
+// store counts it like a shadow limit, over or not, when the request is
+// allowed there; a request that the quota rule then denies gets its
+// non-charge hits back (see refundQuotaDenial).
 func (s *Server) quotaMode(l *rules.Limit) bool { return s.quota || l.QuotaMode }
 
 // hitsOf returns the descriptor's hits: its own hits_addend when present
@@ -315,7 +416,7 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (uint64, b
 // dropReplaced removes limits that another matched limit names in its
 // replaces. Every limit is judged against all matched limits before any is
 // removed, so the outcome does not depend on their order.
-func (c *call) dropReplaced() {
+func (c *scratch) dropReplaced() {
 	replacing := false
 	for _, l := range c.limits {
 		replacing = replacing || len(l.Replaces) > 0
@@ -338,7 +439,7 @@ func (c *call) dropReplaced() {
 	c.limits, c.owner = c.limits[:j], c.owner[:j]
 }
 
-func (c *call) replaced(l *rules.Limit) bool {
+func (c *scratch) replaced(l *rules.Limit) bool {
 	if l.Name == "" {
 		return false
 	}
@@ -351,9 +452,9 @@ func (c *call) replaced(l *rules.Limit) bool {
 }
 
 // take calls the store and logs transitions between a working and a
-// failing store. The store bounds the call (see Store): a context with a
-// timer per request here was the largest allocation on the hot path.
-func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error) {
+// failing store. The store bounds the call (see Options.Store): a context
+// with a timer per request here was the largest allocation on the hot path.
+func (s *Server) take(ctx context.Context, now time.Time, c *scratch) (bool, error) {
 	var start time.Time
 	if s.obs != nil {
 		start = time.Now()
@@ -377,9 +478,41 @@ func (s *Server) take(ctx context.Context, now time.Time, c *call) (bool, error)
 	return allowed, nil
 }
 
+// giveBack applies the refunds (is_negative_hits) of a request the store
+// denied, which it therefore did not count. Hits given back are not asked
+// for: they return what earlier requests took (tokens reserved and not
+// used), so they apply whatever the answer, as envoyproxy/ratelimit
+// applies them (its #1140). Their results replace the denied call's, so
+// their statuses tell the room they made.
+func (s *Server) giveBack(ctx context.Context, now time.Time, c *scratch) {
+	var idx []int
+	for i, r := range c.reqs {
+		if r.Refund && r.Hits > 0 {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	back := make([]window.Request, len(idx))
+	res := make([]window.Result, len(idx))
+	for j, i := range idx {
+		back[j] = c.reqs[i]
+	}
+	// Even when the caller is gone: the hits were given back all the same.
+	if _, err := s.store.Take(context.WithoutCancel(ctx), now, back, res); err != nil {
+		s.log.Debug("refund of a denied request failed", zap.Error(err))
+		return
+	}
+	for j, i := range idx {
+		c.res[i] = res[j]
+	}
+}
+
 // refund gives back the hits that a store call counted for a request that
-// a failure mode then denied.
-func (s *Server) refund(ctx context.Context, now time.Time, c *call) {
+// a failure mode, or the quota rule (refundQuotaDenial), then denied.
+func (s *Server) refund(ctx context.Context, now time.Time, c *scratch) {
+	c.refunded = true
 	var back []window.Request
 	for i, r := range c.reqs {
 		// A charge stays counted: it was spent whatever the answer.

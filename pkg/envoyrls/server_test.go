@@ -68,13 +68,13 @@ var t0 = time.UnixMilli(1_763_800_020_000).Add(15 * time.Second)
 
 type fixture struct {
 	srv   *Server
-	store Store
+	store window.Store
 	now   atomic.Int64 // Unix ms
 }
 
 func (f *fixture) advance(d time.Duration) { f.now.Add(d.Milliseconds()) }
 
-func newFixture(t *testing.T, store Store, rules string, opts ...func(*Options)) *fixture {
+func newFixture(t *testing.T, store window.Store, rules string, opts ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{store: store}
 	f.now.Store(t0.UnixMilli())
@@ -92,9 +92,9 @@ func newFixture(t *testing.T, store Store, rules string, opts ...func(*Options))
 
 // storeKinds are the stores the semantic suite runs against; each Redis
 // fixture gets its own redis-server.
-var storeKinds = map[string]func(t *testing.T) Store{
-	"memory": func(t *testing.T) Store { return window.NewMemory() },
-	"redis": func(t *testing.T) Store {
+var storeKinds = map[string]func(t *testing.T) window.Store{
+	"memory": func(t *testing.T) window.Store { return window.NewMemory() },
+	"redis": func(t *testing.T) window.Store {
 		return redisstore.New(redistest.Start(t).Client(t), redisstore.Options{})
 	},
 }

@@ -18,7 +18,7 @@ import (
 
 // spanStore records the span context each Take was handed.
 type spanStore struct {
-	Store
+	window.Store
 	seen []trace.SpanContext
 }
 

@@ -36,6 +36,7 @@ type builder struct {
 	set      *Set
 	seen     map[string]Problem // domain -> where it was first defined
 	problems []Problem
+	limits   []*Limit // of the files added without problems, in file order
 }
 
 // newBuilder returns a builder of a Set from files, in order.
@@ -58,6 +59,7 @@ func (b *builder) add(name string, f *File, decoded []Problem) {
 	if dom == nil || len(c.problems) > 0 {
 		return
 	}
+	b.limits = append(b.limits, c.limits...)
 	first, dup := b.seen[dom.Name]
 	switch {
 	case !dup:
@@ -107,6 +109,10 @@ func (b *builder) done() (*Set, error) {
 	if len(b.problems) > 0 {
 		return nil, &Error{Problems: b.problems}
 	}
+	for i, l := range b.limits {
+		l.id = i
+	}
+	b.set.limits = b.limits
 	return b.set, nil
 }
 
@@ -119,6 +125,7 @@ type compiler struct {
 	problems []Problem
 	alg      window.Algorithm // the domain's algorithm
 	algBad   bool             // the domain's algorithm had a problem
+	limits   []*Limit         // compiled without problems, in file order
 }
 
 func (c *compiler) fail(line int, field, format string, args ...any) {
@@ -355,10 +362,10 @@ func (c *compiler) limit(r *RateLimit, d *Descriptor, path string, steps []step,
 	if l.Name != "" {
 		l.Rule = l.Name
 	}
-	l.pb = l.Proto()
 	if len(c.problems) > before {
 		return nil
 	}
+	c.limits = append(c.limits, l)
 	return l
 }
 

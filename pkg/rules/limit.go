@@ -2,13 +2,9 @@ package rules
 
 import (
 	"strings"
-	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -110,10 +106,8 @@ func parseAlgorithm(s string) (window.Algorithm, bool) {
 // memory per entry and of a call's time in Redis it was chosen from.
 const MaxSlidingLogLimit = 1000
 
-// Limit is one compiled rate limit of a descriptor node. Its configuration
-// is immutable once compiled, and limits are shared by concurrent requests;
-// the one thing that changes is Denial, a cache swapped atomically. Use it
-// by pointer.
+// Limit is one compiled rate limit of a descriptor node. It is immutable
+// once compiled and shared by concurrent requests. Use it by pointer.
 type Limit struct {
 	Name            string // rate_limit.name; "" when unnamed
 	RequestsPerUnit uint32
@@ -169,14 +163,10 @@ type Limit struct {
 	// builds per request and keys apart from configured limits. Loaded
 	// limits never have it.
 	Override bool
-	// Denial holds the 429 parts a server last built for this limit's
-	// denials, for the next denial at the same retry-after to share.
-	// Loading leaves it empty; package rules never reads it.
-	Denial atomic.Pointer[Denial]
 
-	pb    *rlsv3.RateLimitResponse_RateLimit // current_limit, built at load
-	path  []step                             // the nodes that lead to the limit, root first; nil for overrides
-	index int                                // the limit's place in its descriptor's rate_limits
+	path  []step // the nodes that lead to the limit, root first; nil for overrides
+	index int    // the limit's place in its descriptor's rate_limits
+	id    int    // the limit's place in its Set's Limits
 }
 
 // Capacity returns the most hits the limit's counter holds: Burst for a
@@ -193,43 +183,8 @@ func (l *Limit) Capacity() uint64 {
 // rate_limits: 0 for a descriptor's single rate_limit and for an override.
 func (l *Limit) Index() int { return l.index }
 
-// Denial is the body and headers that Envoy sends with an HTTP 429 for one
-// limit's denial with one retry-after. It is shared by every response that
-// carries it: nothing may modify it once it is stored in Limit.Denial.
-type Denial struct {
-	RetryAfter int64 // whole seconds, at least 1
-	Body       []byte
-	Headers    []*corev3.HeaderValue
-}
-
-// envoyUnits maps window units to the response's unit enum. The numbers
-// differ: window.Unit has Week (5) between Day and Month, while the response
-// enum, which gained WEEK last, has MONTH 5, YEAR 6 and WEEK 7. (Envoy's
-// RateLimitUnit, of request overrides, has no WEEK.)
-var envoyUnits = map[window.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
-	window.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
-	window.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	window.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
-	window.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
-	window.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
-	window.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
-	window.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
-}
-
-// Proto returns the limit as Envoy's current_limit. Loaded limits build it
-// once and share it with every response, so callers must not modify it;
-// other limits (overrides) get a new one per call.
-func (l *Limit) Proto() *rlsv3.RateLimitResponse_RateLimit {
-	if l.pb != nil {
-		return l.pb
-	}
-	pb := &rlsv3.RateLimitResponse_RateLimit{
-		Name:            l.Name,
-		RequestsPerUnit: l.RequestsPerUnit,
-		Unit:            envoyUnits[l.Unit],
-	}
-	if l.Multiplier > 1 {
-		pb.UnitMultiplier = wrapperspb.UInt32(l.Multiplier)
-	}
-	return pb
-}
+// ID returns the limit's place (from 0) in Set.Limits of the Set that
+// compiled it, so a server can keep what it prepares per limit in a table
+// beside the Set instead of on the shared Limit. It is 0 for an override,
+// which belongs to no Set: check Override first.
+func (l *Limit) ID() int { return l.id }

@@ -12,6 +12,7 @@ import (
 type Set struct {
 	domains map[string]*Domain
 	files   []string
+	limits  []*Limit // every limit of every domain, by Limit.ID
 }
 
 // Domain is the compiled rules of one domain, from one file or, with
@@ -47,6 +48,16 @@ func (r *Set) Domains() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Limits returns every limit of the Set, each at its Limit.ID, in the
+// order of the files and of their descriptors. The slice is shared: callers
+// must not modify it.
+func (r *Set) Limits() []*Limit {
+	if r == nil {
+		return nil
+	}
+	return r.limits
 }
 
 // Files returns the files the rules came from.

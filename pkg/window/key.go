@@ -101,14 +101,47 @@ func AppendWindow(key []byte, w Window) []byte {
 // AppendStoreKey appends to dst the key under which a store keeps r's
 // state at nowMs: r.Key, then for FixedWindow and SlidingWindow the current
 // window (AppendWindow), for TokenBucket and SlidingLog ":<size ms>" only.
+//
+// For a Reference counter it appends the window's start in Unix seconds, as
+// envoyproxy/ratelimit does.
 func (r *Request) AppendStoreKey(dst []byte, nowMs int64) []byte {
 	dst = append(dst, r.Key...)
 	size := r.Size.Milliseconds()
+	if r.Reference {
+		return strconv.AppendInt(dst, AtMillis(nowMs, size).Start/1000, 10)
+	}
 	if r.Algorithm.windowed() {
 		return AppendWindow(dst, AtMillis(nowMs, size))
 	}
 	dst = append(dst, ':')
 	return strconv.AppendInt(dst, size, 10)
+}
+
+// AppendReferenceKey appends to dst the head of a counter key in
+// envoyproxy/ratelimit's layout (its src/limiter/cache_key.go, unchanged
+// from 3fb7025 to f2fb157): prefix (its CACHE_KEY_PREFIX) and domain
+// verbatim, then '_'. AppendReferenceEntry appends each entry, and a store
+// the window's start in Unix seconds (Request.Reference):
+//
+//	<prefix><domain>_<key1>_<value1>_<key2>_<value2>_<window start s>
+//
+// Nothing is escaped, so, unlike AppendKeyHead's, these keys are not
+// injective: (a_b=c) and (a=b_c) share a counter, as they do in
+// envoyproxy/ratelimit. It is for migrations, where sharing its counters
+// is the point. The key holds no hash tag unless a part has braces.
+func AppendReferenceKey(dst []byte, prefix, domain string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, domain...)
+	return append(dst, '_')
+}
+
+// AppendReferenceEntry appends one descriptor entry, "<key>_<value>_"; see
+// AppendReferenceKey.
+func AppendReferenceEntry(dst []byte, key, value string) []byte {
+	dst = append(dst, key...)
+	dst = append(dst, '_')
+	dst = append(dst, value...)
+	return append(dst, '_')
 }
 
 const hexDigits = "0123456789ABCDEF"

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // entry is one key/value pair of a descriptor, in request order.
@@ -282,4 +283,34 @@ func TestAppendKeyCounter(t *testing.T) {
 			t.Errorf("AppendKeyCounter(%d, %v) = %q, want %q", tt.index, tt.a, got, "k"+tt.want)
 		}
 	}
+}
+
+// FuzzReferenceKey: a Reference counter's key is envoyproxy/ratelimit's
+// (src/limiter/cache_key.go): prefix, domain, '_', each entry's key and
+// value followed by '_', then its window start computed as the reference
+// computes it, (unix seconds / unit) * unit, for every unit it has.
+func FuzzReferenceKey(f *testing.F) {
+	f.Add("", "edge", "api_key", "alice", "", "", uint8(1), int64(1_763_800_020_123))
+	f.Add("p:", "a_b", "c", "d_", "x", "{y}", uint8(4), int64(0))
+	f.Add("", "", "", "", "", "", uint8(6), int64(999))
+	f.Fuzz(func(t *testing.T, prefix, domain, k1, v1, k2, v2 string, unit uint8, nowMs int64) {
+		u := Unit(1 + int(unit)%7)
+		if nowMs < 0 {
+			nowMs = -(nowMs + 1) // the reference's arithmetic is for times after 1970
+		}
+		nowMs %= 1 << 50
+		head := AppendReferenceEntry(AppendReferenceKey(nil, prefix, domain), k1, v1)
+		want := prefix + domain + "_" + k1 + "_" + v1 + "_"
+		if k2 != "" {
+			head = AppendReferenceEntry(head, k2, v2)
+			want += k2 + "_" + v2 + "_"
+		}
+		size := unitLengths[u]
+		divider := int64(size / time.Second)
+		want += strconv.FormatInt(nowMs/1000/divider*divider, 10)
+		r := Request{Key: string(head), Size: size, Reference: true}
+		if got := string(r.AppendStoreKey(nil, nowMs)); got != want {
+			t.Fatalf("AppendStoreKey(%d) with unit %v = %q, want %q", nowMs, u, got, want)
+		}
+	})
 }

@@ -13,7 +13,9 @@ import (
 // requests that need one of them, until the window ends. It is exact for
 // fixed windows, because a counter only grows within its window: once
 // count >= limit, no hit fits until the next window. A key under attack
-// therefore costs no Redis traffic.
+// therefore costs no Redis traffic. A check (Hits 0) of a fixed window is
+// denied here only when the count seen was past the limit; at the limit it
+// fits (see Request.Hits), and goes to the store.
 //
 // TokenBucket and SlidingLog counters only free room as time passes too,
 // so a denial of one is cached until its Retry, exactly the time the store
@@ -65,8 +67,8 @@ type fullKey struct {
 }
 
 // fullUntil is how long a counter stays known full: until (Unix ns), the
-// end of its window or its Retry; and for TokenBucket and SlidingLog what
-// the denial saw: the count and when (Unix ns) the counter is empty.
+// end of its window or its Retry; the count the store reported; and for
+// TokenBucket and SlidingLog when (Unix ns) the counter is empty.
 type fullUntil struct {
 	until   int64
 	emptyAt int64
@@ -205,6 +207,9 @@ func (c *OverLimitCache) known(r *Request, nowMs int64) (fullUntil, bool) {
 	c.mu.RLock()
 	f, full := c.full[newFullKey(r, nowMs)]
 	c.mu.RUnlock()
+	if full && r.Algorithm == FixedWindow && r.Hits == 0 && f.count <= r.Limit {
+		return fullUntil{}, false // a check fits a window at its limit: ask the store
+	}
 	return f, full && nowMs*int64(time.Millisecond) < f.until
 }
 
@@ -244,6 +249,7 @@ func (c *OverLimitCache) rememberOne(r *Request, res Result, pending uint64, now
 		if res.Count < r.Limit {
 			return
 		}
+		f.count = res.Count
 		f.until = AtMillis(nowMs, r.Size.Milliseconds()).End() * int64(time.Millisecond)
 	} else {
 		if !res.Over || res.Retry <= 0 || r.Hits > 1 || pending > 0 || r.Charge {

@@ -401,3 +401,34 @@ func TestOverLimitCacheBucketAndLog(t *testing.T) {
 		})
 	}
 }
+
+// TestOverLimitCacheLetsChecksAtTheLimit: a fixed window at exactly its
+// limit is cached full for hits, but a check (Hits 0) still fits it and goes
+// to the store; once a charge takes it past the limit, checks are denied
+// from the cache too.
+func TestOverLimitCacheLetsChecksAtTheLimit(t *testing.T) {
+	t.Parallel()
+	inner := &countingStore{Store: window.NewMemory()}
+	c := window.NewOverLimitCache(inner)
+	hit, check := storetest.Req("budget", 2, 1), storetest.Req("budget", 2, 0)
+	charge := hit
+	charge.Charge = true
+	storetest.Take(t, c, storetest.T0, hit)
+	storetest.Take(t, c, storetest.T0, hit) // at the limit: cached full
+	for _, tc := range []struct {
+		name      string
+		req       window.Request
+		ok, store bool // allowed; reached the store
+	}{
+		{"a hit at the limit", hit, false, false},
+		{"a check at the limit", check, true, true},
+		{"a charge past the limit", charge, false, true},
+		{"a check past the limit", check, false, false},
+	} {
+		before := inner.calls.Load()
+		ok, _ := storetest.Take(t, c, storetest.T0.Add(time.Second), tc.req)
+		if reached := inner.calls.Load() > before; ok != tc.ok || reached != tc.store {
+			t.Errorf("%s: allowed %v, reached the store %v; want %v, %v", tc.name, ok, reached, tc.ok, tc.store)
+		}
+	}
+}

@@ -125,7 +125,10 @@ type Request struct {
 	// Size is the window length; whole milliseconds, at most MaxSize.
 	Size time.Duration
 	// Hits is what this request adds. 0 checks without counting: the
-	// request is then over the limit when not even one more hit would fit.
+	// request is then over the limit when the counter is past its limit, for
+	// FixedWindow (as envoyproxy/ratelimit decides, so a budget spent to
+	// exactly its limit still admits a check), and when not even one more
+	// hit would fit, for the other algorithms.
 	Hits uint64
 	// Refund gives Hits back instead of taking them (Envoy's
 	// is_negative_hits). A refund is never over the limit and never lowers a
@@ -145,6 +148,19 @@ type Request struct {
 	// Burst is, for TokenBucket, the most hits the full bucket admits at
 	// once; 0 means Limit. Other algorithms ignore it.
 	Burst uint64
+	// Reference marks a FixedWindow counter kept as envoyproxy/ratelimit
+	// keeps it, so that both servers count in it during a migration: Key
+	// is AppendReferenceKey's, to which the store appends the window's
+	// start in Unix seconds, and the store counts as envoyproxy/ratelimit
+	// with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: a denied request
+	// still adds its hits to this counter when they do not fit it;
+	// every decision that reaches Redis sets the counter's TTL (EXPIRE) to
+	// TTL. Only a Redis store honours the last two.
+	Reference bool
+	// Jitter is added to a Reference counter's TTL, as
+	// envoyproxy/ratelimit adds a random part of up to
+	// EXPIRATION_JITTER_MAX_SECONDS; whole seconds, >= 0. Ignored otherwise.
+	Jitter time.Duration
 }
 
 // Result is a store's answer for one Request.
@@ -184,7 +200,13 @@ type Result struct {
 // milliseconds, and a store never extends it. A SlidingLog's counter lives
 // as long after its last hit; a TokenBucket's after its last hit as long as
 // the bucket takes to fill, plus one second (see bucketTTL in bucket.go).
+//
+// A Reference counter's TTL is its window plus Jitter, envoyproxy/ratelimit's
+// EXPIRE, which every decision sets again.
 func (r *Request) TTL() time.Duration {
+	if r.Reference {
+		return r.Size + r.Jitter
+	}
 	ms := r.Size.Milliseconds()
 	if r.Algorithm == SlidingWindow {
 		ms *= 2
@@ -208,9 +230,11 @@ func (r *Request) Weight(w Window, nowMs int64) float64 {
 // charges reports whether r counts its hits even when denied.
 func (r *Request) charges() bool { return r.Charge && r.Hits > 0 && !r.Refund }
 
-// need is the room a request must find: its hits, or one when it only checks.
+// need is the room a request must find: its hits, or when it only checks
+// one, except for FixedWindow, which envoyproxy/ratelimit finds over only
+// past its limit.
 func (r *Request) need() uint64 {
-	if r.Hits == 0 {
+	if r.Hits == 0 && r.Algorithm != FixedWindow {
 		return 1
 	}
 	return r.Hits

@@ -84,10 +84,16 @@ func TestStoreSemantics(t *testing.T) {
 			{0, []window.Request{storetest.Req("h", 10, 4)}, false, []uint64{7}, []bool{true}, nil},
 			{0, []window.Request{storetest.Req("h", 10, 3)}, true, []uint64{10}, []bool{false}, nil},
 		}},
+		// A fixed window's check is over only past the limit, as
+		// envoyproxy/ratelimit decides it; a sliding window's when no hit fits.
 		{"zero hits checks without counting", []step{
 			{0, []window.Request{storetest.Req("z", 1, 0)}, true, []uint64{0}, []bool{false}, nil},
 			{0, []window.Request{storetest.Req("z", 1, 1)}, true, []uint64{1}, []bool{false}, nil},
-			{0, []window.Request{storetest.Req("z", 1, 0)}, false, []uint64{1}, []bool{true}, nil},
+			{0, []window.Request{storetest.Req("z", 1, 0)}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{charge(storetest.Req("z", 1, 1))}, false, []uint64{2}, []bool{true}, nil},
+			{0, []window.Request{storetest.Req("z", 1, 0)}, false, []uint64{2}, []bool{true}, nil},
+			{0, []window.Request{sliding(storetest.Req("zs", 1, 1))}, true, []uint64{1}, []bool{false}, nil},
+			{0, []window.Request{sliding(storetest.Req("zs", 1, 0))}, false, []uint64{1}, []bool{true}, nil},
 		}},
 		{"limit zero denies everything", []step{
 			{0, []window.Request{storetest.Req("zero", 0, 1)}, false, []uint64{0}, []bool{true}, nil},

@@ -9,6 +9,11 @@
 // file's ports, domain and filter settings (TestEnvoyTemplateMirrorsDeploy checks this), and the rules from
 // testdata/rules.yaml: the shapes of deploy/rules/edge.yaml with small limits and short windows.
 //
+// Two tests stand beside envoyproxy/ratelimit: TestReferenceSuite reproduces its integration scripts
+// (testdata/refsuite*.yaml* mirror its example configs) with the sidecar started as its compose file starts
+// /bin/ratelimit, and TestMigrationSharesCounters runs the reference itself, built from the Go module proxy
+// (reference.go), beside a sidecar with -reference-keys on one redis-server.
+//
 // The tests sit behind the e2e build tag because they need redis-server on PATH and Envoy 1.40 (scripts/envoy.sh
 // installs it into .tools/), and they sleep across real windows:
 //

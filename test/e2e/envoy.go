@@ -36,6 +36,8 @@ type envoyParams struct {
 	Domain          string
 	Timeout         string // the filter timeout, as Envoy's YAML wants it ("0.05s")
 	FailureModeDeny bool
+	// RetryAfterHeader sets Envoy 1.40's enable_retry_after_header.
+	RetryAfterHeader bool
 }
 
 func renderEnvoyConfig(p envoyParams) ([]byte, error) {
@@ -53,9 +55,10 @@ func writeEnvoyConfig(t *testing.T, envoyBin, dir string, p envoyParams) string 
 	return writeEnvoyTemplate(t, envoyBin, dir, envoyTemplate, p)
 }
 
-// writeEnvoyTemplate renders tmpl with p into dir/envoy.yaml and checks it
+// writeEnvoyTemplate renders tmpl with p (its parameters, such as an
+// envoyParams) into dir/envoy.yaml and checks it
 // with `envoy --mode validate`.
-func writeEnvoyTemplate(t *testing.T, envoyBin, dir string, tmpl *template.Template, p envoyParams) string {
+func writeEnvoyTemplate(t *testing.T, envoyBin, dir string, tmpl *template.Template, p any) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := tmpl.Execute(&b, p); err != nil {

@@ -23,7 +23,20 @@ type proc struct {
 // t failed, to log its output.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p, err := childproc.Start(childproc.Options{Name: name, Path: bin, Args: args})
+	return startProcOpts(t, childproc.Options{Name: name, Path: bin, Args: args})
+}
+
+// startProcEnv is startProc for a process that takes its settings from
+// env, its whole environment, instead of arguments.
+func startProcEnv(t *testing.T, name, bin string, env []string) *proc {
+	t.Helper()
+	return startProcOpts(t, childproc.Options{Name: name, Path: bin, Env: env})
+}
+
+func startProcOpts(t *testing.T, o childproc.Options) *proc {
+	t.Helper()
+	name := o.Name
+	p, err := childproc.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}

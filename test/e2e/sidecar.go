@@ -29,9 +29,9 @@ type sidecarOptions struct {
 	Bin      string // the ratelimit-sidecar binary
 	Rules    string // -config
 	RedisURL string // -redis-url; "" for the in-memory store
-	// RedisTimeout is -redis-timeout. It must stay below the Envoy filter
-	// timeout (0.05 s in these tests) for the failure modes to answer
-	// before Envoy gives up.
+	// RedisTimeout is -redis-timeout: the bound of a Redis call whose
+	// request has no deadline. Envoy always sends its filter timeout as one,
+	// and a call then waits until it, less a margin for answering.
 	RedisTimeout time.Duration
 	Args         []string // more flags
 }

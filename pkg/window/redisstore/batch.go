@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
@@ -14,14 +15,28 @@ import (
 // a batched Store after Close.
 var ErrBatcherClosed = errors.New("redisstore: batcher closed")
 
-// BatchOptions configure a batched Store (see NewBatched). Zero Workers and MaxBatch
-// take their defaults; a zero Linger sends every batch at once.
+// BatchOptions configure a batched Store (see NewBatched). Zero Workers,
+// MaxBatch and Spacing take their defaults; a zero Linger sends every batch
+// at once.
 type BatchOptions struct {
-	// Workers is how many batched script calls may be in flight at once;
-	// default 1, which makes the largest batches: while one call is out,
-	// the next batch gathers. More workers trade CPU for queueing delay
-	// when Redis is far away.
+	// Workers is the most batched script calls in flight at once; default
+	// 16. How many are out follows the measured round trip (see Spacing):
+	// one while Redis answers within Spacing, which makes the largest
+	// batches, more when it is far away, so that a request that arrives
+	// just after a batch left does not wait for it to come back (two round
+	// trips) before its own goes out.
 	Workers int
+	// Spacing is how long the last batch sent must have been out before
+	// another leaves beside it; default 1ms. While no batch is out, the
+	// next leaves at once; while one is, the requests that arrive gather
+	// until it comes back or until it has been out for Spacing, whichever
+	// is first. So a request waits at most about Spacing before its batch
+	// leaves, however far Redis is, and the calls in flight number about
+	// the round trip over Spacing (at most Workers): a round trip shorter
+	// than Spacing (Redis near, as on one host) keeps one call in flight
+	// and the batches as large as with one worker, and a replica starts at
+	// most one call per Spacing beyond those that follow a returning call.
+	Spacing time.Duration
 	// MaxBatch is the most requests in one script call; default 64. It
 	// bounds how long one call holds Redis's single thread.
 	MaxBatch int
@@ -42,6 +57,13 @@ type BatchOptions struct {
 	Linger time.Duration
 }
 
+// Defaults of BatchOptions.
+const (
+	DefaultBatchWorkers = 16
+	DefaultBatchSpacing = time.Millisecond
+	DefaultMaxBatch     = 64
+)
+
 // NewBatched returns a Store that coalesces concurrent Takes into
 // one script call: the script decides each request on its own, in order, so
 // semantics are those of separate calls, but Redis runs one script
@@ -61,23 +83,28 @@ type BatchOptions struct {
 // counted when a slot denies (see the package doc).
 //
 // A request whose context ended, or whose deadline (see callDeadline) passed,
-// before its batch was sent is not sent. If the call fails, every request in
-// it fails, as each would alone.
+// before its batch was sent is not sent, and its caller stops waiting then,
+// not when a worker gets to it: behind a slow Redis the queue holds at most
+// what the callers' deadlines allow. If the call fails, every request in it
+// fails, as each would alone.
 //
 // NewBatched fails only for negative options. Close stops the workers.
 func NewBatched(client scripter, ro Options, o BatchOptions) (*Store, error) {
-	if o.Workers < 0 || o.MaxBatch < 0 || o.Linger < 0 {
+	if o.Workers < 0 || o.MaxBatch < 0 || o.Linger < 0 || o.Spacing < 0 {
 		return nil, fmt.Errorf("redisstore: batch options %+v: want 0 (the default) or more", o)
 	}
 	s := New(client, ro)
 	if o.Workers == 0 {
-		o.Workers = 1
+		o.Workers = DefaultBatchWorkers
+	}
+	if o.Spacing == 0 {
+		o.Spacing = DefaultBatchSpacing
 	}
 	if o.MaxBatch == 0 {
-		o.MaxBatch = 64
+		o.MaxBatch = DefaultMaxBatch
 	}
-	b := &batcher{s: s, opts: o, queue: make(chan *batchCall, o.Workers*o.MaxBatch), stop: make(chan struct{})}
-	b.calls.New = func() any { return &batchCall{done: make(chan struct{}, 1)} }
+	b := newBatcher(o)
+	b.s = s
 	for range o.Workers {
 		b.wg.Add(1)
 		go b.work()
@@ -96,6 +123,24 @@ func (s *Store) Close() error {
 	return s.batch.close()
 }
 
+// newBatcher returns a batcher with o's options (defaults applied), with no
+// store and no workers yet.
+func newBatcher(o BatchOptions) *batcher {
+	b := &batcher{opts: o, queue: make(chan *batchCall, o.MaxBatch*max(o.Workers, 1)), stop: make(chan struct{}),
+		gather: make(chan struct{}, 1), returned: make(chan struct{}, 1)}
+	b.gather <- struct{}{}
+	b.calls.New = func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return &batchCall{done: make(chan struct{}, 1), timer: t}
+	}
+	return b
+}
+
+// A batcher's workers take turns to gather a batch: the one holding the
+// gather token waits for the first request, then until the batch may leave
+// (see depart), then fills it, hands the token on and sends. So one batch
+// gathers at a time, and a worker in flight is one call in flight.
 type batcher struct {
 	s      *Store
 	opts   BatchOptions
@@ -105,6 +150,11 @@ type batcher struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	calls  sync.Pool
+
+	gather   chan struct{} // holds the token while no worker gathers
+	returned chan struct{} // a call came back and none is in flight: wakes the gatherer
+	inFlight atomic.Int32  // script calls sent and not back
+	lastSent time.Time     // when the last batch left; only the gatherer reads or writes it
 }
 
 // batchCall is one Take waiting in a batch.
@@ -117,12 +167,25 @@ type batchCall struct {
 	vals     []any     // its part of the reply
 	err      error
 	done     chan struct{}
+	// state says who owns the call once it is queued (callQueued): the
+	// worker that takes it for a batch (callTaken) or its caller, who gave
+	// up waiting (callAbandoned). Whoever wins the swap from callQueued
+	// decides; a worker recycles an abandoned call.
+	state atomic.Uint32
+	timer *time.Timer // the caller's, to stop waiting at deadline; reused
 	// Set by the worker for a traced store's span (see callInfo): when
 	// the call was sent, how many requests it carried, how long it took.
 	sent      time.Time
 	size      int
 	roundTrip time.Duration
 }
+
+// The states of a batchCall (batchCall.state).
+const (
+	callQueued uint32 = iota
+	callTaken
+	callAbandoned
+)
 
 // take queues one Take that must end by deadline, all of whose counters
 // lie on slot on a cluster (or, when multi, on several slots of one node,
@@ -149,32 +212,90 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 }
 
 // enqueue hands r, on slot (see take), to the workers, for wait to collect.
+// When the queue is full it waits for room until ctx ends or deadline
+// passes, and then fails with nothing sent.
 func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r request, slot uint16, multi bool) (*batchCall, error) {
 	c := b.calls.Get().(*batchCall)
 	c.ctx, c.deadline, c.request, c.slot, c.multi, c.vals, c.err = ctx, deadline, r, slot, multi, nil, nil
+	c.state.Store(callQueued)
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		b.calls.Put(c)
 		return nil, fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
 	}
-	b.queue <- c
-	return c, nil
+	select {
+	case b.queue <- c:
+		return c, nil
+	default:
+	}
+	// Full: every worker is busy and MaxBatch requests per worker wait.
+	c.timer.Reset(time.Until(deadline))
+	defer c.timer.Stop()
+	var err error
+	select {
+	case b.queue <- c:
+		return c, nil
+	case <-c.timer.C:
+		err = context.DeadlineExceeded
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	b.calls.Put(c)
+	return nil, fmt.Errorf("%w: not sent: queue full: %w", window.ErrStore, err)
 }
 
 // wait waits for c's part of its batch's reply and returns it, or the
-// error of its call; c goes back to the pool. It fills info, when not nil,
-// with the batch c went in, queued at queued.
+// error of its call; c goes back to the pool. If c's deadline passes or its
+// ctx ends while c is still queued, wait gives c up (a worker recycles it)
+// and fails with nothing sent; once a worker has taken c, its batch call is
+// bounded by c's deadline (see send), so wait waits for it. It fills info,
+// when not nil, with the batch c went in, queued at queued.
 func (b *batcher) wait(c *batchCall, info *callInfo, queued time.Time) ([]any, error) {
-	<-c.done
+	select {
+	case <-c.done:
+	default:
+		c.timer.Reset(time.Until(c.deadline))
+		var err error
+		select {
+		case <-c.done:
+		case <-c.timer.C:
+			err = context.DeadlineExceeded
+		case <-c.ctx.Done():
+			err = c.ctx.Err()
+		}
+		c.timer.Stop()
+		if err != nil {
+			if c.state.CompareAndSwap(callQueued, callAbandoned) {
+				// The worker owns c now; the caller's requests are not read.
+				return nil, fmt.Errorf("%w: not sent: %w", window.ErrStore, err)
+			}
+			<-c.done // taken: its call ends by c's deadline
+		}
+	}
 	if info != nil && c.size > 0 {
 		info.batch, info.queued, info.roundTrip = c.size, c.sent.Sub(queued), c.roundTrip
 	}
 	vals, err := c.vals, c.err
+	b.recycle(c)
+	return vals, err
+}
+
+// recycle puts c back in the pool, without references to its last Take.
+func (b *batcher) recycle(c *batchCall) {
 	c.ctx, c.request, c.vals, c.err = nil, request{}, nil, nil
 	c.size = 0
 	b.calls.Put(c)
-	return vals, err
+}
+
+// claim gives a worker c, taken from the queue: it reports false, and
+// recycles c, if c's caller gave up waiting.
+func (b *batcher) claim(c *batchCall) bool {
+	if c.state.CompareAndSwap(callQueued, callTaken) {
+		return true
+	}
+	b.recycle(c)
+	return false
 }
 
 func (b *batcher) close() error {
@@ -190,8 +311,10 @@ func (b *batcher) close() error {
 	for {
 		select {
 		case c := <-b.queue:
-			c.err = fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
-			c.done <- struct{}{}
+			if b.claim(c) {
+				c.err = fmt.Errorf("%w: %w", window.ErrStore, ErrBatcherClosed)
+				c.done <- struct{}{}
+			}
 		default:
 			return nil
 		}
@@ -211,8 +334,8 @@ func (b *batcher) work() {
 	defer b.wg.Done()
 	batch := make([]*batchCall, 0, b.opts.MaxBatch)
 	buf := &sendBuf{live: make([]*batchCall, 0, b.opts.MaxBatch)}
-	// For Linger: one timer, reset for each wait (since Go 1.23 a Reset
-	// timer delivers no stale tick).
+	// For Spacing and Linger: one timer, reset for each wait (since Go
+	// 1.23 a Reset timer delivers no stale tick).
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	after := func(d time.Duration) <-chan time.Time {
@@ -221,21 +344,39 @@ func (b *batcher) work() {
 	}
 	last := 0 // requests in the previous batch
 	for {
+		select {
+		case <-b.gather:
+		case <-b.stop:
+			return
+		}
 		var ok bool
-		if batch, ok = b.next(batch, last, after); !ok {
+		batch, ok = b.next(batch, last, after)
+		if ok {
+			b.inFlight.Add(1)
+			b.lastSent = time.Now()
+		}
+		b.gather <- struct{}{}
+		if !ok {
 			return
 		}
 		last = len(batch)
 		b.send(batch, buf)
+		if b.inFlight.Add(-1) == 0 {
+			select {
+			case b.returned <- struct{}{}:
+			default: // a wake is pending already
+			}
+		}
 	}
 }
 
 // next returns the next batch, in batch[:0]: the first request to come and
-// those already waiting behind it (up to MaxBatch), and with Linger those
-// that come while it lingers. It lingers only when the first request was
-// waiting already and the previous batch held last > 1 requests: a worker
-// that had to wait is idle, whatever its previous batch. ok is false once
-// the batcher is closed.
+// those waiting behind it (up to MaxBatch) when it may leave (see depart),
+// and with Linger those that come while it lingers. It lingers only when
+// the first request was waiting already and the previous batch held last >
+// 1 requests: a worker that had to wait is idle, whatever its previous
+// batch. ok is false once the batcher is closed. Only the worker holding
+// the gather token calls it.
 func (b *batcher) next(batch []*batchCall, last int, after func(time.Duration) <-chan time.Time) (_ []*batchCall, ok bool) {
 	batch, busy := batch[:0], true
 	select {
@@ -250,11 +391,40 @@ func (b *batcher) next(batch []*batchCall, last int, after func(time.Duration) <
 			return batch, false
 		}
 	}
+	if !b.depart(after) {
+		return batch, false
+	}
 	batch = b.fill(batch)
 	if busy && b.opts.Linger > 0 && last > 1 && len(batch) < b.opts.MaxBatch {
 		batch = b.linger(batch, after, b.lingerFor(batch, time.Now()))
 	}
 	return batch, true
+}
+
+// depart waits until a batch may leave: when no call is in flight, or when
+// the last one sent has been out for Spacing. Waiting for the call in
+// flight to come back gathers the most requests in one call, but a request
+// that arrived just after it left then waits two round trips; so that
+// waiting never costs more than Spacing, another call leaves beside it
+// after that long. The calls in flight then number about the round trip
+// over Spacing: the round trip is measured by waiting, not configured. A
+// call that returns while others are in flight does not end the wait: the
+// spacing does. It is false once the batcher is closed.
+func (b *batcher) depart(after func(time.Duration) <-chan time.Time) bool {
+	for b.inFlight.Load() > 0 {
+		wait := b.opts.Spacing - time.Since(b.lastSent)
+		if wait <= 0 {
+			return true
+		}
+		select {
+		case <-b.returned: // check again: stale wakes are harmless
+		case <-after(wait):
+			return true
+		case <-b.stop:
+			return false
+		}
+	}
+	return true
 }
 
 // fill adds the requests already waiting to batch, up to MaxBatch.
@@ -306,6 +476,9 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 	defer func() { buf.live = live }()
 	now := time.Now()
 	for _, c := range batch {
+		if !b.claim(c) {
+			continue
+		}
 		err := c.ctx.Err()
 		if err == nil && !now.Before(c.deadline) {
 			err = context.DeadlineExceeded

@@ -131,8 +131,7 @@ func TestBatchLingerFor(t *testing.T) {
 // newTestBatcher is a batcher with no store and no workers, for driving its
 // steps by hand.
 func newTestBatcher(maxBatch int, linger time.Duration) *batcher {
-	return &batcher{opts: BatchOptions{MaxBatch: maxBatch, Linger: linger},
-		queue: make(chan *batchCall, maxBatch), stop: make(chan struct{})}
+	return newBatcher(BatchOptions{Workers: 1, MaxBatch: maxBatch, Linger: linger, Spacing: DefaultBatchSpacing})
 }
 
 // fakeAfter stands in for a worker's timer: each wait is sent on waits, and

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"time"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -59,9 +61,10 @@ func (r *request) at(j int) *window.Request {
 }
 
 // plain reports whether r is a plain counter, which the script's short form
-// can carry: a fixed window, not a shadow, a refund or a charge, hits >= 1.
+// can carry: a fixed window in this project's layout, not a shadow, a
+// refund or a charge, hits >= 1.
 func plain(r *window.Request) bool {
-	return r.Algorithm == window.FixedWindow && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1
+	return r.Algorithm == window.FixedWindow && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1 && !r.Reference
 }
 
 // windowed reports whether r counts in windows, integer counters that can
@@ -231,7 +234,7 @@ func appendKeys(dst []any, arena []byte, keys []keyArg, sk *sharedKeys, r *reque
 		arena = c.AppendStoreKey(arena, r.nowMs)
 		k := arena[from:len(arena):len(arena)]
 		dst, keys = appendKey(dst, keys, k)
-		if !windowed(c) {
+		if !windowed(c) || c.Reference {
 			continue // decided exactly one command per use; see take.lua
 		}
 		w := window.AtMillis(r.nowMs, c.Size.Milliseconds())
@@ -269,6 +272,7 @@ const (
 	flagCharge  = 8  // hits are counted even when the request is denied; never with flagRefund
 	flagToken   = 16 // a token bucket (GCRA)
 	flagLog     = 32 // a sliding log
+	flagRef     = 64 // envoyproxy/ratelimit's counting; window.Request.Reference
 )
 
 // appendArgs appends r's script arguments to dst: in the short form minus
@@ -305,6 +309,10 @@ func appendArgs(dst []any, t *triples, r *request) []any {
 		case window.SlidingWindow:
 			dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags|flagSliding, c.Weight(w, r.nowMs))
 		default:
+			if c.Reference { // its TTL in seconds: EXPIRE's, as envoyproxy/ratelimit sets it
+				dst = append(dst, c.Limit, c.Hits, int64(c.TTL()/time.Second), flags|flagRef, 0)
+				break
+			}
 			dst = append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags, 0)
 		}
 	}

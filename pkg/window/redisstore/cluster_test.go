@@ -206,7 +206,7 @@ func testClusterExact(t *testing.T, batched bool) {
 	t.Run("one slot per request", func(t *testing.T) {
 		// Each worker's requests lie on one slot (a minute and an hour
 		// counter of one tag), the workers' on slots of every node: each
-		// batch is a script per slot, pipelined per node.
+		// batch is one script call per node.
 		const limit = 50
 		before := stores[0].RoundTrips() + stores[1].RoundTrips()
 		var admitted [3]atomic.Int64

@@ -98,6 +98,14 @@
 // its own, and each Take's span carries its batch's size, queueing time and
 // round trip instead (see trace.go).
 //
+// # Clock
+//
+// Clock is the time the replicas agree on, the Redis server's, measured
+// through the same client as the counters: on one node or behind Sentinel
+// the master's TIME, on a cluster that of the master of one fixed slot. It
+// lives here, not in pkg/window, so that the window arithmetic imports no
+// Redis client and no logger.
+//
 // # Client settings
 //
 // The store bounds every Take by its Options.Timeout and marks script calls

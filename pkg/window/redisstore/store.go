@@ -35,19 +35,24 @@ type sharded interface {
 // Store is a window.Store whose counters live in Redis and are shared by
 // every replica that uses the same server and key prefix. On a single node
 // or behind Sentinel each Take is one EVALSHA of the embedded script; on
-// Redis Cluster a request whose counters lie on several hash slots is one
-// script per slot, in parallel, with refunds when a slot denies (see the
-// package doc). A batched Store (NewBatched) shares its script calls among
+// Redis Cluster a request whose counters lie on several hash slots of one
+// node is one call too, and one over several nodes is one script per slot,
+// in parallel, with refunds when a slot denies (see the package doc). A batched Store (NewBatched) shares its script calls among
 // concurrent Takes, on a cluster one per node (see the package doc).
 //
-// Every Take is bounded by Options.Timeout, or sooner by nine tenths of
-// the way to ctx's deadline, so a caller need not wrap its context in a
-// timeout of its own. A batched Take (see NewBatched) waits for the batch
-// call in flight and then for its own; a batch call is bounded by the
-// earliest deadline of the Takes in it, and a Take whose deadline passed
-// before its batch went out is not sent. So against a stalled Redis a Take
-// ends about Timeout after it began; only a context deadline sooner than
-// Timeout can be overrun, by the call in flight.
+// Every Take is bounded by how long its caller will wait: the time left to
+// ctx's deadline less a margin (a tenth, at least 5 ms; see answerMargin)
+// for the caller to answer, with a failure mode, before it gives up;
+// Options.Timeout when ctx has no deadline; and never more than
+// Options.MaxTimeout when that is set. So a caller need not wrap its
+// context in a timeout of its own, and a Redis a few milliseconds away
+// still decides the calls of a caller that waits a second. A batched Take
+// (see NewBatched) waits for its batch to leave (while another call is out,
+// until that comes back or for at most about BatchOptions.Spacing) and then
+// for its own call; a batch call is bounded by the earliest deadline of the Takes in it, and
+// a Take whose deadline passes while it is still queued stops waiting and
+// is not sent. So against a stalled Redis every Take ends by its own bound,
+// whatever the deadlines of the others.
 //
 // Script calls are never retried by go-redis (a retried script could count
 // twice). The store sends a call again only after an answer that means
@@ -57,8 +62,9 @@ type sharded interface {
 // concurrent use; it does not own the client and does not close it.
 type Store struct {
 	client     scripter
-	shards     sharded // nil unless the client is a cluster client
-	timeout    time.Duration
+	shards     sharded       // nil unless the client is a cluster client
+	timeout    time.Duration // without a deadline (Options.Timeout)
+	maxTimeout time.Duration // cap; 0: none (Options.MaxTimeout)
 	roundTrips atomic.Uint64
 	noCross    atomic.Bool  // a node refused crossSource: no cross-slot calls (see pipeline.go)
 	batch      *batcher     // nil unless made by NewBatched
@@ -67,10 +73,18 @@ type Store struct {
 
 // Options configure a Store. Zero fields take their defaults.
 type Options struct {
-	// Timeout bounds each Take; default 1s. A rate-limit service should set
-	// it below its callers' own timeout (Envoy's filter waits 20 ms by
-	// default), so that a failure mode is applied before they give up.
+	// Timeout bounds a Take whose ctx has no deadline; default 1s. A Take
+	// whose ctx has a deadline gets the time left to it less a margin for
+	// answering (a tenth, at least 5 ms) instead, longer or shorter than
+	// Timeout: a caller such as Envoy sends how long it waits (its filter
+	// timeout), and a failure mode applied well before it gives up would
+	// turn a slow Redis into no rate limiting at all.
 	Timeout time.Duration
+	// MaxTimeout, when positive, caps every Take, deadline or not: for a
+	// service that would rather apply its failure modes fast than wait for
+	// a slow Redis as long as its callers allow. Zero (the default) sets no
+	// cap.
+	MaxTimeout time.Duration
 	// Tracer makes a span of each Take (see trace.go), the child of any
 	// span its ctx carries. Nil (the default) makes none and costs nothing.
 	Tracer trace.Tracer
@@ -85,23 +99,36 @@ func New(client scripter, o Options) *Store {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	s := &Store{client: client, timeout: o.Timeout, tracer: o.Tracer}
+	s := &Store{client: client, timeout: o.Timeout, maxTimeout: max(o.MaxTimeout, 0), tracer: o.Tracer}
 	s.shards, _ = client.(sharded)
 	return s
 }
 
-// callDeadline is when a Take that starts at start under ctx must end:
-// timeout after start, or sooner when ctx has a deadline, nine tenths of the
-// way to it, which leaves the caller a tenth of its budget to answer (with a
-// failure mode) before it gives up.
-func callDeadline(ctx context.Context, start time.Time, timeout time.Duration) time.Time {
+// callDeadline is when a Take that starts at start under ctx must end: at
+// ctx's deadline less answerMargin, which leaves the caller time to answer
+// (with a failure mode) before it gives up; timeout after start when ctx
+// has none; and not later than maxTimeout after start when maxTimeout is
+// positive.
+func callDeadline(ctx context.Context, start time.Time, timeout, maxTimeout time.Duration) time.Time {
 	dl := start.Add(timeout)
 	if cdl, ok := ctx.Deadline(); ok {
-		if left := start.Add(cdl.Sub(start) * 9 / 10); left.Before(dl) {
-			dl = left
-		}
+		dl = cdl.Add(-answerMargin(cdl.Sub(start)))
+	}
+	if maxTimeout > 0 && dl.Sub(start) > maxTimeout {
+		dl = start.Add(maxTimeout)
 	}
 	return dl
+}
+
+// answerMargin is how much of left, the time to a caller's deadline, a Take
+// leaves the caller: a tenth, but at least 5 ms (a quarter of a deadline
+// shorter than 20 ms). The margin pays for answering and for the answer's
+// way back, and on a busy machine for a few milliseconds of scheduling
+// delay, which a tenth of Envoy's default 20 ms would not cover. So 20 ms
+// gives the store 15 ms, 1 s gives it 900 ms. A deadline already passed
+// keeps nothing.
+func answerMargin(left time.Duration) time.Duration {
+	return max(left/10, min(left/4, 5*time.Millisecond))
 }
 
 // Ping checks that Redis answers, and loads the script so the first request
@@ -151,7 +178,7 @@ func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 // counts only the charges (window.Request.Charge). It writes one window.Result
 // per request into res (len(res) >= len(reqs)) and reports whether the
 // requests were allowed. now should be the time the replicas agree on (see
-// window.Clock); Redis's own clock only runs the TTLs. Errors wrap
+// Clock); Redis's own clock only runs the TTLs. Errors wrap
 // window.ErrStore; on a cluster they may be a *window.PartialError.
 func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
 	if len(reqs) == 0 {
@@ -167,7 +194,7 @@ func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, 
 func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result, info *callInfo) (bool, error) {
 	nowMs := now.UnixMilli()
 	res = res[:len(reqs)]
-	dl := callDeadline(ctx, time.Now(), s.timeout)
+	dl := callDeadline(ctx, time.Now(), s.timeout, s.maxTimeout)
 	var id uint16 // the one hash slot of reqs, on a cluster
 	if s.shards != nil {
 		var one bool

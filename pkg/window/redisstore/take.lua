@@ -83,6 +83,14 @@
 -- second. Neither is ever a shared key or in the short form: they are
 -- decided one command per use, exactly.
 --
+-- A REF counter (a fixed window in envoyproxy/ratelimit's key layout,
+-- window.Request.Reference; its ttl is in seconds) counts as that server
+-- does with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, so that both can
+-- share it during a migration: every decision that writes (any but a failed one) sends INCRBY and
+-- EXPIRE, the INCRBY of its hits when the request is allowed, when the
+-- counter itself has no room for them, or for a charge, else of 0. It is
+-- never a shared key or in the short form.
+--
 -- Strings from ARGV go to redis.call as they came where they can, and are
 -- converted to numbers once per call: Lua formats a number with printf and
 -- parses a string with strtod, each costing more than a table lookup.
@@ -97,6 +105,7 @@ local SLIDING = 4 -- estimate = previous * weight + current
 local CHARGE = 8  -- hits are counted even when the request is denied; never with REFUND
 local TOKEN = 16  -- a token bucket (GCRA); see the header for its values
 local LOG = 32    -- a sliding log; see the header for its values
+local REF = 64    -- envoyproxy/ratelimit's counting; see the header
 
 -- SPAN is window.MaxBucketSpan: the most a bucket's cost or its TAT's lead
 -- over now may be, in ns.
@@ -437,7 +446,7 @@ local function full(n, a, ki)
       end
       if c and p and not refund then
         local need = hits
-        if need < 1 then need = 1 end
+        if need < 1 and has(flags, SLIDING) then need = 1 end -- a fixed window checks past the limit
         local est = c + (pending[k] or 0)
         if has(flags, SLIDING) then est = p * tonumber(ARGV[b + WEIGHT]) + est end
         if est + need > tonumber(ARGV[b + LIMIT]) then o = 1 end
@@ -457,7 +466,12 @@ local function full(n, a, ki)
       local flags = tonumber(ARGV[b + FLAGS])
       local refund = has(flags, REFUND)
       local k = keyOf[i]
-      if hits > 0 and (status == 1 or has(flags, CHARGE)) then
+      if has(flags, REF) and not refund then
+        local add = ARGV[b + HITS]
+        if status ~= 1 and over[i] == 0 and not has(flags, CHARGE) then add = 0 end
+        cur[i] = redis.call('INCRBY', k, add)
+        redis.call('EXPIRE', k, ARGV[b + TTL])
+      elseif hits > 0 and (status == 1 or has(flags, CHARGE)) then
         if has(flags, TOKEN) then
           local e = countBucket(k, b, hits, empty[k], refund)
           empty[k], cur[i] = e, e

@@ -1,4 +1,4 @@
-package window_test
+package redisstore_test
 
 import (
 	"context"
@@ -77,12 +77,12 @@ func TestNewClockValidates(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		client *fakeTimer
-		opts   window.ClockOptions
+		opts   redisstore.ClockOptions
 	}{
-		{"nil client", nil, window.ClockOptions{}},
-		{"negative interval", &fakeTimer{}, window.ClockOptions{Interval: -time.Second}},
-		{"negative samples", &fakeTimer{}, window.ClockOptions{Samples: -1}},
-		{"negative warn", &fakeTimer{}, window.ClockOptions{WarnAbove: -time.Second}},
+		{"nil client", nil, redisstore.ClockOptions{}},
+		{"negative interval", &fakeTimer{}, redisstore.ClockOptions{Interval: -time.Second}},
+		{"negative samples", &fakeTimer{}, redisstore.ClockOptions{Samples: -1}},
+		{"negative warn", &fakeTimer{}, redisstore.ClockOptions{WarnAbove: -time.Second}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -92,7 +92,7 @@ func TestNewClockValidates(t *testing.T) {
 			if tt.client != nil {
 				client = tt.client
 			}
-			if _, err := window.NewClock(client, tt.opts); !errors.Is(err, window.ErrClock) {
+			if _, err := redisstore.NewClock(client, tt.opts); !errors.Is(err, redisstore.ErrClock) {
 				t.Errorf("NewClock = %v, want ErrClock", err)
 			}
 		})
@@ -111,7 +111,7 @@ func TestClockSyncPicksShortestRoundTrip(t *testing.T) {
 	f := &fakeTimer{replies: []any{server(90), server(201), server(305)}}
 	core, logs := observer.New(zapcore.DebugLevel)
 	var reported []time.Duration
-	c, err := window.NewClock(f, window.ClockOptions{
+	c, err := redisstore.NewClock(f, redisstore.ClockOptions{
 		Local:    localSeq(base, 0, 100, 200, 202, 300, 340, 1000),
 		Samples:  3,
 		Logger:   zap.New(core).Sugar(),
@@ -144,7 +144,7 @@ func TestClockSyncFailures(t *testing.T) {
 
 	t.Run("every sample fails", func(t *testing.T) {
 		t.Parallel()
-		c, err := window.NewClock(&fakeTimer{replies: []any{boom, boom}}, window.ClockOptions{Local: localSeq(base, 0), Samples: 2})
+		c, err := redisstore.NewClock(&fakeTimer{replies: []any{boom, boom}}, redisstore.ClockOptions{Local: localSeq(base, 0), Samples: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func TestClockSyncFailures(t *testing.T) {
 	t.Run("a second failure ends the sync", func(t *testing.T) {
 		t.Parallel()
 		f := &fakeTimer{replies: []any{boom, boom, base, base, base}}
-		c, err := window.NewClock(f, window.ClockOptions{Local: localSeq(base, 0), Samples: 5})
+		c, err := redisstore.NewClock(f, redisstore.ClockOptions{Local: localSeq(base, 0), Samples: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestClockSyncFailures(t *testing.T) {
 	t.Run("a failed sample is skipped", func(t *testing.T) {
 		t.Parallel()
 		f := &fakeTimer{replies: []any{boom, base.Add(-2*time.Second + 11*time.Millisecond)}}
-		c, err := window.NewClock(f, window.ClockOptions{Local: localSeq(base, 0, 1, 10, 12), Samples: 2, WarnAbove: 3 * time.Second})
+		c, err := redisstore.NewClock(f, redisstore.ClockOptions{Local: localSeq(base, 0, 1, 10, 12), Samples: 2, WarnAbove: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func TestClockSyncRealRedis(t *testing.T) {
 			t.Parallel()
 			var s atomic.Int64
 			s.Store(int64(skew))
-			c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t).Sugar()})
+			c, err := redisstore.NewClock(client, redisstore.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t).Sugar()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +228,7 @@ func TestClockRunResyncsAfterRestart(t *testing.T) {
 	var skew atomic.Int64
 	skew.Store(int64(4 * time.Second))
 	core, logs := observer.New(zapcore.InfoLevel)
-	c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&skew), Interval: 20 * time.Millisecond, Logger: zap.New(core).Sugar()})
+	c, err := redisstore.NewClock(client, redisstore.ClockOptions{Local: skewed(&skew), Interval: 20 * time.Millisecond, Logger: zap.New(core).Sugar()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,14 +279,14 @@ func TestClockTwoReplicasAgreeOnTheWindow(t *testing.T) {
 	type replica struct {
 		store *redisstore.Store
 		local func() time.Time
-		clock *window.Clock
+		clock *redisstore.Clock
 	}
 	var replicas []replica
 	for _, skew := range []time.Duration{3 * time.Second, -2 * time.Second} {
 		var s atomic.Int64
 		s.Store(int64(skew))
 		client := srv.Client(t)
-		c, err := window.NewClock(client, window.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t).Sugar()})
+		c, err := redisstore.NewClock(client, redisstore.ClockOptions{Local: skewed(&s), Logger: zaptest.NewLogger(t).Sugar()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,5 +345,61 @@ func TestClockTwoReplicasAgreeOnTheWindow(t *testing.T) {
 	}
 	if uncorrected <= limit {
 		t.Errorf("without the clock the replicas admitted %d, want more than the limit %d (else the test shows nothing)", uncorrected, limit)
+	}
+}
+
+// TestClockAsksOneNode syncs a Clock over each topology's client, as the
+// sidecar makes it, and checks that every TIME went to one master: behind
+// Sentinel the master, not its replica; on a cluster one master of three,
+// where go-redis alone would send a keyless TIME to the shards in turn.
+func TestClockAsksOneNode(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		start func(t *testing.T) (client redis.UniversalClient, nodes []*redistest.Server)
+	}{
+		{"single", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			srv := redistest.Start(t)
+			return srv.Client(t), []*redistest.Server{srv}
+		}},
+		{"sentinel", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			s := redistest.StartSentinel(t)
+			return s.FailoverClient(t), []*redistest.Server{s.Master, s.Replica}
+		}},
+		{"cluster", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			c := redistest.StartCluster(t, 3)
+			return c.Client(t), []*redistest.Server{c.Node(0), c.Node(1), c.Node(2)}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			client, nodes := tt.start(t)
+			c, err := redisstore.NewClock(client, redisstore.ClockOptions{Logger: zaptest.NewLogger(t).Sugar()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Sync(ctx); err != nil {
+				t.Fatalf("Sync: %v", err)
+			}
+			if d := time.Until(c.Now()); abs(d) > tolerance {
+				t.Errorf("Now() - time.Now() = %v, want within %v", d, tolerance)
+			}
+			var calls []int64
+			asked := 0
+			for _, n := range nodes {
+				st, err := n.CommandStats(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls = append(calls, st["time"])
+				if st["time"] > 0 {
+					asked++
+				}
+			}
+			if asked != 1 || (calls[0] == 0 && tt.name != "cluster") {
+				t.Errorf("TIME calls per node = %v, want all on one (the master, listed first, unless a cluster)", calls)
+			}
+		})
 	}
 }

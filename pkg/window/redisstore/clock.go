@@ -1,4 +1,4 @@
-package window
+package redisstore
 
 import (
 	"context"
@@ -8,11 +8,37 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// timer is the part of a go-redis client that Clock uses.
+// timer is the part of a go-redis client that Clock uses. A
+// redis.UniversalClient (*redis.Client, a Sentinel failover client or a
+// *redis.ClusterClient) has it; NewClock wraps a cluster client in
+// clusterTime.
 type timer interface {
 	Time(ctx context.Context) *redis.TimeCmd
+}
+
+// clockKey names the Redis Cluster slot whose master every replica asks for
+// the time.
+const clockKey = "ratelimit-clock"
+
+// clusterTime sends TIME to the master of clockKey's slot. go-redis would
+// send a keyless TIME to the shards in turn, so replicas would each follow a
+// mix of nodes and agree only to within the nodes' own skew; asking one node
+// makes them agree with it, and a failover moves them all to the new master
+// (the master is looked up on every call).
+type clusterTime struct{ c *redis.ClusterClient }
+
+func (ct clusterTime) Time(ctx context.Context) *redis.TimeCmd {
+	node, err := ct.c.MasterForKey(ctx, clockKey)
+	if err != nil {
+		cmd := redis.NewTimeCmd(ctx, "time")
+		cmd.SetErr(err)
+		return cmd
+	}
+	return node.Time(ctx)
 }
 
 // Logger is the part of a structured logger that Clock logs through: a
@@ -63,7 +89,7 @@ const (
 )
 
 // ErrClock reports bad ClockOptions.
-var ErrClock = errors.New("window: clock")
+var ErrClock = errors.New("redisstore: clock")
 
 // Clock is the time every replica of a service agrees on: the Redis
 // server's clock, read through the local clock plus a measured offset.
@@ -76,10 +102,10 @@ var ErrClock = errors.New("window: clock")
 // halfway through it, so the error is at most half that round trip (well
 // under a millisecond on a LAN; Redis reports microseconds). Between syncs
 // the local clock's rate is trusted; ordinary drift (tens of ppm) moves it by
-// about a millisecond per 30 s interval. A go-redis cluster client sends a
-// keyless TIME to the shards in turn, so for Redis Cluster pass a client that
-// always asks one node (the master of a fixed slot, say), or the
-// replicas agree only to within the nodes' own skew.
+// about a millisecond per 30 s interval. On a single node or behind
+// Sentinel the time is the master's; on Redis Cluster it is that of the
+// master of one fixed slot (see clusterTime), so that every replica reads
+// the same node's clock.
 //
 // The zero Clock is not usable; call NewClock. Before the first successful
 // sync the offset is zero, so Now is the local clock. A Clock is safe for
@@ -91,11 +117,16 @@ type Clock struct {
 	synced atomic.Bool  // some Sync has succeeded
 }
 
-// NewClock returns a Clock over client (a *redis.Client, or anything with
-// Time; see Clock for Redis Cluster). It fails for a nil client or negative options.
+// NewClock returns a Clock over client: a *redis.Client (one node or a
+// Sentinel failover client), a *redis.ClusterClient, whose TIME then goes to
+// one master (see Clock), or anything else with Time. It fails for a nil
+// client or negative options.
 func NewClock(client timer, opts ClockOptions) (*Clock, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrClock)
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		client = clusterTime{cc}
 	}
 	if opts.Interval < 0 || opts.Samples < 0 || opts.WarnAbove < 0 {
 		return nil, fmt.Errorf("%w: negative Interval, Samples or WarnAbove", ErrClock)
@@ -170,7 +201,7 @@ func (c *Clock) Sync(ctx context.Context) error {
 		if lastErr == nil {
 			lastErr = errors.New("local clock went backwards in every sample")
 		}
-		return fmt.Errorf("%w: time: %w", ErrStore, lastErr)
+		return fmt.Errorf("%w: time: %w", window.ErrStore, lastErr)
 	}
 	c.offset.Store(int64(best))
 	c.synced.Store(true)

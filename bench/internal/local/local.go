@@ -1,0 +1,53 @@
+// Package local holds what the harness and the fault runs need to start
+// servers on loopback and read them: free ports and an HTTP GET.
+package local
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+)
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment
+// ago: all n are held open until the last is picked. Another process could
+// take one before the child binds it; on a benchmark machine that is not
+// worth more machinery.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+// Addr is "127.0.0.1:port".
+func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// Get returns the body of url, or an error for any status but 200.
+func Get(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,45 @@
+package window_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/codecheck"
+)
+
+// forbidden are the import paths, by prefix, that pkg/window must not reach
+// even indirectly: it is window arithmetic and keys, and the Redis client,
+// the logger and the Envoy and gRPC types belong to the packages that use it.
+var forbidden = []string{
+	"github.com/redis/go-redis/",
+	"go.uber.org/zap",
+	"google.golang.org/grpc",
+	"github.com/envoyproxy/",
+}
+
+// TestImportsNoClientOrLogger keeps pkg/window free of go-redis, zap, gRPC
+// and Envoy. The Redis clock lives in redisstore for this reason; the
+// redisstore case checks that the check sees such a dependency at all.
+func TestImportsNoClientOrLogger(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		pkg  string
+		want bool // some forbidden package is among its deps
+	}{
+		{".", false},
+		{"./redisstore", true},
+	} {
+		got, err := codecheck.Reaches(tt.pkg, func(p string) bool {
+			return slices.ContainsFunc(forbidden, func(f string) bool {
+				return strings.HasPrefix(p, f) || p == strings.TrimSuffix(f, "/")
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (len(got) > 0) != tt.want {
+			t.Errorf("go list -deps %s reaches %v; want forbidden packages: %v", tt.pkg, got, tt.want)
+		}
+	}
+}
