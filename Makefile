@@ -10,7 +10,7 @@ export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -tags=vtprotobuf)
 # the service's requires no charting library). go.work joins them, but ./... stops at a nested module.
 PKGS = ./... ./bench/...
 
-.PHONY: run test deps build lint unit e2e fuzz bench capacity faults soak
+.PHONY: run test deps build lint unit e2e real compose k8s fuzz bench capacity faults soak
 
 # Run the sidecar on the embedded in-memory store with the example rules.
 run:
@@ -18,7 +18,7 @@ run:
 
 # Everything CI runs: installs redis and Envoy when missing, builds, lints,
 # and runs every test (unit, real redis-server, real Envoy) under -race.
-test: deps build lint unit e2e
+test: deps build lint unit e2e real
 
 deps:
 	scripts/deps.sh
@@ -36,6 +36,8 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) vet -tags compose ./test/compose/
+	$(GO) vet -tags k8s ./test/k8s/
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) test -count=1 ./internal/codecheck/
 
@@ -44,6 +46,20 @@ unit:
 
 e2e:
 	$(GO) test -race -count=1 -timeout 10m -tags e2e ./test/e2e/
+
+# The deployment files run for real (docs/deployment.md): docker-compose.yml under podman-compose, then
+# deploy/k8s on a real single-node Kubernetes (scripts/k8s.sh). Each installs and starts what it needs and
+# removes it: iptables chains podman's CNI plugins add are deleted again, and the cluster goes down even when
+# a test fails, ending with `scripts/k8s.sh check` (the host is as it was).
+real: compose k8s
+
+compose:
+	scripts/images.sh
+	scripts/iptables-chains.sh run $(GO) test -count=1 -timeout 10m -tags compose ./test/compose/
+
+k8s:
+	scripts/k8s.sh up
+	scripts/k8s.sh exec $(GO) test -count=1 -timeout 20m -tags k8s -v ./test/k8s/; rc=$$?; scripts/k8s.sh down && exit $$rc
 
 # Each fuzz target for FUZZTIME (default 20s); new crashers land in testdata/fuzz.
 FUZZTIME ?= 20s

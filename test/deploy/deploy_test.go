@@ -33,6 +33,10 @@ const (
 	envoyConfigMap   = "envoy-config"    // carries deploy/envoy.yaml
 	rulesConfigMap   = "ratelimit-rules" // carries deploy/rules/edge.yaml
 	udsSocketPath    = "/var/run/ratelimit/rls.sock"
+	appContainer     = "app"
+	sidecarGRPCPort  = "rls-grpc" // the sidecar's container port names
+	sidecarHTTPPort  = "rls-http"
+	livenessPath     = "/healthz" // the sidecar's GET that answers while the process serves, Redis or not
 )
 
 // Files, relative to the repository root.
@@ -42,6 +46,7 @@ const (
 	envoyComposeFile = "deploy/envoy-compose.yaml"
 	rulesFile        = "deploy/rules/edge.yaml"
 	k8sDir           = "deploy/k8s"
+	overlayDir       = "deploy/k8s-client-address"
 	composeFile      = "docker-compose.yml"
 	envoyScript      = "scripts/envoy.sh"
 )
@@ -55,6 +60,7 @@ type bundle struct {
 	configMaps    map[string]*corev1.ConfigMap
 	statefulSets  map[string]*appsv1.StatefulSet
 	pdbs          []*policyv1.PodDisruptionBudget
+	overlay       overlay // deploy/k8s-client-address
 
 	envoyRaw, rulesRaw []byte
 	envoy              map[string]*bootstrapv3.Bootstrap // by file
@@ -134,6 +140,16 @@ func load(t *testing.T) *bundle {
 		t.Fatalf("%s: no ENVOY_VERSION=x.y.z line", envoyScript)
 	}
 	b.envoyVersion = string(m[1])
+	if err := decodeStrict(readFile(t, root, overlayDir+"/kustomization.yaml"), &b.overlay.kustomization); err != nil {
+		t.Fatalf("%s: %v", overlayDir, err)
+	}
+	for _, p := range b.overlay.kustomization.Patches {
+		var svc corev1.Service
+		if err := decodeStrict(readFile(t, root, overlayDir+"/"+p.Path), &svc); err != nil {
+			t.Fatalf("%s/%s: %v", overlayDir, p.Path, err)
+		}
+		b.overlay.services = append(b.overlay.services, &svc)
+	}
 	return b
 }
 
@@ -150,6 +166,9 @@ var checks = []struct {
 	{"configmaps", checkConfigMaps},
 	{"envoy container", checkEnvoyContainer},
 	{"service and pdb", checkServiceAndPDB},
+	{"port names", checkPortNames},
+	{"drain", checkDrain},
+	{"client address overlay", checkClientAddressOverlay},
 	{"redis", checkRedis},
 	{"ratelimit filter", checkRateLimitFilter},
 	{"descriptor shapes", checkDescriptorShapes},

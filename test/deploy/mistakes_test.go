@@ -85,7 +85,15 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"grpc-addr moved by env", checkSidecarPorts, func(b *bundle) {
 			sidecar(b).Env = append(sidecar(b).Env, corev1.EnvVar{Name: "RLS_GRPC_ADDR", Value: ":9090"})
 		}},
-		{"liveness probe on another port", checkSidecarPorts, func(b *bundle) { sidecar(b).LivenessProbe.GRPC.Port = 8082 }},
+		{"liveness probe on another port", checkSidecarPorts, func(b *bundle) { sidecar(b).LivenessProbe.HTTPGet.Port = intstr.FromInt32(8081) }},
+		{"liveness probe follows redis", checkSidecarPorts, func(b *bundle) {
+			sidecar(b).LivenessProbe.HTTPGet = nil
+			sidecar(b).LivenessProbe.GRPC = &corev1.GRPCAction{Port: 8081}
+		}},
+		{"readiness probe follows redis", checkSidecarPorts, func(b *bundle) {
+			sidecar(b).ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString(sidecarHTTPPort)}}}
+		}},
+		{"no liveness probe", checkSidecarPorts, func(b *bundle) { sidecar(b).LivenessProbe = nil }},
 		{"http port off", checkSidecarPorts, func(b *bundle) { sidecar(b).Args = append(sidecar(b).Args, "-http-addr=:9000") }},
 		{"http port on envoy's", checkSidecarPorts, func(b *bundle) {
 			sidecar(b).Args = append(sidecar(b).Args, "-http-addr=:8080")
@@ -106,7 +114,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"rules edited, ConfigMap not", checkConfigMaps, func(b *bundle) { b.rulesRaw = bytes.Replace(b.rulesRaw, []byte("100"), []byte("101"), 1) }},
 		{"envoy image drifts", checkEnvoyContainer, func(b *bundle) { envoy(b).Image = "envoyproxy/envoy:v1.39.0" }},
 		{"envoy config path wrong", checkEnvoyContainer, func(b *bundle) { envoy(b).Args[1] = "/etc/envoy.yaml" }},
-		{"readiness on the ingress port", checkEnvoyContainer, func(b *bundle) { envoy(b).ReadinessProbe.HTTPGet.Port = intstr.FromString("http") }},
+		{"readiness on the ingress port", checkEnvoyContainer, func(b *bundle) { envoy(b).ReadinessProbe.HTTPGet.Port = intstr.FromString("envoy-http") }},
 		{"preStop sleeps past the grace period", checkEnvoyContainer, func(b *bundle) {
 			g := int64(10)
 			b.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds = &g
@@ -116,6 +124,32 @@ func TestChecksCatchMistakes(t *testing.T) {
 		}},
 		{"service targets the app", checkServiceAndPDB, func(b *bundle) {
 			b.services[b.deployment.Name].Spec.Ports[0].TargetPort = intstr.FromInt32(8000)
+		}},
+		{"service targets a sidecar's port by name", checkServiceAndPDB, func(b *bundle) {
+			// Resolves on 1.32+, but before 1.32 the EndpointSlice has no ports.
+			b.services[b.deployment.Name].Spec.Ports[0].TargetPort = intstr.FromString("envoy-http")
+		}},
+		{"service's port name also the sidecar's", checkServiceAndPDB, func(b *bundle) {
+			// The shape the first real run found: 1.32+ picks the ratelimit sidecar's port.
+			sidecar(b).Ports[1].Name = "http"
+			envoy(b).Ports[0].Name = "http"
+			b.services[b.deployment.Name].Spec.Ports[0].TargetPort = intstr.FromString("http")
+		}},
+		{"overlay keeps the cluster policy", checkClientAddressOverlay, func(b *bundle) {
+			b.overlay.services[0].Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+		}},
+		{"port name in two containers", checkPortNames, func(b *bundle) { sidecar(b).Ports[1].Name = envoy(b).Ports[0].Name }},
+		{"app stops at once", checkDrain, func(b *bundle) {
+			_, app := container(b.deployment.Spec.Template.Spec.Containers, appContainer)
+			app.Lifecycle = nil
+		}},
+		{"app stops before envoy drained", checkDrain, func(b *bundle) {
+			_, app := container(b.deployment.Spec.Template.Spec.Containers, appContainer)
+			app.Lifecycle.PreStop.Sleep.Seconds = 10
+		}},
+		{"grace period shorter than the app's drain", checkDrain, func(b *bundle) {
+			g := int64(25)
+			b.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds = &g
 		}},
 		{"pdb selects nothing", checkServiceAndPDB, func(b *bundle) {
 			b.pdbs[0].Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "other"}

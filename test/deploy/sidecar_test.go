@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -76,11 +77,11 @@ func checkSidecarPorts(b *bundle) error {
 	if err != nil {
 		return fmt.Errorf("container %s: -http-addr: %w", s.Name, err)
 	}
-	if p, err := containerPort(s, "grpc"); err != nil || p != grpcPort {
-		errs = append(errs, fmt.Errorf("container %s: port grpc = %d (%v), want -grpc-addr's %d", s.Name, p, err, grpcPort))
+	if p, err := containerPort(s, sidecarGRPCPort); err != nil || p != grpcPort {
+		errs = append(errs, fmt.Errorf("container %s: port %s = %d (%v), want -grpc-addr's %d", s.Name, sidecarGRPCPort, p, err, grpcPort))
 	}
-	if p, err := containerPort(s, "http"); err != nil || p != httpPort {
-		errs = append(errs, fmt.Errorf("container %s: port http = %d (%v), want -http-addr's %d", s.Name, p, err, httpPort))
+	if p, err := containerPort(s, sidecarHTTPPort); err != nil || p != httpPort {
+		errs = append(errs, fmt.Errorf("container %s: port %s = %d (%v), want -http-addr's %d", s.Name, sidecarHTTPPort, p, err, httpPort))
 	}
 	// Envoy's listeners share the pod's network with the sidecar.
 	for _, l := range b.envoy[envoyFile].GetStaticResources().GetListeners() {
@@ -88,16 +89,7 @@ func checkSidecarPorts(b *bundle) error {
 			errs = append(errs, fmt.Errorf("container %s: port %d is also %s's listener %s in the same pod", s.Name, p, envoyFile, l.GetName()))
 		}
 	}
-	for name, p := range map[string]*corev1.Probe{"startupProbe": s.StartupProbe, "readinessProbe": s.ReadinessProbe, "livenessProbe": s.LivenessProbe} {
-		switch {
-		case p == nil:
-			errs = append(errs, fmt.Errorf("container %s: no %s", s.Name, name))
-		case p.GRPC == nil:
-			errs = append(errs, fmt.Errorf("container %s: %s is not a gRPC probe", s.Name, name))
-		case p.GRPC.Port != grpcPort:
-			errs = append(errs, fmt.Errorf("container %s: %s grpc.port = %d, want -grpc-addr's %d", s.Name, name, p.GRPC.Port, grpcPort))
-		}
-	}
+	errs = append(errs, checkSidecarProbes(s, grpcPort, httpPort))
 	// Envoy in the same pod dials the sidecar's gRPC port on loopback.
 	c, err := b.cluster(envoyFile, rlsCluster)
 	if err != nil {
@@ -199,4 +191,41 @@ func checkRedisURL(b *bundle) error {
 		}
 	}
 	return fmt.Errorf("container %s: redis URL port %q is not a port of Service %s", s.Name, u.Port(), svc.Name)
+}
+
+// checkSidecarProbes requires a startup and a liveness probe, and that every probe of the sidecar asks whether
+// the process serves, never whether Redis answers: GET /healthz on -http-addr, or a TCP connect to either
+// port. gRPC health and GET /readyz or /healthcheck turn NOT_SERVING while Redis is unreachable, and a probe on
+// them turns a Redis outage into restarts (liveness) and an edge outage (readiness, which gates Envoy's pod).
+func checkSidecarProbes(s *corev1.Container, grpcPort, httpPort int32) error {
+	var errs []error
+	probes := map[string]*corev1.Probe{"startupProbe": s.StartupProbe, "readinessProbe": s.ReadinessProbe, "livenessProbe": s.LivenessProbe}
+	for _, name := range slices.Sorted(maps.Keys(probes)) {
+		p := probes[name]
+		if p == nil {
+			if name != "readinessProbe" { // without one the container is ready once started
+				errs = append(errs, fmt.Errorf("container %s: no %s", s.Name, name))
+			}
+			continue
+		}
+		switch {
+		case p.GRPC != nil:
+			errs = append(errs, fmt.Errorf("container %s: %s is a gRPC health probe, which is NOT_SERVING while Redis is down", s.Name, name))
+		case p.HTTPGet != nil:
+			port, err := resolvePort(s, p.HTTPGet.Port)
+			if err != nil || port != httpPort {
+				errs = append(errs, fmt.Errorf("container %s: %s port %s = %d (%v), want -http-addr's %d", s.Name, name, p.HTTPGet.Port.String(), port, err, httpPort))
+			}
+			if p.HTTPGet.Path != livenessPath {
+				errs = append(errs, fmt.Errorf("container %s: %s GET %s, want %s (the others follow Redis)", s.Name, name, p.HTTPGet.Path, livenessPath))
+			}
+		case p.TCPSocket != nil:
+			if port, err := resolvePort(s, p.TCPSocket.Port); err != nil || (port != httpPort && port != grpcPort) {
+				errs = append(errs, fmt.Errorf("container %s: %s tcpSocket port %s = %d (%v), want -grpc-addr's %d or -http-addr's %d", s.Name, name, p.TCPSocket.Port.String(), port, err, grpcPort, httpPort))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("container %s: %s is neither httpGet nor tcpSocket", s.Name, name))
+		}
+	}
+	return errors.Join(errs...)
 }
