@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
