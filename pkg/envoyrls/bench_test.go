@@ -211,7 +211,7 @@ type takeCounter struct {
 	calls atomic.Int64
 }
 
-func (c *takeCounter) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (c *takeCounter) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	c.calls.Add(1)
 	return c.Store.Take(ctx, now, reqs, res)
 }

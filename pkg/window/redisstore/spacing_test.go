@@ -82,7 +82,7 @@ func takeAsync(s *Store, key string) (wait func() error) {
 	var err error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err = s.Take(context.Background(), storetest.T0, []window.Request{storetest.Req(key, 100, 1)}, make([]window.Result, 1))
+		_, err = s.Take(context.Background(), storetest.T0, []window.Counter{storetest.Req(key, 100, 1)}, make([]window.Result, 1))
 	})
 	return func() error { wg.Wait(); return err }
 }
