@@ -113,7 +113,7 @@ func algorithms(t *testing.T) []algorithm {
 	store := func(a window.Algorithm, burst uint64) func() func(int64) bool {
 		return func() func(int64) bool {
 			m := window.NewMemory()
-			reqs := []window.Request{{Key: "sim:{k}", Limit: simLimit, Size: simSize * time.Millisecond, Hits: 1, Algorithm: a, Burst: burst}}
+			reqs := []window.Counter{{Key: "sim:{k}", Limit: simLimit, Size: simSize * time.Millisecond, Hits: 1, Algorithm: a, Burst: burst}}
 			res := make([]window.Result, 1)
 			return func(ms int64) bool {
 				ok, err := m.Take(context.Background(), time.UnixMilli(simStart+ms), reqs, res)

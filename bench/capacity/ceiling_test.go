@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -62,11 +62,11 @@ func BenchmarkShardCeiling(b *testing.B) {
 			b.SetParallelism(64)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				reqs := make([]window.Request, 1)
+				reqs := make([]window.Counter, 1)
 				res := make([]window.Result, 1)
 				for pb.Next() {
 					i := next.Add(1)
-					reqs[0] = window.Request{Key: keys[i%int64(len(keys))], Limit: 1e9, Size: time.Second, Hits: 1,
+					reqs[0] = window.Counter{Key: keys[i%int64(len(keys))], Limit: 1e9, Size: time.Second, Hits: 1,
 						Algorithm: bc.alg}
 					if _, err := store.Take(ctx, time.Now(), reqs, res); err != nil {
 						b.Error(err)

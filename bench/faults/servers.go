@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 )
 
 // Rules is the rules file both servers read (envoyproxy/ratelimit's
@@ -34,7 +34,7 @@ type Server struct {
 	Name    string
 	Addr    string // gRPC
 	Metrics string // URL of its Prometheus metrics; "" when none
-	p       *proc.Process
+	p       *proctest.Process
 	log     string // the file its output goes to, when it goes to a file
 }
 
@@ -79,7 +79,7 @@ func StartSidecarArgs(ctx context.Context, bin string, log io.Writer, args ...st
 	}
 	grpcAddr, httpAddr := local.Addr(ports[0]), local.Addr(ports[1])
 	args = append([]string{"-grpc-addr", grpcAddr, "-http-addr", httpAddr, "-key-prefix", "faults:"}, args...)
-	p, err := proc.Start(proc.Options{Name: "ratelimit-sidecar", Path: bin, Args: args, Env: os.Environ(), Stdout: log, Stderr: log})
+	p, err := proctest.Start(proctest.Options{Name: "ratelimit-sidecar", Path: bin, Args: args, Env: os.Environ(), Stdout: log, Stderr: log})
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func StartReferenceEnv(ctx context.Context, bin, root string, log io.Writer, red
 		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+local.Addr(ports[3]),
 		"LOG_LEVEL=warn", "LOG_FORMAT=json")
 	env = append(env, redisEnv...)
-	p, err := proc.Start(proc.Options{Name: "envoyproxy/ratelimit", Path: bin, Env: env, Stdout: log, Stderr: log})
+	p, err := proctest.Start(proctest.Options{Name: "envoyproxy/ratelimit", Path: bin, Env: env, Stdout: log, Stderr: log})
 	if err != nil {
 		return nil, err
 	}

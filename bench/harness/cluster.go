@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // clusterMasters is the size of scenario cl's Redis Cluster: the fewest masters redis-cli --cluster create

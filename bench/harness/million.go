@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 )
 
 // keySpaceLoad is the load of the key-space scenarios (million, million-sliding): -million-keys tenants whose
@@ -96,8 +96,8 @@ func probeKeySpace(ctx context.Context, pid int) *keySpaceProbe {
 }
 
 // marking wraps a sampler so that the probe learns when the load generator's marks came.
-func (p *keySpaceProbe) marking(snap func(*proc.Process) sample) func(*proc.Process) sample {
-	return func(lg *proc.Process) sample {
+func (p *keySpaceProbe) marking(snap func(*proctest.Process) sample) func(*proctest.Process) sample {
+	return func(lg *proctest.Process) sample {
 		s := snap(lg)
 		if lg != nil {
 			p.mu.Lock()

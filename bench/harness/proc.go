@@ -12,18 +12,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 )
 
 // startProc starts bin with args and env added to the harness's environment (later entries win); its stdout
 // goes to stdout (or the log when nil), its stderr to the log. Children get their own process group, so a ^C
 // at the terminal reaches the harness alone and it stops them in order, and die with the harness if it is
 // killed outright.
-func startProc(name string, log io.Writer, stdout io.Writer, env []string, bin string, args ...string) (*proc.Process, error) {
+func startProc(name string, log io.Writer, stdout io.Writer, env []string, bin string, args ...string) (*proctest.Process, error) {
 	if stdout == nil {
 		stdout = log
 	}
-	return proc.Start(proc.Options{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
+	return proctest.Start(proctest.Options{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
 		Stdout: stdout, Stderr: log})
 }
 
@@ -68,7 +68,7 @@ func clockTicks(ctx context.Context) float64 {
 
 // waitListening reads the child's stdout until its "listening on ADDR" line and returns ADDR; the rest of the
 // output goes to log.
-func waitListening(ctx context.Context, p *proc.Process, out io.Reader, log io.Writer, timeout time.Duration) (string, error) {
+func waitListening(ctx context.Context, p *proctest.Process, out io.Reader, log io.Writer, timeout time.Duration) (string, error) {
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -96,7 +96,7 @@ func waitListening(ctx context.Context, p *proc.Process, out io.Reader, log io.W
 }
 
 // waitReady polls url until it answers 200.
-func waitReady(ctx context.Context, p *proc.Process, url string, timeout time.Duration) error {
+func waitReady(ctx context.Context, p *proctest.Process, url string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}

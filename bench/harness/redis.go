@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // redisServer is the harness's own redis-server: nothing else uses it, so its counters are the sidecar's doing

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 )
 
 // roundTripsMetric is the sidecar's counter of store round trips (one per pipeline or script call).
@@ -156,8 +156,8 @@ func (b *bench) loadgenArgs(sc scenario, t target) []string {
 
 // sampler returns a function that samples the counters of t, of the load generator lg when not nil, and of
 // the Redis processes nodes (none when empty).
-func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.Writer) func(lg *proc.Process) sample {
-	return func(lg *proc.Process) sample {
+func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.Writer) func(lg *proctest.Process) sample {
+	return func(lg *proctest.Process) sample {
 		var s sample
 		if t.pid != 0 {
 			if v, err := cpuTicks(t.pid); err == nil {
@@ -191,7 +191,7 @@ func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.
 
 // load runs the load generator with args, samples the counters with snap at its "mark start" and "mark end"
 // lines (the measured interval), and returns its report and the two samples. Its other stderr lines go to log.
-func (b *bench) load(ctx context.Context, args []string, log io.Writer, snap func(*proc.Process) sample) (
+func (b *bench) load(ctx context.Context, args []string, log io.Writer, snap func(*proctest.Process) sample) (
 	l *result.Load, start, end sample, err error) {
 	var stdout bytes.Buffer
 	stderrR, stderrW := io.Pipe()

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/race"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/racetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/sidecartest"
 )
 
 // startTimeout bounds how long a sidecar may take to log "serving".
@@ -145,7 +145,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "ratelimit-sidecar")
-		out, err := exec.Command("go", race.BuildArgs("-o", binPath, ".")...).CombinedOutput()
+		out, err := exec.Command("go", racetest.BuildArgs("-o", binPath, ".")...).CombinedOutput()
 		if err != nil {
 			binErr = err
 			binPath = string(out)

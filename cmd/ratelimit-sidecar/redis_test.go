@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -249,10 +249,10 @@ func TestRedisStoreOverCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.UnixMilli(1_763_800_020_000)
-	var reqs []window.Request
+	var reqs []window.Counter
 	for _, d := range []string{"a", "b", "c", "d"} {
 		key := window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "rl", "edge"), "k", d))
-		reqs = append(reqs, window.Request{Key: string(key), Limit: 2, Size: time.Minute, Hits: 1})
+		reqs = append(reqs, window.Counter{Key: string(key), Limit: 2, Size: time.Minute, Hits: 1})
 	}
 	for i, want := range []bool{true, true, false} {
 		ok, err := store.Store.Take(ctx, now, reqs, make([]window.Result, len(reqs)))
@@ -292,7 +292,7 @@ func TestRedisStoreLayers(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := string(window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "rl", "edge"), "k", strings.Join(tt.args, ""))))
-		r := []window.Request{{Key: key, Limit: 1, Size: time.Minute, Hits: 1}}
+		r := []window.Counter{{Key: key, Limit: 1, Size: time.Minute, Hits: 1}}
 		before := store.RoundTrips()
 		for i, want := range []bool{true, false, false} {
 			ok, err := store.Store.Take(ctx, time.UnixMilli(1_763_800_020_000), r, make([]window.Result, 1))

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/sidecartest"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 

@@ -17,13 +17,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // process is the built binary running as a child.
 type process struct {
-	*proc.Process
+	*proctest.Process
 	log                *logBuffer
 	grpcAddr, httpAddr string
 }
@@ -34,7 +34,7 @@ func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
 	p := &process{log: &logBuffer{}}
 	var err error
-	p.Process, err = proc.Start(proc.Options{Path: binary(t), Args: args, Env: []string{}, Stdout: io.Discard, Stderr: p.log})
+	p.Process, err = proctest.Start(proctest.Options{Path: binary(t), Args: args, Env: []string{}, Stdout: io.Discard, Stderr: p.log})
 	if err != nil {
 		t.Fatal(err)
 	}

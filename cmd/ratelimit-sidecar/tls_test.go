@@ -22,9 +22,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/tlstest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tlsconfig"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tlstest"
 )
 
 // rateLimitSAN is a name of the sidecar's certificate, as Envoy Gateway

@@ -11,8 +11,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlptest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/otlptest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // envoyTraceparent is a sampled W3C trace context, as Envoy's tracer sends.

@@ -16,7 +16,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xds/xdstest"
 )
 

@@ -25,7 +25,7 @@ var AlgorithmFiles = []string{
 	"pkg/window/log.go",
 	"pkg/window/redisstore/algorithms.go",
 	"pkg/rules/algorithm.go",
-	"internal/storetest/guarantee.go",
+	"internal/testutil/storetest/guarantee.go",
 }
 
 // algorithmNames are window.Algorithm's constants.

@@ -198,7 +198,7 @@ func TestAlgorithmBranches(t *testing.T) {
 	t.Parallel()
 	src := `package p
 
-func f(a, b Algorithm, r *window.Request) bool {
+func f(a, b Algorithm, r *window.Counter) bool {
 	switch r.Algorithm {
 	case window.TokenBucket, window.SlidingLog:
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/sidecartest"
 )
 
 func TestListen(t *testing.T) {

@@ -280,7 +280,7 @@ func TestReferenceMetrics(t *testing.T) {
 // failingStore fails every call.
 type failingStore struct{}
 
-func (failingStore) Take(context.Context, time.Time, []window.Request, []window.Result) (bool, error) {
+func (failingStore) Take(context.Context, time.Time, []window.Counter, []window.Result) (bool, error) {
 	return false, window.ErrStore
 }
 func (failingStore) Ping(context.Context) error { return window.ErrStore }

@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tlstest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/tlstest"
 )
 
 // TestClient runs the xDS client's credentials against a server with mutual

@@ -19,7 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tlstest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/tlstest"
 )
 
 // serveHealth serves gRPC health on a loopback port with creds until the

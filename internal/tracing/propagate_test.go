@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlptest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/otlptest"
 )
 
 // A B3 trace, as Envoy's Zipkin tracer sends it.

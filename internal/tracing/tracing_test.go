@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlptest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/otlptest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"

@@ -15,7 +15,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
@@ -211,7 +211,7 @@ type takeCounter struct {
 	calls atomic.Int64
 }
 
-func (c *takeCounter) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (c *takeCounter) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	c.calls.Add(1)
 	return c.Store.Take(ctx, now, reqs, res)
 }

@@ -9,7 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -130,7 +130,7 @@ func counter(t *testing.T, f *fixture, s window.Store, domain string, d *rlv3.Ra
 	key := f.srv.keyOf(domain, d, l[0])
 	res := make([]window.Result, 1)
 	now := time.UnixMilli(f.now.Load())
-	if _, err := s.Take(context.Background(), now, []window.Request{{Key: key, Limit: uint64(limit), Size: time.Hour}}, res); err != nil {
+	if _, err := s.Take(context.Background(), now, []window.Counter{{Key: key, Limit: uint64(limit), Size: time.Hour}}, res); err != nil {
 		t.Fatalf("reading counter %q: %v", key, err)
 	}
 	return res[0].Count

@@ -11,7 +11,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -67,7 +67,7 @@ func memoryGet(m *window.Memory) func(t *testing.T, c counterAt) uint64 {
 	return func(t *testing.T, c counterAt) uint64 {
 		t.Helper()
 		res := make([]window.Result, 1)
-		req := []window.Request{{Key: c.key, Limit: 1, Size: time.Duration(c.w.Size) * time.Millisecond, Shadow: true}}
+		req := []window.Counter{{Key: c.key, Limit: 1, Size: time.Duration(c.w.Size) * time.Millisecond, Shadow: true}}
 		if _, err := m.Take(context.Background(), time.UnixMilli(c.w.Start), req, res); err != nil {
 			t.Fatalf("reading %q: %v", c.key, err)
 		}
@@ -224,7 +224,7 @@ func TestDescriptorKeysShareAllocation(t *testing.T) {
 		for _, l := range f.srv.Rules().Domain("edge").Match(d.Entries) {
 			c.limits, c.owner = append(c.limits, l), append(c.owner, 0)
 			c.slot = append(c.slot, len(c.reqs))
-			c.reqs = append(c.reqs, window.Request{})
+			c.reqs = append(c.reqs, window.Counter{})
 		}
 		return testing.AllocsPerRun(100, func() { f.srv.setKeys(req, c) }), len(c.reqs)
 	}

@@ -83,7 +83,7 @@ func (s *Server) appendKeyHead(dst []byte, domain string, entries []*rlv3.RateLi
 // ReferenceKeys gives the limits that envoyproxy/ratelimit can express its
 // Redis keys and way of counting, so that during a rolling update from it
 // (or back) both servers count in the same counters; see
-// Options.ReferenceKeys and window.Request.Reference.
+// Options.ReferenceKeys and window.Counter.Reference.
 type ReferenceKeys struct {
 	// Prefix starts every such key verbatim: envoyproxy/ratelimit's
 	// CACHE_KEY_PREFIX, empty there by default.

@@ -50,7 +50,7 @@ func (f *fixture) count(t *testing.T, domain string, d *rlv3.RateLimitDescriptor
 	l := f.srv.Rules().Domain(domain).Match(d.Entries)[0]
 	key := f.srv.keyOf(domain, d, l)
 	res := make([]window.Result, 1)
-	req := []window.Request{{Key: key, Limit: uint64(l.RequestsPerUnit), Size: l.Size, Shadow: true}}
+	req := []window.Counter{{Key: key, Limit: uint64(l.RequestsPerUnit), Size: l.Size, Shadow: true}}
 	if _, err := f.store.Take(context.Background(), time.UnixMilli(f.now.Load()), req, res); err != nil {
 		t.Fatalf("reading %v: %v", d.Entries, err)
 	}

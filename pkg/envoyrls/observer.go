@@ -49,7 +49,7 @@ type Decision struct {
 	// holds.
 	Refunded uint64
 	// Used is the counter's use before this request, as limit_remaining
-	// counts it (window.Request.Used: for a sliding window the estimate,
+	// counts it (window.Counter.Used: for a sliding window the estimate,
 	// for a token bucket the tokens taken from a full bucket, for a
 	// sliding log the hits of the window); 0 with OutcomeFailureMode, when
 	// it is unknown. Used+Hits is the use the request asked for: more than

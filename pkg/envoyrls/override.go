@@ -35,7 +35,7 @@ func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride, matched []*rul
 		l.FailureMode, l.Algorithm, l.OverLimit = dom.FailureMode, dom.Algorithm, dom.OverLimit
 	}
 	if l.Algorithm.TakesBurst() && l.RequestsPerUnit > 0 {
-		r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: size, Algorithm: l.Algorithm}
+		r := window.Counter{Limit: uint64(l.RequestsPerUnit), Size: size, Algorithm: l.Algorithm}
 		fits := max(r.MaxBurst(), 1)
 		l.Burst = uint32(min(uint64(l.RequestsPerUnit), fits))
 	}

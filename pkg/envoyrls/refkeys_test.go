@@ -11,7 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )

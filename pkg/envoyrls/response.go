@@ -117,8 +117,8 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *scratch, now time.Time
 
 // failClosed returns duration_until_reset and the retry-after wait of r's
 // counter when the store failed for it and its failure mode denies
-// (window.Request.FailClosed).
-func failClosed(r *window.Request, now time.Time) (reset, wait time.Duration) {
+// (window.Counter.FailClosed).
+func failClosed(r *window.Counter, now time.Time) (reset, wait time.Duration) {
 	return r.FailClosed(now)
 }
 
@@ -306,7 +306,7 @@ type tooManyRequests struct {
 // addTooManyRequests adds retry-after (whole seconds, at least 1, of the
 // longest wait among the over-limit counters: until a window resets, or
 // for a token bucket or sliding log until the request's hits would fit;
-// see window.Request.RetryAfter), content-type and the JSON body to an
+// see window.Counter.RetryAfter), content-type and the JSON body to an
 // OVER_LIMIT response, prepared by v (see served.tooMany). l is the limit
 // that decided it.
 func addTooManyRequests(resp *rlsv3.RateLimitResponse, v *served, domain string, retry time.Duration, l *rules.Limit) {

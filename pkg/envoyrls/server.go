@@ -186,7 +186,7 @@ type scratch struct {
 	limits  []*rules.Limit
 	owner   []int
 	slot    []int
-	reqs    []window.Request
+	reqs    []window.Counter
 	res     []window.Result
 	key     []byte // the keys of one descriptor's counters, end to end
 	keyEnds []int  // where each of them ends in key
@@ -331,7 +331,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		c.slot = append(c.slot, len(c.reqs))
 		d := req.Descriptors[c.owner[k]]
 		hits, refund := hitsOf(req, d)
-		c.reqs = append(c.reqs, window.Request{
+		c.reqs = append(c.reqs, window.Counter{
 			Limit:  uint64(l.RequestsPerUnit),
 			Size:   l.Size,
 			Hits:   hits,
@@ -494,7 +494,7 @@ func (s *Server) giveBack(ctx context.Context, now time.Time, c *scratch) {
 	if len(idx) == 0 {
 		return
 	}
-	back := make([]window.Request, len(idx))
+	back := make([]window.Counter, len(idx))
 	res := make([]window.Result, len(idx))
 	for j, i := range idx {
 		back[j] = c.reqs[i]
@@ -513,7 +513,7 @@ func (s *Server) giveBack(ctx context.Context, now time.Time, c *scratch) {
 // a failure mode, or the quota rule (refundQuotaDenial), then denied.
 func (s *Server) refund(ctx context.Context, now time.Time, c *scratch) {
 	c.refunded = true
-	var back []window.Request
+	var back []window.Counter
 	for i, r := range c.reqs {
 		// A charge stays counted: it was spent whatever the answer.
 		if !c.isFailed(i) && !c.res[i].Skipped && r.Hits > 0 && !r.Refund && !r.Charge {

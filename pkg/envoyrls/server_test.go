@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
@@ -386,7 +386,7 @@ func TestInvalidRequestsCountNothing(t *testing.T) {
 // failingStore always fails, as a dead Redis does.
 type failingStore struct{}
 
-func (failingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (failingStore) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	return false, errors.Join(window.ErrStore, errors.New("connection refused"))
 }
 func (failingStore) Ping(ctx context.Context) error { return window.ErrStore }
@@ -590,8 +590,8 @@ type partialStore struct {
 	fail string
 }
 
-func (p partialStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
-	var ok []window.Request
+func (p partialStore) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
+	var ok []window.Counter
 	var okIdx, failed []int
 	for i, r := range reqs {
 		if strings.Contains(r.Key, p.fail) {

@@ -22,7 +22,7 @@ type spanStore struct {
 	seen []trace.SpanContext
 }
 
-func (s *spanStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (s *spanStore) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	s.seen = append(s.seen, trace.SpanContextFromContext(ctx))
 	return s.Store.Take(ctx, now, reqs, res)
 }

@@ -45,7 +45,7 @@ func (c *compiler) algorithmLimits(r *RateLimit, l *Limit) {
 }
 
 // bucket checks a token bucket's rate and burst: one token per
-// window.Request.Interval, which must be at least a microsecond, and a
+// window.Counter.Interval, which must be at least a microsecond, and a
 // Tolerance (burst x Interval, the time an empty bucket takes to fill) of
 // at most window.MaxBucketSpan.
 func (c *compiler) bucket(r *RateLimit, l *Limit) {
@@ -58,7 +58,7 @@ func (c *compiler) bucket(r *RateLimit, l *Limit) {
 			l.RequestsPerUnit, l.Size, us, l.Size)
 		return
 	}
-	req := window.Request{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Algorithm: window.TokenBucket}
+	req := window.Counter{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Algorithm: window.TokenBucket}
 	most := req.MaxBurst()
 	if uint64(l.Burst) <= most {
 		return

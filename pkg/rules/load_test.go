@@ -373,7 +373,7 @@ func checkAlgorithm(t *testing.T, l *Limit) {
 	if bucket := l.Algorithm == window.TokenBucket && !l.Unlimited; (l.Burst != 0 && !bucket) || (l.Burst == 0 && bucket && l.RequestsPerUnit > 0) {
 		t.Fatalf("accepted limit %q: burst %d with algorithm %v", l.Rule, l.Burst, l.Algorithm)
 	}
-	r := window.Request{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Burst: uint64(l.Burst), Algorithm: l.Algorithm}
+	r := window.Counter{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Burst: uint64(l.Burst), Algorithm: l.Algorithm}
 	switch {
 	case l.Unlimited:
 	case l.Algorithm == window.TokenBucket && l.RequestsPerUnit > 0 && (r.Interval() < time.Microsecond || uint64(l.Burst) > uint64(window.MaxBucketSpan)/uint64(r.Interval())):

@@ -7,7 +7,7 @@ import "time"
 //
 // Each Algorithm indexes algorithmTable, the table of what it knows, one value
 // per file (fixed.go, sliding.go, bucket.go, log.go): stores, the over-limit
-// cache and the callers of Request's methods ask that value instead of
+// cache and the callers of Counter's methods ask that value instead of
 // switching on the Algorithm. The values are empty structs held as
 // interfaces, so looking one up allocates nothing.
 type Algorithm uint8
@@ -58,29 +58,29 @@ type algorithm interface {
 	windowed() bool
 	// readsPrevious reports whether it also reads the previous window.
 	readsPrevious() bool
-	// ttl is Request.TTL for a counter not in the Reference layout.
-	ttl(r *Request) time.Duration
-	// weight is Request.Weight.
-	weight(r *Request, w Window, nowMs int64) float64
+	// ttl is Counter.TTL for a counter not in the Reference layout.
+	ttl(r *Counter) time.Duration
+	// weight is Counter.Weight.
+	weight(r *Counter, w Window, nowMs int64) float64
 
 	// The decision.
 
 	// need is the room r must find: its hits, or for a check (0 hits)
 	// what the algorithm asks of one.
-	need(r *Request) uint64
+	need(r *Counter) uint64
 	// check reads r's state in m at nowMs and decides whether r fits
 	// after pending hits of earlier requests of the call on the same
 	// counter (Memory.Take).
-	check(m *Memory, r *Request, pending uint64, nowMs int64) Result
+	check(m *Memory, r *Counter, pending uint64, nowMs int64) Result
 	// count adds r's hits to its state in m (or gives them back) and
 	// updates res.
-	count(m *Memory, r *Request, res *Result, nowMs int64)
+	count(m *Memory, r *Counter, res *Result, nowMs int64)
 	// taken is how much of Used hits counted by r account for
-	// (Request.Taken).
-	taken(r *Request, hits uint64) uint64
+	// (Counter.Taken).
+	taken(r *Counter, hits uint64) uint64
 	// undo turns r, already a copy with Refund set, into the refund that
-	// gives back what r counted on its current state (Request.Undo).
-	undo(r *Request)
+	// gives back what r counted on its current state (Counter.Undo).
+	undo(r *Counter)
 
 	// The over-limit cache's local answer (OverLimitCache).
 
@@ -89,31 +89,31 @@ type algorithm interface {
 	cacheable() bool
 	// readDecides reports whether a read of r's counter with no hits
 	// tells whether r, after earlier requests of the call, fits.
-	readDecides(r *Request, earlier []Request) bool
+	readDecides(r *Counter, earlier []Counter) bool
 	// decideRead decides r from read, its counter read with no hits,
 	// after pending hits on the same counter.
-	decideRead(r *Request, read Result, pending uint64, nowMs int64) Result
+	decideRead(r *Counter, read Result, pending uint64, nowMs int64) Result
 	// full returns how long res, r's answer after pending hits, shows
 	// its counter full, and false when it does not.
-	full(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, bool)
+	full(r *Counter, res Result, pending uint64, nowMs int64) (fullUntil, bool)
 	// askStore reports whether r must go to the store even though its
 	// counter is known full as f says.
-	askStore(r *Request, f fullUntil) bool
+	askStore(r *Counter, f fullUntil) bool
 	// fullResult is r's Result when its counter is known full as f says.
-	fullResult(r *Request, f fullUntil, nowMs int64) Result
+	fullResult(r *Counter, f fullUntil, nowMs int64) Result
 
 	// What responses report.
 
 	// capacity is Algorithm.Capacity.
 	capacity(limit, burst uint64) uint64
-	// used is Request.Used.
-	used(r *Request, res Result, now time.Time) uint64
-	// reset is Request.Reset.
-	reset(r *Request, res Result, now time.Time) time.Duration
-	// retryAfter is Request.RetryAfter.
-	retryAfter(r *Request, res Result, now time.Time) time.Duration
-	// failClosed is Request.FailClosed.
-	failClosed(r *Request, now time.Time) (reset, wait time.Duration)
+	// used is Counter.Used.
+	used(r *Counter, res Result, now time.Time) uint64
+	// reset is Counter.Reset.
+	reset(r *Counter, res Result, now time.Time) time.Duration
+	// retryAfter is Counter.RetryAfter.
+	retryAfter(r *Counter, res Result, now time.Time) time.Duration
+	// failClosed is Counter.FailClosed.
+	failClosed(r *Counter, now time.Time) (reset, wait time.Duration)
 	// takesBurst is Algorithm.TakesBurst.
 	takesBurst() bool
 	// retryByClock is Algorithm.RetryByClock.
@@ -171,7 +171,7 @@ func (a Algorithm) TakesBurst() bool { return a.alg().takesBurst() }
 func (a Algorithm) RetryByClock() bool { return a.alg().retryByClock() }
 
 // ReferenceLayout reports whether a counter of a can be kept in
-// envoyproxy/ratelimit's layout (Request.Reference), which has fixed
+// envoyproxy/ratelimit's layout (Counter.Reference), which has fixed
 // windows only.
 func (a Algorithm) ReferenceLayout() bool { return a.alg().referenceLayout() }
 
@@ -187,28 +187,28 @@ func (timedState) readsPrevious() bool { return false }
 // ttl is a window's, as a bound for what is stored: a store keeps a
 // bucket until it is full again (bucketTTL), a log a window after its
 // last hit.
-func (timedState) ttl(r *Request) time.Duration {
+func (timedState) ttl(r *Counter) time.Duration {
 	return time.Duration(r.Size.Milliseconds()+1000) * time.Millisecond
 }
 
-func (timedState) weight(*Request, Window, int64) float64 { return 0 }
+func (timedState) weight(*Counter, Window, int64) float64 { return 0 }
 
 // need is one hit for a check: a check asks whether one more would fit.
-func (timedState) need(r *Request) uint64 { return max(r.Hits, 1) }
+func (timedState) need(r *Counter) uint64 { return max(r.Hits, 1) }
 
 func (timedState) cacheable() bool                   { return true }
-func (timedState) askStore(*Request, fullUntil) bool { return false }
+func (timedState) askStore(*Counter, fullUntil) bool { return false }
 
-func (timedState) full(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
+func (timedState) full(r *Counter, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
 	return retryFull(r, res, pending, nowMs)
 }
 
-func (timedState) used(_ *Request, res Result, _ time.Time) uint64 { return res.Count }
+func (timedState) used(_ *Counter, res Result, _ time.Time) uint64 { return res.Count }
 
 // reset is Empty: the time until the bucket is full, or the log empty.
-func (timedState) reset(_ *Request, res Result, _ time.Time) time.Duration { return res.Empty }
+func (timedState) reset(_ *Counter, res Result, _ time.Time) time.Duration { return res.Empty }
 
-func (timedState) retryAfter(_ *Request, res Result, _ time.Time) time.Duration { return res.Retry }
+func (timedState) retryAfter(_ *Counter, res Result, _ time.Time) time.Duration { return res.Retry }
 
 func (timedState) retryByClock() bool    { return false }
 func (timedState) referenceLayout() bool { return false }

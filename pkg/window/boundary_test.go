@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -36,7 +36,7 @@ func TestBoundaryBurstExample(t *testing.T) {
 		{window.SlidingWindow, 101, []int64{600}},
 	} {
 		m := window.NewMemory()
-		reqs := []window.Request{{Key: "ex:{k}", Limit: 100, Size: time.Minute, Hits: 1, Algorithm: tt.alg}}
+		reqs := []window.Counter{{Key: "ex:{k}", Limit: 100, Size: time.Minute, Hits: 1, Algorithm: tt.alg}}
 		res := make([]window.Result, 1)
 		var n int
 		var second []int64

@@ -123,7 +123,7 @@ func (b *Breaker) State() BreakerState { return BreakerState(b.state.Load()) }
 func (b *Breaker) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
 
 // Take calls the store's Take unless the circuit is open; see Breaker.
-func (b *Breaker) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+func (b *Breaker) Take(ctx context.Context, now time.Time, reqs []Counter, res []Result) (bool, error) {
 	probe, err := b.admit()
 	if err != nil {
 		return false, err

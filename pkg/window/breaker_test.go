@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -27,7 +27,7 @@ type fakeStore struct {
 
 func (f *fakeStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
 
-func (f *fakeStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (f *fakeStore) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	err, block, entered := f.err, f.block, f.entered
@@ -204,7 +204,7 @@ func TestBreakerOverStoppedRedis(t *testing.T) {
 	takeCtx := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
-		_, err := b.Take(ctx, storetest.T0, []window.Request{storetest.Req("breaker", 1000, 1)}, make([]window.Result, 1))
+		_, err := b.Take(ctx, storetest.T0, []window.Counter{storetest.Req("breaker", 1000, 1)}, make([]window.Result, 1))
 		return err
 	}
 	if err := takeCtx(); err != nil {

@@ -10,13 +10,13 @@ type tokenBucket struct{ timedState }
 func (tokenBucket) name() string    { return "token_bucket" }
 func (tokenBucket) keyName() string { return "token_bucket" }
 
-func (tokenBucket) check(m *Memory, r *Request, pending uint64, nowMs int64) Result {
+func (tokenBucket) check(m *Memory, r *Counter, pending uint64, nowMs int64) Result {
 	empty := m.bucketEmpty(stateID{r.Key, r.Size.Milliseconds()}, nowMs)
 	over, retry := r.bucketDecide(empty, pending)
 	return r.BucketResult(time.Duration(empty), over, time.Duration(retry))
 }
 
-func (tokenBucket) count(m *Memory, r *Request, res *Result, nowMs int64) {
+func (tokenBucket) count(m *Memory, r *Counter, res *Result, nowMs int64) {
 	id := stateID{r.Key, r.Size.Milliseconds()}
 	empty := r.bucketApply(m.bucketEmpty(id, nowMs))
 	m.buckets[id] = nowMs*int64(time.Millisecond) + empty
@@ -29,20 +29,20 @@ func (m *Memory) bucketEmpty(id stateID, nowMs int64) int64 {
 	return max(m.buckets[id]-nowMs*int64(time.Millisecond), 0)
 }
 
-func (tokenBucket) taken(_ *Request, hits uint64) uint64 { return hits }
-func (tokenBucket) undo(*Request)                        {}
+func (tokenBucket) taken(_ *Counter, hits uint64) uint64 { return hits }
+func (tokenBucket) undo(*Counter)                        {}
 
-func (tokenBucket) readDecides(*Request, []Request) bool { return true }
+func (tokenBucket) readDecides(*Counter, []Counter) bool { return true }
 
 // decideRead decides from the read's Empty, which says when any number of
 // tokens comes back.
-func (tokenBucket) decideRead(r *Request, read Result, pending uint64, _ int64) Result {
+func (tokenBucket) decideRead(r *Counter, read Result, pending uint64, _ int64) Result {
 	over, retry := r.bucketDecide(int64(read.Empty), pending)
 	return r.BucketResult(read.Empty, over, time.Duration(retry))
 }
 
 // fullResult counts the tokens the Empty left by then takes.
-func (tokenBucket) fullResult(r *Request, f fullUntil, nowMs int64) Result {
+func (tokenBucket) fullResult(r *Counter, f fullUntil, nowMs int64) Result {
 	res := f.retryResult(nowMs)
 	if iv := r.Interval(); iv > 0 {
 		res.Count = uint64((res.Empty + iv - 1) / iv)
@@ -61,7 +61,7 @@ func (tokenBucket) capacity(limit, burst uint64) uint64 {
 // failClosed reports an unknown bucket just emptied: full again after its
 // Tolerance and admitting a hit after one Interval, as a bucket that has
 // just denied one; a zero limit, which never admits, as a window.
-func (tokenBucket) failClosed(r *Request, now time.Time) (reset, wait time.Duration) {
+func (tokenBucket) failClosed(r *Counter, now time.Time) (reset, wait time.Duration) {
 	if r.Limit > 0 {
 		return r.Tolerance(), r.Interval()
 	}
@@ -79,7 +79,7 @@ const MaxBucketSpan = time.Duration(1 << 53)
 // Interval returns, for TokenBucket, the time one token takes to come back:
 // Size / Limit rounded up to the nanosecond, so a bucket never refills
 // faster than its rate; 0 when Limit is 0, which admits nothing.
-func (r *Request) Interval() time.Duration {
+func (r *Counter) Interval() time.Duration {
 	if r.Limit == 0 {
 		return 0
 	}
@@ -89,12 +89,12 @@ func (r *Request) Interval() time.Duration {
 
 // Tolerance returns, for TokenBucket, how far its theoretical arrival time
 // may run ahead of now after a hit: Burst x Interval, at most MaxBucketSpan.
-func (r *Request) Tolerance() time.Duration { return time.Duration(r.bucketCost(r.burst())) }
+func (r *Counter) Tolerance() time.Duration { return time.Duration(r.bucketCost(r.burst())) }
 
 // MaxBurst returns, for TokenBucket, the largest Burst whose Tolerance
 // (Burst x Interval) is at most MaxBucketSpan; 0 when not even one token
 // fits, or when Limit is 0.
-func (r *Request) MaxBurst() uint64 {
+func (r *Counter) MaxBurst() uint64 {
 	iv := uint64(r.Interval())
 	if iv == 0 {
 		return 0
@@ -109,7 +109,7 @@ func bucketTTL(empty time.Duration) time.Duration {
 	return (empty+time.Millisecond-1)/time.Millisecond*time.Millisecond + time.Second
 }
 
-func (r *Request) burst() uint64 {
+func (r *Counter) burst() uint64 {
 	if r.Burst == 0 {
 		return r.Limit
 	}
@@ -117,7 +117,7 @@ func (r *Request) burst() uint64 {
 }
 
 // bucketCost returns hits x Interval in nanoseconds, at most MaxBucketSpan.
-func (r *Request) bucketCost(hits uint64) int64 {
+func (r *Counter) bucketCost(hits uint64) int64 {
 	iv := uint64(r.Interval())
 	if iv != 0 && hits > uint64(MaxBucketSpan)/iv {
 		return int64(MaxBucketSpan)
@@ -129,7 +129,7 @@ func (r *Request) bucketCost(hits uint64) int64 {
 // of now (0: full), after pending hits of earlier requests of the same call
 // on the same bucket. It returns whether r's hits (one when it only checks)
 // do not fit, and if so the time until they would. Refunds always fit.
-func (r *Request) bucketDecide(empty int64, pending uint64) (over bool, retry int64) {
+func (r *Counter) bucketDecide(empty int64, pending uint64) (over bool, retry int64) {
 	if r.Refund {
 		return false, 0
 	}
@@ -152,7 +152,7 @@ func (r *Request) bucketDecide(empty int64, pending uint64) (over bool, retry in
 // which Lua's numbers hold exactly. Deciding by it rather than by a cost
 // capped at MaxBucketSpan keeps a request of more hits than that from
 // fitting when the Tolerance is MaxBucketSpan itself.
-func (r *Request) bucketHolds() uint64 {
+func (r *Counter) bucketHolds() uint64 {
 	iv, tol := uint64(r.Interval()), uint64(r.Tolerance())
 	return min(max(tol/iv, 1), uint64(MaxBucketSpan)-1)
 }
@@ -160,7 +160,7 @@ func (r *Request) bucketHolds() uint64 {
 // bucketApply returns the state (ns ahead of now) after counting r's hits on
 // a bucket empty ns ahead: taken, or given back for a refund, never below
 // full nor past MaxBucketSpan.
-func (r *Request) bucketApply(empty int64) int64 {
+func (r *Counter) bucketApply(empty int64) int64 {
 	cost := r.bucketCost(r.Hits)
 	if r.Refund {
 		return max(empty-cost, 0)
@@ -173,7 +173,7 @@ func (r *Request) bucketApply(empty int64) int64 {
 // would fit: Count is the tokens taken, empty (>= 0) rounded up to whole
 // Intervals (0 when Limit is 0), and Retry is 0 unless over. Every store
 // makes a bucket's Result with it.
-func (r *Request) BucketResult(empty time.Duration, over bool, retry time.Duration) Result {
+func (r *Counter) BucketResult(empty time.Duration, over bool, retry time.Duration) Result {
 	res := Result{Over: over, Empty: empty}
 	if iv := r.Interval(); iv > 0 {
 		res.Count = uint64(empty / iv)

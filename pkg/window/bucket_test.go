@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -28,7 +28,7 @@ func TestBucketIntervalAndTolerance(t *testing.T) {
 		{1_000_000, 2, time.Millisecond, time.Nanosecond, 2 * time.Nanosecond}, // the smallest interval
 	}
 	for _, tt := range tests {
-		r := window.Request{Limit: tt.limit, Burst: tt.burst, Size: tt.size, Algorithm: window.TokenBucket}
+		r := window.Counter{Limit: tt.limit, Burst: tt.burst, Size: tt.size, Algorithm: window.TokenBucket}
 		if got := r.Interval(); got != tt.interval {
 			t.Errorf("%d per %v: Interval() = %d, want %d", tt.limit, tt.size, got, tt.interval)
 		}
@@ -53,7 +53,7 @@ func TestBucketCapacity(t *testing.T) {
 	for _, tt := range []struct{ limit, burst, capacity uint64 }{
 		{10, 0, 10}, {10, 3, 3}, {10, 30, 30}, {0, 0, 0}, {0, 5, 0},
 	} {
-		r := window.Request{Limit: tt.limit, Burst: tt.burst, Size: time.Second, Algorithm: window.TokenBucket}
+		r := window.Counter{Limit: tt.limit, Burst: tt.burst, Size: time.Second, Algorithm: window.TokenBucket}
 		if got := r.Capacity(); got != tt.capacity {
 			t.Errorf("limit %d burst %d: Capacity() = %d, want %d", tt.limit, tt.burst, got, tt.capacity)
 		}
@@ -67,7 +67,7 @@ func TestBucketCapacity(t *testing.T) {
 // every store must give.
 type algoStep struct {
 	at      time.Duration
-	reqs    []window.Request
+	reqs    []window.Counter
 	allowed bool
 	res     []window.Result
 }
@@ -79,19 +79,19 @@ type algoStep struct {
 func TestBucketAndLogSemantics(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
-	bucket := func(key string, limit, burst uint64, size time.Duration) func(hits uint64) window.Request {
-		return func(hits uint64) window.Request {
-			return window.Request{Key: "test:{" + key + "}!token_bucket", Limit: limit, Burst: burst, Size: size, Hits: hits, Algorithm: window.TokenBucket}
+	bucket := func(key string, limit, burst uint64, size time.Duration) func(hits uint64) window.Counter {
+		return func(hits uint64) window.Counter {
+			return window.Counter{Key: "test:{" + key + "}!token_bucket", Limit: limit, Burst: burst, Size: size, Hits: hits, Algorithm: window.TokenBucket}
 		}
 	}
-	log := func(key string, limit uint64, size time.Duration) func(hits uint64) window.Request {
-		return func(hits uint64) window.Request {
-			return window.Request{Key: "test:{" + key + "}!sliding_log", Limit: limit, Size: size, Hits: hits, Algorithm: window.SlidingLog}
+	log := func(key string, limit uint64, size time.Duration) func(hits uint64) window.Counter {
+		return func(hits uint64) window.Counter {
+			return window.Counter{Key: "test:{" + key + "}!sliding_log", Limit: limit, Size: size, Hits: hits, Algorithm: window.SlidingLog}
 		}
 	}
-	refund := func(r window.Request) window.Request { r.Refund = true; return r }
-	charge := func(r window.Request) window.Request { r.Charge = true; return r }
-	shadow := func(r window.Request) window.Request { r.Shadow = true; return r }
+	refund := func(r window.Counter) window.Counter { r.Refund = true; return r }
+	charge := func(r window.Counter) window.Counter { r.Charge = true; return r }
+	shadow := func(r window.Counter) window.Counter { r.Shadow = true; return r }
 	b10 := bucket("b10", 10, 0, time.Second) // 100 ms a token, 1 s tolerance
 	b3 := bucket("b3", 3, 0, time.Second)    // 333333334 ns a token
 	b2 := bucket("b2", 2, 2, time.Second)    // 500 ms a token
@@ -107,81 +107,81 @@ func TestBucketAndLogSemantics(t *testing.T) {
 	span := window.MaxBucketSpan
 	cases := map[string][]algoStep{
 		"bucket": {
-			{0, []window.Request{b10(1)}, true, []window.Result{{Count: 1, Empty: 100 * ms}}},
-			{0, []window.Request{b10(9)}, true, []window.Result{{Count: 10, Empty: time.Second}}},
-			{0, []window.Request{b10(1)}, false, []window.Result{{Count: 10, Empty: time.Second, Over: true, Retry: 100 * ms}}},
-			{50 * ms, []window.Request{b10(1)}, false, []window.Result{{Count: 10, Empty: 950 * ms, Over: true, Retry: 50 * ms}}},
-			{100 * ms, []window.Request{b10(1)}, true, []window.Result{{Count: 10, Empty: time.Second}}},
-			{100 * ms, []window.Request{b10(0)}, false, []window.Result{{Count: 10, Empty: time.Second, Over: true, Retry: 100 * ms}}},
-			{2 * time.Second, []window.Request{b10(0)}, true, []window.Result{{}}},
+			{0, []window.Counter{b10(1)}, true, []window.Result{{Count: 1, Empty: 100 * ms}}},
+			{0, []window.Counter{b10(9)}, true, []window.Result{{Count: 10, Empty: time.Second}}},
+			{0, []window.Counter{b10(1)}, false, []window.Result{{Count: 10, Empty: time.Second, Over: true, Retry: 100 * ms}}},
+			{50 * ms, []window.Counter{b10(1)}, false, []window.Result{{Count: 10, Empty: 950 * ms, Over: true, Retry: 50 * ms}}},
+			{100 * ms, []window.Counter{b10(1)}, true, []window.Result{{Count: 10, Empty: time.Second}}},
+			{100 * ms, []window.Counter{b10(0)}, false, []window.Result{{Count: 10, Empty: time.Second, Over: true, Retry: 100 * ms}}},
+			{2 * time.Second, []window.Counter{b10(0)}, true, []window.Result{{}}},
 		},
 		"bucket rounding": {
-			{0, []window.Request{b3(1)}, true, []window.Result{{Count: 1, Empty: 333_333_334}}},
-			{1 * ms, []window.Request{b3(1)}, true, []window.Result{{Count: 2, Empty: 665_666_668}}},
-			{1 * ms, []window.Request{b3(2)}, false, []window.Result{{Count: 2, Empty: 665_666_668, Over: true, Retry: 332_333_334}}},
+			{0, []window.Counter{b3(1)}, true, []window.Result{{Count: 1, Empty: 333_333_334}}},
+			{1 * ms, []window.Counter{b3(1)}, true, []window.Result{{Count: 2, Empty: 665_666_668}}},
+			{1 * ms, []window.Counter{b3(2)}, false, []window.Result{{Count: 2, Empty: 665_666_668, Over: true, Retry: 332_333_334}}},
 		},
 		"bucket charge and refund": {
-			{0, []window.Request{charge(b2(5))}, false, []window.Result{{Count: 5, Empty: 2500 * ms, Over: true}}}, // never fits: Retry = Empty before
-			{0, []window.Request{b2(1)}, false, []window.Result{{Count: 5, Empty: 2500 * ms, Over: true, Retry: 2 * time.Second}}},
-			{0, []window.Request{refund(b2(3))}, true, []window.Result{{Count: 2, Empty: time.Second}}},
-			{400 * ms, []window.Request{refund(b2(10))}, true, []window.Result{{}}},
-			{400 * ms, []window.Request{b2(2)}, true, []window.Result{{Count: 2, Empty: time.Second}}},
+			{0, []window.Counter{charge(b2(5))}, false, []window.Result{{Count: 5, Empty: 2500 * ms, Over: true}}}, // never fits: Retry = Empty before
+			{0, []window.Counter{b2(1)}, false, []window.Result{{Count: 5, Empty: 2500 * ms, Over: true, Retry: 2 * time.Second}}},
+			{0, []window.Counter{refund(b2(3))}, true, []window.Result{{Count: 2, Empty: time.Second}}},
+			{400 * ms, []window.Counter{refund(b2(10))}, true, []window.Result{{}}},
+			{400 * ms, []window.Counter{b2(2)}, true, []window.Result{{Count: 2, Empty: time.Second}}},
 		},
 		"bucket limit 0": {
-			{0, []window.Request{b0(1)}, false, []window.Result{{Over: true}}},
-			{0, []window.Request{charge(b0(3))}, false, []window.Result{{Over: true}}},
-			{0, []window.Request{b0(0)}, false, []window.Result{{Over: true}}},
+			{0, []window.Counter{b0(1)}, false, []window.Result{{Over: true}}},
+			{0, []window.Counter{charge(b0(3))}, false, []window.Result{{Over: true}}},
+			{0, []window.Counter{b0(0)}, false, []window.Result{{Over: true}}},
 		},
 		"bucket hits above burst": {
-			{0, []window.Request{bBurst(4)}, false, []window.Result{{Over: true}}},
-			{0, []window.Request{bBurst(3)}, true, []window.Result{{Count: 3, Empty: 300 * ms}}},
-			{0, []window.Request{bBurst(4)}, false, []window.Result{{Count: 3, Empty: 300 * ms, Over: true, Retry: 300 * ms}}},
+			{0, []window.Counter{bBurst(4)}, false, []window.Result{{Over: true}}},
+			{0, []window.Counter{bBurst(3)}, true, []window.Result{{Count: 3, Empty: 300 * ms}}},
+			{0, []window.Counter{bBurst(4)}, false, []window.Result{{Count: 3, Empty: 300 * ms, Over: true, Retry: 300 * ms}}},
 		},
 		"bucket capped span": {
-			{0, []window.Request{bHuge(1)}, true, []window.Result{{Count: 1, Empty: span}}},
-			{0, []window.Request{bHuge(1)}, false, []window.Result{{Count: 1, Empty: span, Over: true, Retry: span}}},
-			{0, []window.Request{charge(bHuge(5))}, false, []window.Result{{Count: 1, Empty: span, Over: true, Retry: span}}},
+			{0, []window.Counter{bHuge(1)}, true, []window.Result{{Count: 1, Empty: span}}},
+			{0, []window.Counter{bHuge(1)}, false, []window.Result{{Count: 1, Empty: span, Over: true, Retry: span}}},
+			{0, []window.Counter{charge(bHuge(5))}, false, []window.Result{{Count: 1, Empty: span, Over: true, Retry: span}}},
 		},
 		"bucket tolerance of MaxBucketSpan": {
-			{0, []window.Request{bSpan(1<<31 + 1)}, false, []window.Result{{Over: true}}},
-			{0, []window.Request{bSpan(1 << 31)}, true, []window.Result{{Count: 1 << 31, Empty: span}}},
+			{0, []window.Counter{bSpan(1<<31 + 1)}, false, []window.Result{{Over: true}}},
+			{0, []window.Counter{bSpan(1 << 31)}, true, []window.Result{{Count: 1 << 31, Empty: span}}},
 		},
 		"bucket charged to MaxBucketSpan": {
-			{0, []window.Request{charge(b7(1 << 40))}, false, []window.Result{{Count: 63050395, Empty: span, Over: true}}},
+			{0, []window.Counter{charge(b7(1 << 40))}, false, []window.Result{{Count: 63050395, Empty: span, Over: true}}},
 			// Retry = span + one interval - Tolerance, exact to the ns
 			// although span + one interval is odd and past 2^53.
-			{0, []window.Request{b7(1)}, false, []window.Result{{Count: 63050395, Empty: span, Over: true, Retry: span - 857_142_858}}},
+			{0, []window.Counter{b7(1)}, false, []window.Result{{Count: 63050395, Empty: span, Over: true, Retry: span - 857_142_858}}},
 		},
 		"bucket pending": {
-			{0, []window.Request{b2(1), b2(1)}, true, []window.Result{{Count: 1, Empty: 500 * ms}, {Count: 2, Empty: time.Second}}},
-			{time.Second, []window.Request{b2(1), b2(1), shadow(b2(1))}, true,
+			{0, []window.Counter{b2(1), b2(1)}, true, []window.Result{{Count: 1, Empty: 500 * ms}, {Count: 2, Empty: time.Second}}},
+			{time.Second, []window.Counter{b2(1), b2(1), shadow(b2(1))}, true,
 				[]window.Result{{Count: 1, Empty: 500 * ms}, {Count: 2, Empty: time.Second}, {Count: 3, Empty: 1500 * ms, Over: true}}}, // never fits: Retry = Empty before
-			{time.Second, []window.Request{b2(0)}, false, []window.Result{{Count: 3, Empty: 1500 * ms, Over: true, Retry: time.Second}}},
+			{time.Second, []window.Counter{b2(0)}, false, []window.Result{{Count: 3, Empty: 1500 * ms, Over: true, Retry: time.Second}}},
 		},
 		"log": {
-			{0, []window.Request{l3(2)}, true, []window.Result{{Count: 2, Empty: 10 * time.Second}}},
-			{time.Second, []window.Request{l3(1)}, true, []window.Result{{Count: 3, Empty: 10 * time.Second}}},
-			{2 * time.Second, []window.Request{l3(1)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 8 * time.Second}}},
-			{2 * time.Second, []window.Request{l3(2)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 8 * time.Second}}},
-			{2 * time.Second, []window.Request{l3(3)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 9 * time.Second}}},
-			{2 * time.Second, []window.Request{l3(4)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 9 * time.Second}}},
-			{2 * time.Second, []window.Request{l3(0)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 8 * time.Second}}},
-			{10 * time.Second, []window.Request{l3(1)}, true, []window.Result{{Count: 2, Empty: 10 * time.Second}}},
-			{10 * time.Second, []window.Request{refund(l3(1))}, true, []window.Result{{Count: 1, Empty: time.Second}}},
-			{10 * time.Second, []window.Request{charge(l3(10))}, false, []window.Result{{Count: 5, Empty: 10 * time.Second, Over: true, Retry: time.Second}}},
-			{10*time.Second + 500*ms, []window.Request{refund(l3(2))}, true, []window.Result{{Count: 3, Empty: 9500 * ms}}},
-			{11 * time.Second, []window.Request{l3(1)}, true, []window.Result{{Count: 3, Empty: 10 * time.Second}}}, // the hit at 1 s left
-			{11 * time.Second, []window.Request{l3(1)}, false, []window.Result{{Count: 3, Empty: 10 * time.Second, Over: true, Retry: 9 * time.Second}}},
-			{21 * time.Second, []window.Request{l3(0)}, true, []window.Result{{}}},
+			{0, []window.Counter{l3(2)}, true, []window.Result{{Count: 2, Empty: 10 * time.Second}}},
+			{time.Second, []window.Counter{l3(1)}, true, []window.Result{{Count: 3, Empty: 10 * time.Second}}},
+			{2 * time.Second, []window.Counter{l3(1)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 8 * time.Second}}},
+			{2 * time.Second, []window.Counter{l3(2)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 8 * time.Second}}},
+			{2 * time.Second, []window.Counter{l3(3)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 9 * time.Second}}},
+			{2 * time.Second, []window.Counter{l3(4)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 9 * time.Second}}},
+			{2 * time.Second, []window.Counter{l3(0)}, false, []window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 8 * time.Second}}},
+			{10 * time.Second, []window.Counter{l3(1)}, true, []window.Result{{Count: 2, Empty: 10 * time.Second}}},
+			{10 * time.Second, []window.Counter{refund(l3(1))}, true, []window.Result{{Count: 1, Empty: time.Second}}},
+			{10 * time.Second, []window.Counter{charge(l3(10))}, false, []window.Result{{Count: 5, Empty: 10 * time.Second, Over: true, Retry: time.Second}}},
+			{10*time.Second + 500*ms, []window.Counter{refund(l3(2))}, true, []window.Result{{Count: 3, Empty: 9500 * ms}}},
+			{11 * time.Second, []window.Counter{l3(1)}, true, []window.Result{{Count: 3, Empty: 10 * time.Second}}}, // the hit at 1 s left
+			{11 * time.Second, []window.Counter{l3(1)}, false, []window.Result{{Count: 3, Empty: 10 * time.Second, Over: true, Retry: 9 * time.Second}}},
+			{21 * time.Second, []window.Counter{l3(0)}, true, []window.Result{{}}},
 		},
 		"log limit 0": {
-			{0, []window.Request{l0(1)}, false, []window.Result{{Over: true}}},
-			{0, []window.Request{l0(0)}, false, []window.Result{{Over: true}}},
+			{0, []window.Counter{l0(1)}, false, []window.Result{{Over: true}}},
+			{0, []window.Counter{l0(0)}, false, []window.Result{{Over: true}}},
 		},
 		"log pending": {
-			{0, []window.Request{l3(2), l3(2)}, false, []window.Result{{}, {Over: true}}},
-			{0, []window.Request{l3(1), l3(2)}, true, []window.Result{{Count: 1, Empty: 10 * time.Second}, {Count: 3, Empty: 10 * time.Second}}},
-			{time.Second, []window.Request{l3(0), shadow(l3(1))}, false,
+			{0, []window.Counter{l3(2), l3(2)}, false, []window.Result{{}, {Over: true}}},
+			{0, []window.Counter{l3(1), l3(2)}, true, []window.Result{{Count: 1, Empty: 10 * time.Second}, {Count: 3, Empty: 10 * time.Second}}},
+			{time.Second, []window.Counter{l3(0), shadow(l3(1))}, false,
 				[]window.Result{{Count: 3, Empty: 9 * time.Second, Over: true, Retry: 9 * time.Second}, {Count: 3, Empty: 9 * time.Second, Over: true, Retry: 9 * time.Second}}},
 		},
 	}
@@ -191,7 +191,7 @@ func TestBucketAndLogSemantics(t *testing.T) {
 			s := newStore(t)
 			for name, steps := range cases {
 				for i, st := range steps {
-					reqs := make([]window.Request, len(st.reqs))
+					reqs := make([]window.Counter, len(st.reqs))
 					for j, r := range st.reqs {
 						r.Key = name + ":" + r.Key // a case's counters are its own
 						reqs[j] = r

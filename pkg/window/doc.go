@@ -1,5 +1,5 @@
 // Package window holds the arithmetic of rate-limit windows, the encoding of
-// counter keys, the Request and Result of a counter, the Store interface and
+// counter keys, the Counter and Result of a counter, the Store interface and
 // the stores that live in the process: Memory, and OverLimitCache and
 // Breaker, which wrap another store. Package redisstore holds the store whose
 // counters live in Redis.
@@ -11,11 +11,11 @@
 //
 // A Store's Take checks every counter of a request and counts them only if
 // every non-shadow counter has room, so a denied request consumes no quota;
-// a charge (Request.Charge), a cost already spent, is counted whatever the
+// a charge (Counter.Charge), a cost already spent, is counted whatever the
 // answer and may take its counter past the limit.
 // Every store decides alike: the same room rule (hits, or one when a request
-// only checks), the same sliding estimate (Request.Weight) and the same
-// counter lifetime (Request.TTL). A store that cannot answer returns an
+// only checks), the same sliding estimate (Counter.Weight) and the same
+// counter lifetime (Counter.TTL). A store that cannot answer returns an
 // error wrapping ErrStore; one spread over several nodes may answer some
 // requests and not others, and says which with a *PartialError.
 //

@@ -43,7 +43,7 @@ func ExampleAppendKeyCounter() {
 func ExampleMemory_Take() {
 	m := window.NewMemory()
 	now := time.UnixMilli(1763800020000)
-	r := []window.Request{{Key: "ratelimit:{edge|api_key=alice}", Limit: 2, Size: time.Minute, Hits: 1}}
+	r := []window.Counter{{Key: "ratelimit:{edge|api_key=alice}", Limit: 2, Size: time.Minute, Hits: 1}}
 	for range 3 {
 		res := make([]window.Result, 1)
 		ok, _ := m.Take(context.Background(), now, r, res)

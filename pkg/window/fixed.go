@@ -11,26 +11,26 @@ func (fixedWindow) keyName() string     { return "" } // the default: a descript
 func (fixedWindow) windowed() bool      { return true }
 func (fixedWindow) readsPrevious() bool { return false }
 
-func (fixedWindow) ttl(r *Request) time.Duration {
+func (fixedWindow) ttl(r *Counter) time.Duration {
 	return time.Duration(r.Size.Milliseconds()+1000) * time.Millisecond
 }
 
-func (fixedWindow) weight(*Request, Window, int64) float64 { return 0 }
+func (fixedWindow) weight(*Counter, Window, int64) float64 { return 0 }
 
 // need is the hits alone: a check is over only past the limit, as
 // envoyproxy/ratelimit finds it, so a budget spent to exactly its limit
 // still admits a check.
-func (fixedWindow) need(r *Request) uint64 { return r.Hits }
+func (fixedWindow) need(r *Counter) uint64 { return r.Hits }
 
 // over reports whether count (with pending hits) leaves no room for r.
-func (fixedWindow) over(r *Request, count uint64) bool {
+func (fixedWindow) over(r *Counter, count uint64) bool {
 	if r.Refund {
 		return false
 	}
 	return count > r.Limit || r.Hits > r.Limit-count
 }
 
-func (a fixedWindow) check(m *Memory, r *Request, pending uint64, nowMs int64) Result {
+func (a fixedWindow) check(m *Memory, r *Counter, pending uint64, nowMs int64) Result {
 	w := AtMillis(nowMs, r.Size.Milliseconds())
 	cur := m.get(cellID{r.Key, w.Size, w.Start}, nowMs)
 	return Result{Count: cur, Over: a.over(r, cur+pending)}
@@ -38,7 +38,7 @@ func (a fixedWindow) check(m *Memory, r *Request, pending uint64, nowMs int64) R
 
 // count adds to the current window's counter, which expires r.TTL after
 // its first hit; a refund never takes it below zero.
-func (fixedWindow) count(m *Memory, r *Request, res *Result, nowMs int64) {
+func (fixedWindow) count(m *Memory, r *Counter, res *Result, nowMs int64) {
 	w := AtMillis(nowMs, r.Size.Milliseconds())
 	id := cellID{r.Key, w.Size, w.Start}
 	c, ok := m.cells[id]
@@ -54,45 +54,45 @@ func (fixedWindow) count(m *Memory, r *Request, res *Result, nowMs int64) {
 	res.Count = c.count
 }
 
-func (fixedWindow) taken(_ *Request, hits uint64) uint64 { return hits }
-func (fixedWindow) undo(*Request)                        {}
+func (fixedWindow) taken(_ *Counter, hits uint64) uint64 { return hits }
+func (fixedWindow) undo(*Counter)                        {}
 
 // A fixed window's counter only grows within its window: once it holds the
 // limit, no hit fits until the window ends.
 func (fixedWindow) cacheable() bool                      { return true }
-func (fixedWindow) readDecides(*Request, []Request) bool { return true }
+func (fixedWindow) readDecides(*Counter, []Counter) bool { return true }
 
-func (a fixedWindow) decideRead(r *Request, read Result, pending uint64, _ int64) Result {
+func (a fixedWindow) decideRead(r *Counter, read Result, pending uint64, _ int64) Result {
 	return Result{Count: read.Count, Over: a.over(r, read.Count+pending)}
 }
 
-func (fixedWindow) full(r *Request, res Result, _ uint64, nowMs int64) (fullUntil, bool) {
+func (fixedWindow) full(r *Counter, res Result, _ uint64, nowMs int64) (fullUntil, bool) {
 	return windowFull(r, res, nowMs)
 }
 
 // askStore: a check fits a window at its limit, so only a count seen past
 // it answers a check here.
-func (fixedWindow) askStore(r *Request, f fullUntil) bool { return r.Hits == 0 && f.count <= r.Limit }
+func (fixedWindow) askStore(r *Counter, f fullUntil) bool { return r.Hits == 0 && f.count <= r.Limit }
 
-func (fixedWindow) fullResult(r *Request, _ fullUntil, _ int64) Result {
+func (fixedWindow) fullResult(r *Counter, _ fullUntil, _ int64) Result {
 	return Result{Count: r.Limit, Over: true}
 }
 
 func (fixedWindow) capacity(limit, _ uint64) uint64 { return limit }
 
-func (fixedWindow) used(_ *Request, res Result, _ time.Time) uint64 { return res.Count }
+func (fixedWindow) used(_ *Counter, res Result, _ time.Time) uint64 { return res.Count }
 
 // reset is the time to the end of the current window.
-func (fixedWindow) reset(r *Request, _ Result, now time.Time) time.Duration {
+func (fixedWindow) reset(r *Counter, _ Result, now time.Time) time.Duration {
 	return At(now, r.Size).Until(now.UnixMilli())
 }
 
-func (fixedWindow) retryAfter(r *Request, res Result, now time.Time) time.Duration {
+func (fixedWindow) retryAfter(r *Counter, res Result, now time.Time) time.Duration {
 	return r.Reset(res, now)
 }
 
 // failClosed reports an unknown counter just full, until its window ends.
-func (fixedWindow) failClosed(r *Request, now time.Time) (reset, wait time.Duration) {
+func (fixedWindow) failClosed(r *Counter, now time.Time) (reset, wait time.Duration) {
 	return windowEnd(r, now)
 }
 
@@ -103,14 +103,14 @@ func (fixedWindow) referenceLayout() bool { return true }
 // windowEnd is the time from now to the end of r's window, aligned as the
 // windows are, twice: the fail-closed answer of every algorithm that has
 // nothing better to say.
-func windowEnd(r *Request, now time.Time) (reset, wait time.Duration) {
+func windowEnd(r *Counter, now time.Time) (reset, wait time.Duration) {
 	end := At(now, r.Size).Until(now.UnixMilli())
 	return end, end
 }
 
 // windowFull is the full answer of a windowed counter: counted to its
 // limit, it is full until its window ends.
-func windowFull(r *Request, res Result, nowMs int64) (fullUntil, bool) {
+func windowFull(r *Counter, res Result, nowMs int64) (fullUntil, bool) {
 	if res.Count < r.Limit {
 		return fullUntil{}, false
 	}

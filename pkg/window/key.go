@@ -29,7 +29,7 @@ func CheckPrefix(prefix string) error {
 //
 // Stores complete it with ":<window size ms>:<window start ms>" (see
 // AppendWindow), or for TokenBucket and SlidingLog, whose state is not per
-// window, with ":<window size ms>" only (see Request.AppendStoreKey). The
+// window, with ":<window size ms>" only (see Counter.AppendStoreKey). The
 // braces are a Redis Cluster hash tag, so every window and every limit's
 // counter of one descriptor lands on one slot. Parts are copied
 // verbatim except the bytes % { } | = : and control bytes, which become %XX,
@@ -105,7 +105,7 @@ func AppendWindow(key []byte, w Window) []byte {
 //
 // For a Reference counter it appends the window's start in Unix seconds, as
 // envoyproxy/ratelimit does.
-func (r *Request) AppendStoreKey(dst []byte, nowMs int64) []byte {
+func (r *Counter) AppendStoreKey(dst []byte, nowMs int64) []byte {
 	dst = append(dst, r.Key...)
 	size := r.Size.Milliseconds()
 	if r.Reference {
@@ -122,7 +122,7 @@ func (r *Request) AppendStoreKey(dst []byte, nowMs int64) []byte {
 // envoyproxy/ratelimit's layout (its src/limiter/cache_key.go, unchanged
 // from 3fb7025 to f2fb157): prefix (its CACHE_KEY_PREFIX) and domain
 // verbatim, then '_'. AppendReferenceEntry appends each entry, and a store
-// the window's start in Unix seconds (Request.Reference):
+// the window's start in Unix seconds (Counter.Reference):
 //
 //	<prefix><domain>_<key1>_<value1>_<key2>_<value2>_<window start s>
 //

@@ -308,7 +308,7 @@ func FuzzReferenceKey(f *testing.F) {
 		size := unitLengths[u]
 		divider := int64(size / time.Second)
 		want += strconv.FormatInt(nowMs/1000/divider*divider, 10)
-		r := Request{Key: string(head), Size: size, Reference: true}
+		r := Counter{Key: string(head), Size: size, Reference: true}
 		if got := string(r.AppendStoreKey(nil, nowMs)); got != want {
 			t.Fatalf("AppendStoreKey(%d) with unit %v = %q, want %q", nowMs, u, got, want)
 		}

@@ -10,7 +10,7 @@ type slidingLog struct{ timedState }
 func (slidingLog) name() string    { return "sliding_log" }
 func (slidingLog) keyName() string { return "sliding_log" }
 
-func (slidingLog) check(m *Memory, r *Request, pending uint64, nowMs int64) Result {
+func (slidingLog) check(m *Memory, r *Counter, pending uint64, nowMs int64) Result {
 	size := r.Size.Milliseconds()
 	l := m.log(stateID{r.Key, size}, nowMs)
 	over, need := r.logDecide(uint64(len(l.hits)), pending)
@@ -19,7 +19,7 @@ func (slidingLog) check(m *Memory, r *Request, pending uint64, nowMs int64) Resu
 
 // count adds one entry per hit, at most Limit+1 (LogEntries); a refund
 // takes back the newest.
-func (slidingLog) count(m *Memory, r *Request, res *Result, nowMs int64) {
+func (slidingLog) count(m *Memory, r *Counter, res *Result, nowMs int64) {
 	size := r.Size.Milliseconds()
 	id := stateID{r.Key, size}
 	l := m.log(id, nowMs)
@@ -70,22 +70,22 @@ func (l *hitLog) result(size, nowMs int64, over bool, need uint64) Result {
 }
 
 // taken is the entries hits add: a log holds at most Limit+1 of a request.
-func (slidingLog) taken(r *Request, hits uint64) uint64 { return r.LogEntries(hits) }
+func (slidingLog) taken(r *Counter, hits uint64) uint64 { return r.LogEntries(hits) }
 
 // undo takes back the entries the hits added.
-func (slidingLog) undo(r *Request) { r.Hits = r.LogEntries(r.Hits) }
+func (slidingLog) undo(r *Counter) { r.Hits = r.LogEntries(r.Hits) }
 
 // readDecides: a read with no hits says when one more hit would fit, not
 // when more would.
-func (slidingLog) readDecides(r *Request, earlier []Request) bool {
+func (slidingLog) readDecides(r *Counter, earlier []Counter) bool {
 	return satAdd(pendingHits(earlier, r.Key, r.Size.Milliseconds()), max(r.Hits, 1)) <= 1
 }
 
 // decideRead is the read itself: it needed one hit, as the read (see
 // readDecides).
-func (slidingLog) decideRead(_ *Request, read Result, _ uint64, _ int64) Result { return read }
+func (slidingLog) decideRead(_ *Counter, read Result, _ uint64, _ int64) Result { return read }
 
-func (slidingLog) fullResult(_ *Request, f fullUntil, nowMs int64) Result {
+func (slidingLog) fullResult(_ *Counter, f fullUntil, nowMs int64) Result {
 	return f.retryResult(nowMs)
 }
 
@@ -95,7 +95,7 @@ func (slidingLog) capacity(limit, _ uint64) uint64 { return limit }
 // length, aligned as the windows are) ends: its oldest hit is somewhere in
 // the last window, and that end is a time within one window, as any full
 // log's retry is.
-func (slidingLog) failClosed(r *Request, now time.Time) (reset, wait time.Duration) {
+func (slidingLog) failClosed(r *Counter, now time.Time) (reset, wait time.Duration) {
 	return windowEnd(r, now)
 }
 
@@ -106,7 +106,7 @@ func (slidingLog) takesBurst() bool { return false }
 // call on the same log. When r does not fit, need is how many of the oldest
 // hits must leave the window before it would, or 0 when it never fits (its
 // hits alone pass the limit).
-func (r *Request) logDecide(count, pending uint64) (over bool, need uint64) {
+func (r *Counter) logDecide(count, pending uint64) (over bool, need uint64) {
 	if r.Refund {
 		return false, 0
 	}
@@ -125,4 +125,4 @@ func (r *Request) logDecide(count, pending uint64) (over bool, need uint64) {
 // every window holding it over the limit, as the hits themselves would, so
 // every decision is the same while a charge far over the limit costs
 // memory in proportion to the limit, not to its hits.
-func (r *Request) LogEntries(hits uint64) uint64 { return min(hits, satAdd(r.Limit, 1)) }
+func (r *Counter) LogEntries(hits uint64) uint64 { return min(hits, satAdd(r.Limit, 1)) }

@@ -58,10 +58,10 @@ func (m *Memory) Ping(ctx context.Context) error { return nil }
 
 // Take checks every request against its counter at now and, only if every
 // non-shadow request has room, counts them all; when one has none, it
-// counts only the charges (Request.Charge). It writes one Result per
+// counts only the charges (Counter.Charge). It writes one Result per
 // request into res (len(res) >= len(reqs)) and reports whether the requests
 // were allowed. It never fails; ctx is unused.
-func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Counter, res []Result) (bool, error) {
 	nowMs := now.UnixMilli()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -88,14 +88,14 @@ func (m *Memory) Take(ctx context.Context, now time.Time, reqs []Request, res []
 
 // check reads r's counter at nowMs and decides whether r fits, after the
 // hits that earlier requests of the call add to the same counter.
-func (m *Memory) check(r *Request, earlier []Request, nowMs int64) Result {
+func (m *Memory) check(r *Counter, earlier []Counter, nowMs int64) Result {
 	pending := pendingHits(earlier, r.Key, r.Size.Milliseconds())
 	return r.Algorithm.alg().check(m, r, pending, nowMs)
 }
 
 // count adds r's hits to its counter (or gives them back for a refund) and
 // updates res to the counter's new state.
-func (m *Memory) count(r *Request, res *Result, nowMs int64) {
+func (m *Memory) count(r *Counter, res *Result, nowMs int64) {
 	r.Algorithm.alg().count(m, r, res, nowMs)
 }
 
@@ -114,7 +114,7 @@ func (m *Memory) sweep(nowMs int64) {
 		}
 	}
 	// A bucket goes a second after it is full, a log a second after its
-	// last hit left the window: the slack of a window's TTL (Request.TTL),
+	// last hit left the window: the slack of a window's TTL (Counter.TTL),
 	// for a replica whose clock is a little behind.
 	grace := time.Second.Milliseconds()
 	for id, tat := range m.buckets {
@@ -133,7 +133,7 @@ func (m *Memory) sweep(nowMs int64) {
 // pendingHits sums the hits that earlier requests of the same call add to
 // the same counter, so a request naming one descriptor twice cannot pass a
 // limit that each copy alone would fit.
-func pendingHits(earlier []Request, key string, sizeMs int64) uint64 {
+func pendingHits(earlier []Counter, key string, sizeMs int64) uint64 {
 	var sum uint64
 	for i := range earlier {
 		e := &earlier[i]

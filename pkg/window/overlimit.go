@@ -15,7 +15,7 @@ import (
 // count >= limit, no hit fits until the next window. A key under attack
 // therefore costs no Redis traffic. A check (Hits 0) of a fixed window is
 // denied here only when the count seen was past the limit; at the limit it
-// fits (see Request.Hits), and goes to the store.
+// fits (see Counter.Hits), and goes to the store.
 //
 // TokenBucket and SlidingLog counters only free room as time passes too,
 // so a denial of one is cached until its Retry, exactly the time the store
@@ -39,7 +39,7 @@ import (
 // the store reports for the counters of a denied request. If the read
 // fails, the counters it could not read have Skipped set and Count 0.
 //
-// A request with a charge (Request.Charge) always goes to the wrapped
+// A request with a charge (Counter.Charge) always goes to the wrapped
 // store, even when a counter of it is known full, that counter included:
 // the store counts the charge whatever the answer, and the cache must not
 // drop what was spent.
@@ -75,7 +75,7 @@ type fullUntil struct {
 	count   uint64
 }
 
-func newFullKey(r *Request, nowMs int64) fullKey {
+func newFullKey(r *Counter, nowMs int64) fullKey {
 	if !r.Algorithm.Windowed() {
 		return fullKey{r.Key, r.Size.Milliseconds(), 0, r.Limit, r.Burst}
 	}
@@ -97,10 +97,10 @@ func (c *OverLimitCache) Ping(ctx context.Context) error { return c.next.Ping(ct
 // the state of the request's other counters; otherwise it asks the wrapped
 // store and remembers the counters that came back full. A charge always
 // goes to the store: a counter known full still receives it.
-func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Counter, res []Result) (bool, error) {
 	nowMs := now.UnixMilli()
 	c.sweep(nowMs)
-	charges := slices.ContainsFunc(reqs, func(r Request) bool { return r.charges() })
+	charges := slices.ContainsFunc(reqs, func(r Counter) bool { return r.charges() })
 	if !charges && c.deny(ctx, now, reqs, res) {
 		return false, nil
 	}
@@ -109,7 +109,7 @@ func (c *OverLimitCache) Take(ctx context.Context, now time.Time, reqs []Request
 
 // take asks the wrapped store and remembers the counters that came back
 // full, and forgets those that a refund gave room to.
-func (c *OverLimitCache) take(ctx context.Context, now time.Time, nowMs int64, reqs []Request, res []Result) (bool, error) {
+func (c *OverLimitCache) take(ctx context.Context, now time.Time, nowMs int64, reqs []Counter, res []Result) (bool, error) {
 	allowed, err := c.next.Take(ctx, now, reqs, res)
 	if err != nil {
 		return allowed, err
@@ -130,7 +130,7 @@ func (c *OverLimitCache) take(ctx context.Context, now time.Time, nowMs int64, r
 // deny answers reqs if one of its counters is known full and reports
 // whether it did. The other counters are read with no hits, in one store
 // call (see OverLimitCache).
-func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request, res []Result) bool {
+func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Counter, res []Result) bool {
 	nowMs := now.UnixMilli()
 	unread := 0
 	for i := range reqs {
@@ -151,7 +151,7 @@ func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request
 	if unread == 0 {
 		return true
 	}
-	peek := make([]Request, 0, unread)
+	peek := make([]Counter, 0, unread)
 	for i, r := range reqs {
 		if res[i].Skipped {
 			r.Hits, r.Refund = 0, false
@@ -190,7 +190,7 @@ func (c *OverLimitCache) deny(ctx context.Context, now time.Time, reqs []Request
 
 // known returns what the cache knows of r's counter at nowMs, and whether
 // it is cacheable and known full.
-func (c *OverLimitCache) known(r *Request, nowMs int64) (fullUntil, bool) {
+func (c *OverLimitCache) known(r *Counter, nowMs int64) (fullUntil, bool) {
 	if !cacheable(r) {
 		return fullUntil{}, false
 	}
@@ -204,7 +204,7 @@ func (c *OverLimitCache) known(r *Request, nowMs int64) (fullUntil, bool) {
 }
 
 // result is the Result of a denial of r by a counter known full, at nowMs.
-func (f fullUntil) result(r *Request, nowMs int64) Result {
+func (f fullUntil) result(r *Counter, nowMs int64) Result {
 	return r.Algorithm.alg().fullResult(r, f, nowMs)
 }
 
@@ -219,7 +219,7 @@ func (f fullUntil) retryResult(nowMs int64) Result {
 // retryFull is the full answer of a counter that only frees room as time
 // passes: a denial of one hit (not a charge, the counter named once) shows
 // it full until its Retry.
-func retryFull(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
+func retryFull(r *Counter, res Result, pending uint64, nowMs int64) (fullUntil, bool) {
 	if !res.Over || res.Retry <= 0 || r.Hits > 1 || pending > 0 || r.Charge {
 		return fullUntil{}, false
 	}
@@ -228,7 +228,7 @@ func retryFull(r *Request, res Result, pending uint64, nowMs int64) (fullUntil, 
 }
 
 // remember adds the cacheable counters of reqs that res shows full.
-func (c *OverLimitCache) remember(reqs []Request, res []Result, nowMs int64) {
+func (c *OverLimitCache) remember(reqs []Counter, res []Result, nowMs int64) {
 	for i := range reqs {
 		r := &reqs[i]
 		if cacheable(r) {
@@ -240,7 +240,7 @@ func (c *OverLimitCache) remember(reqs []Request, res []Result, nowMs int64) {
 // rememberOne adds r's counter when res, its answer after pending hits of
 // the same counter, shows it full: a window counted to its limit, or a
 // TokenBucket's or SlidingLog's denial of one hit, until its Retry.
-func (c *OverLimitCache) rememberOne(r *Request, res Result, pending uint64, nowMs int64) {
+func (c *OverLimitCache) rememberOne(r *Counter, res Result, pending uint64, nowMs int64) {
 	if !cacheable(r) {
 		return
 	}
@@ -253,7 +253,7 @@ func (c *OverLimitCache) rememberOne(r *Request, res Result, pending uint64, now
 	c.mu.Unlock()
 }
 
-func cacheable(r *Request) bool {
+func cacheable(r *Counter) bool {
 	return r.Algorithm.alg().cacheable() && !r.Shadow && !r.Refund
 }
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -19,7 +19,7 @@ type countingStore struct {
 	calls atomic.Int64
 }
 
-func (c *countingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (c *countingStore) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	c.calls.Add(1)
 	return c.Store.Take(ctx, now, reqs, res)
 }
@@ -150,7 +150,7 @@ func TestOverLimitCacheStaysExact(t *testing.T) {
 	}
 	replicas := []*window.OverLimitCache{window.NewOverLimitCache(inner[0]), window.NewOverLimitCache(inner[1])}
 	const workers, each = 16, 25
-	admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("cached-conc", 60, 1)}, replicas...))
+	admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("cached-conc", 60, 1)}, replicas...))
 	if admitted != 60 {
 		t.Errorf("admitted %d, want exactly 60", admitted)
 	}
@@ -173,15 +173,15 @@ func TestOverLimitCachePeek(t *testing.T) {
 	refund.Refund = true
 	tests := []struct {
 		name  string
-		prior []window.Request // each taken once, straight from the store, before full fills
-		reqs  []window.Request // the denied request; full is known full
+		prior []window.Counter // each taken once, straight from the store, before full fills
+		reqs  []window.Counter // the denied request; full is known full
 	}{
-		{"2 counters", []window.Request{storetest.Req("a", 10, 3)}, []window.Request{storetest.Req("a", 10, 1), full}},
-		{"3 counters", []window.Request{storetest.Req("a", 10, 3), storetest.Req("b", 5, 4)}, []window.Request{storetest.Req("a", 10, 2), full, storetest.Req("b", 5, 1)}},
-		{"another over too", []window.Request{storetest.Req("b", 5, 5)}, []window.Request{storetest.Req("a", 10, 1), storetest.Req("b", 5, 1), full}},
-		{"sliding and shadow", []window.Request{sliding, shadow}, []window.Request{sliding, shadow, full}},
-		{"one counter twice", nil, []window.Request{storetest.Req("a", 10, 6), storetest.Req("a", 10, 6), full}},
-		{"a refund", []window.Request{storetest.Req("a", 10, 4)}, []window.Request{refund, full}},
+		{"2 counters", []window.Counter{storetest.Req("a", 10, 3)}, []window.Counter{storetest.Req("a", 10, 1), full}},
+		{"3 counters", []window.Counter{storetest.Req("a", 10, 3), storetest.Req("b", 5, 4)}, []window.Counter{storetest.Req("a", 10, 2), full, storetest.Req("b", 5, 1)}},
+		{"another over too", []window.Counter{storetest.Req("b", 5, 5)}, []window.Counter{storetest.Req("a", 10, 1), storetest.Req("b", 5, 1), full}},
+		{"sliding and shadow", []window.Counter{sliding, shadow}, []window.Counter{sliding, shadow, full}},
+		{"one counter twice", nil, []window.Counter{storetest.Req("a", 10, 6), storetest.Req("a", 10, 6), full}},
+		{"a refund", []window.Counter{storetest.Req("a", 10, 4)}, []window.Counter{refund, full}},
 	}
 	for name, newStore := range stores() {
 		t.Run(name, func(t *testing.T) {
@@ -231,7 +231,7 @@ func TestOverLimitCachePeek(t *testing.T) {
 }
 
 // peekCounts reads the current counts of reqs' counters without counting.
-func peekCounts(t *testing.T, s window.Store, now time.Time, reqs []window.Request) []uint64 {
+func peekCounts(t *testing.T, s window.Store, now time.Time, reqs []window.Counter) []uint64 {
 	t.Helper()
 	out := make([]uint64, len(reqs))
 	for i, r := range reqs {
@@ -263,7 +263,7 @@ type failingStore struct {
 
 var errReadDown = errors.Join(window.ErrStore, errors.New("down"))
 
-func (f *failingStore) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (f *failingStore) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	if !f.fail.Load() {
 		return f.Store.Take(ctx, now, reqs, res)
 	}
@@ -322,11 +322,11 @@ func TestOverLimitCachePeekFails(t *testing.T) {
 func TestOverLimitCacheBucketAndLog(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
-	bucket := window.Request{Key: "test:{b}!token_bucket", Limit: 10, Size: time.Second, Hits: 1, Algorithm: window.TokenBucket}
-	log := window.Request{Key: "test:{l}!sliding_log", Limit: 2, Size: time.Second, Hits: 1, Algorithm: window.SlidingLog}
+	bucket := window.Counter{Key: "test:{b}!token_bucket", Limit: 10, Size: time.Second, Hits: 1, Algorithm: window.TokenBucket}
+	log := window.Counter{Key: "test:{l}!sliding_log", Limit: 2, Size: time.Second, Hits: 1, Algorithm: window.SlidingLog}
 	tests := []struct {
 		name   string
-		r      window.Request
+		r      window.Counter
 		denied window.Result // the first denial, at the fill's end
 		later  time.Duration // a moment before Retry
 		cached window.Result // the cache's answer then
@@ -357,7 +357,7 @@ func TestOverLimitCacheBucketAndLog(t *testing.T) {
 			// Not cached: more hits, a shadow, a charge.
 			more, shadow, charge := tt.r, tt.r, tt.r
 			more.Hits, shadow.Shadow, charge.Charge = 2, true, true
-			for _, reqs := range [][]window.Request{{more}, {shadow}, {charge}} {
+			for _, reqs := range [][]window.Counter{{more}, {shadow}, {charge}} {
 				storetest.Take(t, c, storetest.T0.Add(at), reqs...)
 				if n := c.Len(); n != 0 {
 					t.Fatalf("Len = %d after a denial of %+v, want 0", n, reqs)
@@ -377,7 +377,7 @@ func TestOverLimitCacheBucketAndLog(t *testing.T) {
 			before := inner.calls.Load()
 			check := tt.r
 			check.Hits = 0
-			for _, q := range []window.Request{tt.r, check} {
+			for _, q := range []window.Counter{tt.r, check} {
 				ok, res = storetest.Take(t, c, storetest.T0.Add(at+tt.later), q)
 				if ok || res[0] != tt.cached {
 					t.Errorf("cached denial of %d hits = %v %+v, want %+v", q.Hits, ok, res[0], tt.cached)
@@ -417,7 +417,7 @@ func TestOverLimitCacheLetsChecksAtTheLimit(t *testing.T) {
 	storetest.Take(t, c, storetest.T0, hit) // at the limit: cached full
 	for _, tc := range []struct {
 		name      string
-		req       window.Request
+		req       window.Counter
 		ok, store bool // allowed; reached the store
 	}{
 		{"a hit at the limit", hit, false, false},

@@ -18,28 +18,28 @@ func (slidingWindow) readsPrevious() bool { return true }
 
 // ttl is two windows plus one second: the counter is read as the previous
 // window's for one more window.
-func (slidingWindow) ttl(r *Request) time.Duration {
+func (slidingWindow) ttl(r *Counter) time.Duration {
 	return time.Duration(2*r.Size.Milliseconds()+1000) * time.Millisecond
 }
 
-func (slidingWindow) weight(_ *Request, w Window, nowMs int64) float64 {
+func (slidingWindow) weight(_ *Counter, w Window, nowMs int64) float64 {
 	return float64(w.End()-nowMs) / float64(w.Size)
 }
 
 // need is one hit for a check: a check asks whether one more would fit.
-func (slidingWindow) need(r *Request) uint64 { return max(r.Hits, 1) }
+func (slidingWindow) need(r *Counter) uint64 { return max(r.Hits, 1) }
 
 // over reports whether the estimate, previous*weight + count (with pending
 // hits) + need, passes the limit. Every store computes it in this order, so
 // that all decide alike to the last bit.
-func (a slidingWindow) over(r *Request, count, previous uint64, weight float64) bool {
+func (a slidingWindow) over(r *Counter, count, previous uint64, weight float64) bool {
 	if r.Refund {
 		return false
 	}
 	return float64(previous)*weight+float64(count)+float64(a.need(r)) > float64(r.Limit)
 }
 
-func (a slidingWindow) check(m *Memory, r *Request, pending uint64, nowMs int64) Result {
+func (a slidingWindow) check(m *Memory, r *Counter, pending uint64, nowMs int64) Result {
 	w := AtMillis(nowMs, r.Size.Milliseconds())
 	cur := m.get(cellID{r.Key, w.Size, w.Start}, nowMs)
 	p := w.Previous()
@@ -49,24 +49,24 @@ func (a slidingWindow) check(m *Memory, r *Request, pending uint64, nowMs int64)
 
 // undo gives back hits on the current window's counter alone: a fixed
 // window's refund of it.
-func (slidingWindow) undo(r *Request) { r.Algorithm = FixedWindow }
+func (slidingWindow) undo(r *Counter) { r.Algorithm = FixedWindow }
 
 // Its estimate falls as time passes: a full counter is not full for a time
 // the cache can know.
 func (slidingWindow) cacheable() bool { return false }
 
-func (a slidingWindow) decideRead(r *Request, read Result, pending uint64, nowMs int64) Result {
+func (a slidingWindow) decideRead(r *Counter, read Result, pending uint64, nowMs int64) Result {
 	w := AtMillis(nowMs, r.Size.Milliseconds())
 	return Result{Count: read.Count, Previous: read.Previous, Over: a.over(r, read.Count+pending, read.Previous, a.weight(r, w, nowMs))}
 }
 
-func (slidingWindow) full(*Request, Result, uint64, int64) (fullUntil, bool) {
+func (slidingWindow) full(*Counter, Result, uint64, int64) (fullUntil, bool) {
 	return fullUntil{}, false
 }
-func (slidingWindow) askStore(*Request, fullUntil) bool { return true }
+func (slidingWindow) askStore(*Counter, fullUntil) bool { return true }
 
 // used is the estimate, rounded up.
-func (a slidingWindow) used(r *Request, res Result, now time.Time) uint64 {
+func (a slidingWindow) used(r *Counter, res Result, now time.Time) uint64 {
 	w := At(now, r.Size)
 	return uint64(math.Ceil(float64(res.Previous)*a.weight(r, w, now.UnixMilli()) + float64(res.Count)))
 }
@@ -75,7 +75,7 @@ func (a slidingWindow) used(r *Request, res Result, now time.Time) uint64 {
 // time until the estimate has fallen enough for one more hit, assuming no
 // further traffic, which is at least the time to the next boundary when the
 // current window alone is full.
-func (slidingWindow) reset(r *Request, res Result, now time.Time) time.Duration {
+func (slidingWindow) reset(r *Counter, res Result, now time.Time) time.Duration {
 	nowMs := now.UnixMilli()
 	w := At(now, r.Size)
 	untilEnd := w.Until(nowMs)

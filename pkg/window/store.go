@@ -16,7 +16,7 @@ var ErrStore = errors.New("window: store")
 // atomically: Memory and Redis are stores, and OverLimitCache and Breaker
 // wrap one.
 type Store interface {
-	Take(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
+	Take(ctx context.Context, now time.Time, reqs []Counter, res []Result) (bool, error)
 	Ping(ctx context.Context) error
 }
 
@@ -26,16 +26,16 @@ var (
 	_ Store = (*Breaker)(nil)
 )
 
-// PartialError is the error of a Take of which some requests were answered
+// PartialError is the error of a Take of which some counters were answered
 // and others not, on Redis Cluster when the nodes of some slots fail. It
 // wraps ErrStore and the first underlying error.
 //
-// Failed lists the indexes (into the reqs given to Take) of the requests
-// whose counters are in an unknown state; their Results are meaningless. The
-// Results of every other request are valid, and Take's allowed reports
+// Failed lists the indexes (into the reqs given to Take) of the counters
+// that are in an unknown state; their Results are meaningless. The
+// Results of every other counter are valid, and Take's allowed reports
 // whether all of those non-shadow counters had room. When allowed is true
 // the answered counters have been counted, as if the failed ones had
-// allowed; when it is false only the answered charges (Request.Charge) were
+// allowed; when it is false only the answered charges (Counter.Charge) were
 // counted.
 //
 // A server applies each failed request's failure mode and decides. If it
@@ -45,7 +45,7 @@ var (
 // Hits > 0 and neither Refund nor Charge, each with Refund set (a charge
 // stays counted: it was spent whatever the answer).
 type PartialError struct {
-	// Failed holds request indexes in increasing order.
+	// Failed holds counter indexes in increasing order.
 	Failed []int
 	// Err is the first failure; it wraps ErrStore.
 	Err error
@@ -58,8 +58,8 @@ func (e *PartialError) Error() string {
 // Unwrap returns Err, so errors.Is(err, ErrStore) holds.
 func (e *PartialError) Unwrap() error { return e.Err }
 
-// Request asks a store to check and count hits on one counter.
-type Request struct {
+// Counter asks a store to check and count hits on one counter.
+type Counter struct {
 	// Key identifies one limit's counters of a descriptor (see
 	// AppendKeyHead and AppendKeyCounter); the store appends the window.
 	Key string
@@ -106,7 +106,7 @@ type Request struct {
 	Jitter time.Duration
 }
 
-// Result is a store's answer for one Request.
+// Result is a store's answer for one Counter.
 type Result struct {
 	// Count is the current window's counter after the decision: raised by
 	// Hits when the request was allowed or the counter a charge, unchanged
@@ -146,7 +146,7 @@ type Result struct {
 //
 // A Reference counter's TTL is its window plus Jitter, envoyproxy/ratelimit's
 // EXPIRE, which every decision sets again.
-func (r *Request) TTL() time.Duration {
+func (r *Counter) TTL() time.Duration {
 	if r.Reference {
 		return r.Size + r.Jitter
 	}
@@ -159,31 +159,31 @@ func (r *Request) TTL() time.Duration {
 // computes a sliding counter's estimate as
 // float64(previous)*Weight + float64(current), in that order, so that all
 // stores decide alike to the last bit.
-func (r *Request) Weight(w Window, nowMs int64) float64 {
+func (r *Counter) Weight(w Window, nowMs int64) float64 {
 	return r.Algorithm.alg().weight(r, w, nowMs)
 }
 
 // charges reports whether r counts its hits even when denied.
-func (r *Request) charges() bool { return r.Charge && r.Hits > 0 && !r.Refund }
+func (r *Counter) charges() bool { return r.Charge && r.Hits > 0 && !r.Refund }
 
 // need is the room a request must find: its hits, or when it only checks
 // one, except for FixedWindow, which envoyproxy/ratelimit finds over only
 // past its limit.
-func (r *Request) need() uint64 { return r.Algorithm.alg().need(r) }
+func (r *Counter) need() uint64 { return r.Algorithm.alg().need(r) }
 
 // Used returns how much of the counter res holds: Count, and for
 // SlidingWindow the rounded-up estimate.
-func (r *Request) Used(res Result, now time.Time) uint64 { return r.Algorithm.alg().used(r, res, now) }
+func (r *Counter) Used(res Result, now time.Time) uint64 { return r.Algorithm.alg().used(r, res, now) }
 
 // Capacity returns the most hits the counter holds: Limit, or for
 // TokenBucket the burst; 0 when Limit is 0, which admits nothing whatever
 // the burst.
-func (r *Request) Capacity() uint64 { return r.Algorithm.Capacity(r.Limit, r.Burst) }
+func (r *Counter) Capacity() uint64 { return r.Algorithm.Capacity(r.Limit, r.Burst) }
 
 // Remaining returns how many hits the counter still admits after res:
 // Capacity less Used, never negative. For a TokenBucket that is the whole
 // tokens left.
-func (r *Request) Remaining(res Result, now time.Time) uint64 {
+func (r *Counter) Remaining(res Result, now time.Time) uint64 {
 	used, c := r.Used(res, now), r.Capacity()
 	if used >= c {
 		return 0
@@ -193,7 +193,7 @@ func (r *Request) Remaining(res Result, now time.Time) uint64 {
 
 // RetryAfter returns how long a client denied by this counter should wait:
 // Reset for the windows, Retry for TokenBucket and SlidingLog.
-func (r *Request) RetryAfter(res Result, now time.Time) time.Duration {
+func (r *Counter) RetryAfter(res Result, now time.Time) time.Duration {
 	return r.Algorithm.alg().retryAfter(r, res, now)
 }
 
@@ -204,7 +204,7 @@ func (r *Request) RetryAfter(res Result, now time.Time) time.Duration {
 // further traffic, which is at least the time to the next boundary when the
 // current window alone is full. For TokenBucket and SlidingLog it is Empty:
 // the time until the bucket is full, or the log empty.
-func (r *Request) Reset(res Result, now time.Time) time.Duration {
+func (r *Counter) Reset(res Result, now time.Time) time.Duration {
 	return r.Algorithm.alg().reset(r, res, now)
 }
 
@@ -215,19 +215,19 @@ func (r *Request) Reset(res Result, now time.Time) time.Duration {
 // a hit after one Interval, as a bucket that has just denied one; a
 // sliding log until the current window (of its length, aligned as the
 // windows are) ends.
-func (r *Request) FailClosed(now time.Time) (reset, wait time.Duration) {
+func (r *Counter) FailClosed(now time.Time) (reset, wait time.Duration) {
 	return r.Algorithm.alg().failClosed(r, now)
 }
 
 // Taken returns how much of Used hits counted by r account for: the hits,
 // or for SlidingLog the entries they add (LogEntries).
-func (r *Request) Taken(hits uint64) uint64 { return r.Algorithm.alg().taken(r, hits) }
+func (r *Counter) Taken(hits uint64) uint64 { return r.Algorithm.alg().taken(r, hits) }
 
 // Undo returns the refund that gives back what r, counted, added to its
 // counter's current state: on a SlidingWindow the current window's counter
 // alone (a FixedWindow refund of it), on a SlidingLog the entries its hits
 // added (LogEntries).
-func (r Request) Undo() Request {
+func (r Counter) Undo() Counter {
 	r.Refund = true
 	r.Algorithm.alg().undo(&r)
 	return r

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // The bucket of testdata/bucket.yaml.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/faultproxy"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/faultproxy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // TestEnvoyDeadlineReachesRedis puts Redis 30 ms away (a fault proxy adding

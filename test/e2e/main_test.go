@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/race"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/racetest"
 )
 
 // Built or found once per test binary by TestMain.
@@ -52,7 +52,7 @@ func setup(dir string) error {
 	repoRoot = filepath.Dir(gomod)
 	sidecarBin = filepath.Join(dir, "ratelimit-sidecar")
 	// Race-checked like the tests themselves when they run under -race.
-	if _, err := command(repoRoot, "go", race.BuildArgs("-o", sidecarBin, "./cmd/ratelimit-sidecar")...); err != nil {
+	if _, err := command(repoRoot, "go", racetest.BuildArgs("-o", sidecarBin, "./cmd/ratelimit-sidecar")...); err != nil {
 		return err
 	}
 	if envoyBin, err = command(repoRoot, filepath.Join(repoRoot, "scripts", "envoy.sh")); err != nil {

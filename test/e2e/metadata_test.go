@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // TestEnvoyTakesDynamicMetadata: Envoy accepts responses that carry

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	childproc "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
+	childproc "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 )
 
 // stopGrace is how long a process may take to exit after SIGTERM before its

@@ -16,7 +16,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // refSuiteTemplate is the Envoy of TestReferenceSuite; its header names the

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 // TestEnvoyRetryAfterHeader: Envoy 1.40's enable_retry_after_header adds a

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/sidecartest"
 )
 
 // startTimeout bounds how long a process may take to start serving.

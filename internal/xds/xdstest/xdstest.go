@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tlstest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/tlstest"
 )
 
 // Server is an xDS server on the loopback serving one node's snapshots.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -46,7 +46,7 @@ func benchAlgorithm(b *testing.B, a window.Algorithm) {
 		// The clock moves 1 ms every 10 decisions: 10,000 a second over
 		// 1,000 keys, so a log keeps about 10 hits of its one-second
 		// window, and every request has room.
-		reqs := []window.Request{{Limit: 1_000_000, Size: time.Second, Hits: 1, Algorithm: a}}
+		reqs := []window.Counter{{Limit: 1_000_000, Size: time.Second, Hits: 1, Algorithm: a}}
 		res := make([]window.Result, 1)
 		for pb.Next() {
 			reqs[0].Key = names[rng.IntN(keys)]
@@ -86,8 +86,8 @@ func benchLogSize(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	const step = 10 * time.Millisecond // between hits: the window holds n
-	r := window.Request{Key: "bench:{log}!sliding_log", Limit: uint64(n), Size: time.Duration(n) * step, Hits: 1, Algorithm: window.SlidingLog}
-	reqs, res := []window.Request{r}, make([]window.Result, 1)
+	r := window.Counter{Key: "bench:{log}!sliding_log", Limit: uint64(n), Size: time.Duration(n) * step, Hits: 1, Algorithm: window.SlidingLog}
+	reqs, res := []window.Counter{r}, make([]window.Result, 1)
 	start := time.UnixMilli(1_763_800_020_000)
 	take := func(i int) {
 		if ok, err := s.Take(ctx, start.Add(time.Duration(i)*step), reqs, res); err != nil || !ok {
@@ -115,7 +115,7 @@ func benchLogSize(b *testing.B, n int) {
 	burst := r
 	burst.Key, burst.Hits = "bench:{burst}!sliding_log", uint64(n)
 	before = usec()
-	if ok, err := s.Take(ctx, start, []window.Request{burst}, res); err != nil || !ok {
+	if ok, err := s.Take(ctx, start, []window.Counter{burst}, res); err != nil || !ok {
 		b.Fatalf("burst = %v, %v", ok, err)
 	}
 	b.ReportMetric(usec()-before, "burst-redis-us")

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -67,9 +67,9 @@ func TestBucketAndLogKeys(t *testing.T) {
 	s := pinged(t, client)
 	ctx := context.Background()
 	head := string(window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "ratelimit", "edge"), "api_key", "alice")))
-	bucket := window.Request{Key: string(window.AppendKeyCounter([]byte(head), 0, window.TokenBucket)),
+	bucket := window.Counter{Key: string(window.AppendKeyCounter([]byte(head), 0, window.TokenBucket)),
 		Limit: 3, Size: time.Second, Hits: 2, Algorithm: window.TokenBucket}
-	log := window.Request{Key: string(window.AppendKeyCounter([]byte(head), 1, window.SlidingLog)),
+	log := window.Counter{Key: string(window.AppendKeyCounter([]byte(head), 1, window.SlidingLog)),
 		Limit: 5, Size: time.Minute, Hits: 2, Algorithm: window.SlidingLog}
 	now := storetest.T0.Add(123 * time.Millisecond)
 	if ok, _ := storetest.Take(t, s, now, bucket, log); !ok {
@@ -109,7 +109,7 @@ func TestBucketAndLogKeys(t *testing.T) {
 	if err := client.Set(ctx, lkey, "x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Take(ctx, now, []window.Request{bucket, log}, make([]window.Result, 2))
+	_, err = s.Take(ctx, now, []window.Counter{bucket, log}, make([]window.Result, 2))
 	if err == nil {
 		t.Error("Take on a log key holding a string: no error")
 	}
@@ -119,7 +119,7 @@ func TestBucketAndLogKeys(t *testing.T) {
 	if err := client.Set(ctx, bkey, "12", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Take(ctx, now, []window.Request{bucket}, make([]window.Result, 1)); err == nil {
+	if _, err := s.Take(ctx, now, []window.Counter{bucket}, make([]window.Result, 1)); err == nil {
 		t.Error("Take on a bucket key holding no TAT: no error")
 	}
 }
@@ -165,10 +165,10 @@ func TestMatchesMemory(t *testing.T) {
 // takeSlots).
 func differ(t *testing.T, seed uint64, cluster bool, s window.Store) {
 	rng := rand.New(rand.NewPCG(seed, 2))
-	var counters []window.Request
+	var counters []window.Counter
 	for i := range 8 {
 		a := window.Algorithm(i % 4)
-		r := window.Request{
+		r := window.Counter{
 			Key:       fmt.Sprintf("d%d:{c%d}", seed, i%4) + string(window.AppendKeyCounter(nil, i/4, a)),
 			Limit:     uint64(rng.IntN(7)),
 			Size:      time.Duration(10+rng.IntN(50)) * time.Second,
@@ -185,7 +185,7 @@ func differ(t *testing.T, seed uint64, cluster bool, s window.Store) {
 	for step := range 400 {
 		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
 		n := 1 + rng.IntN(3)
-		reqs := make([]window.Request, 0, n)
+		reqs := make([]window.Counter, 0, n)
 		for len(reqs) < n {
 			r := counters[rng.IntN(len(counters))]
 			switch h := rng.IntN(10); {

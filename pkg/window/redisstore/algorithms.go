@@ -20,9 +20,9 @@ type scriptAlgorithm struct {
 	// args appends the counter c's five full-form arguments at nowMs:
 	// its section of the take script (lua/) names them; flags holds
 	// SHADOW, REFUND and CHARGE, to which args adds its own.
-	args func(dst []any, c *window.Request, nowMs int64, flags int) []any
+	args func(dst []any, c *window.Counter, nowMs int64, flags int) []any
 	// read reads c's three reply values into its Result.
-	read func(c *window.Request, n [3]int64) (window.Result, error)
+	read func(c *window.Counter, n [3]int64) (window.Result, error)
 }
 
 // scriptAlgorithms is the table a window.Algorithm indexes here.
@@ -44,7 +44,7 @@ func scriptOf(a window.Algorithm) *scriptAlgorithm {
 
 // fixedArgs: limit, hits, TTL ms, flags, 0; in the reference layout its TTL
 // in seconds, EXPIRE's, as envoyproxy/ratelimit sets it.
-func fixedArgs(dst []any, c *window.Request, _ int64, flags int) []any {
+func fixedArgs(dst []any, c *window.Counter, _ int64, flags int) []any {
 	if c.Reference {
 		return append(dst, c.Limit, c.Hits, int64(c.TTL()/time.Second), flags|flagRef, 0)
 	}
@@ -52,30 +52,30 @@ func fixedArgs(dst []any, c *window.Request, _ int64, flags int) []any {
 }
 
 // slidingArgs: limit, hits, TTL ms, flags, the previous window's weight.
-func slidingArgs(dst []any, c *window.Request, nowMs int64, flags int) []any {
+func slidingArgs(dst []any, c *window.Counter, nowMs int64, flags int) []any {
 	w := window.AtMillis(nowMs, c.Size.Milliseconds())
 	return append(dst, c.Limit, c.Hits, c.TTL().Milliseconds(), flags|flagSliding, c.Weight(w, nowMs))
 }
 
 // bucketArgs: tolerance ns, hits, now ms, flags, interval ns.
-func bucketArgs(dst []any, c *window.Request, nowMs int64, flags int) []any {
+func bucketArgs(dst []any, c *window.Counter, nowMs int64, flags int) []any {
 	return append(dst, int64(c.Tolerance()), c.Hits, nowMs, flags|flagToken, int64(c.Interval()))
 }
 
 // logArgs: limit, hits, now ms, flags, window ms.
-func logArgs(dst []any, c *window.Request, nowMs int64, flags int) []any {
+func logArgs(dst []any, c *window.Counter, nowMs int64, flags int) []any {
 	return append(dst, c.Limit, c.Hits, nowMs, flags|flagLog, c.Size.Milliseconds())
 }
 
 // windowRead reads a window's values: current, previous, over 0 or 1.
-func windowRead(_ *window.Request, n [3]int64) (window.Result, error) {
+func windowRead(_ *window.Counter, n [3]int64) (window.Result, error) {
 	return window.Result{Count: uint64(n[0]), Previous: uint64(n[1]), Over: n[2] == 1}, nil
 }
 
 // bucketResult reads a TokenBucket counter's values (empty ns, retry ns,
 // over 0 or 1; see lua/bucket.lua) into its Result, as window.Memory makes it
-// (window.Request.BucketResult).
-func bucketResult(c *window.Request, n [3]int64) (window.Result, error) {
+// (window.Counter.BucketResult).
+func bucketResult(c *window.Counter, n [3]int64) (window.Result, error) {
 	empty, retry, over := n[0], n[1], n[2]
 	if over > 1 || over == 0 && retry != 0 {
 		return window.Result{}, fmt.Errorf("%w: unexpected token bucket values %v", window.ErrStore, n)
@@ -89,7 +89,7 @@ const maxLogMs = int64(window.MaxSize / time.Millisecond)
 
 // logResult reads a SlidingLog counter's values (count, empty ms, 0 or 1 +
 // retry ms; see lua/log.lua) into its Result.
-func logResult(_ *window.Request, n [3]int64) (window.Result, error) {
+func logResult(_ *window.Counter, n [3]int64) (window.Result, error) {
 	count, empty, over := n[0], n[1], n[2]
 	if empty > maxLogMs || over > maxLogMs+1 || count == 0 && empty != 0 {
 		return window.Result{}, fmt.Errorf("%w: unexpected sliding log values %v", window.ErrStore, n)

@@ -82,7 +82,7 @@ const (
 // nodes sends each slot's part in the batches and gives back what was
 // counted when a slot denies (see the package doc).
 //
-// A request whose context ended, or whose deadline (see callDeadline) passed,
+// A request whose context ended, or whose deadline (see takeDeadline) passed,
 // before its batch was sent is not sent, and its caller stops waiting then,
 // not when a worker gets to it: behind a slow Redis the queue holds at most
 // what the callers' deadlines allow. If the call fails, every request in it
@@ -126,13 +126,13 @@ func (s *Store) Close() error {
 // newBatcher returns a batcher with o's options (defaults applied), with no
 // store and no workers yet.
 func newBatcher(o BatchOptions) *batcher {
-	b := &batcher{opts: o, queue: make(chan *batchCall, o.MaxBatch*max(o.Workers, 1)), stop: make(chan struct{}),
+	b := &batcher{opts: o, queue: make(chan *pending, o.MaxBatch*max(o.Workers, 1)), stop: make(chan struct{}),
 		gather: make(chan struct{}, 1), returned: make(chan struct{}, 1)}
 	b.gather <- struct{}{}
 	b.calls.New = func() any {
 		t := time.NewTimer(time.Hour)
 		t.Stop()
-		return &batchCall{done: make(chan struct{}, 1), timer: t}
+		return &pending{done: make(chan struct{}, 1), timer: t}
 	}
 	return b
 }
@@ -144,7 +144,7 @@ func newBatcher(o BatchOptions) *batcher {
 type batcher struct {
 	s      *Store
 	opts   BatchOptions
-	queue  chan *batchCall
+	queue  chan *pending
 	mu     sync.RWMutex // guards closed against sends racing close
 	closed bool
 	stop   chan struct{}
@@ -157,11 +157,11 @@ type batcher struct {
 	lastSent time.Time     // when the last batch left; only the gatherer reads or writes it
 }
 
-// batchCall is one Take waiting in a batch.
-type batchCall struct {
+// pending is one Take waiting in a batch.
+type pending struct {
 	ctx      context.Context
-	deadline time.Time // of the Take (callDeadline)
-	request            // the worker reads reqs, which the caller leaves alone until done
+	deadline time.Time // of the Take (takeDeadline)
+	take               // the worker reads reqs, which the caller leaves alone until done
 	slot     uint16    // on a cluster: the hash slot of every counter of request, or of its first (multi)
 	multi    bool      // on a cluster: its counters lie on several slots of one node
 	vals     []any     // its part of the reply
@@ -173,14 +173,14 @@ type batchCall struct {
 	// decides; a worker recycles an abandoned call.
 	state atomic.Uint32
 	timer *time.Timer // the caller's, to stop waiting at deadline; reused
-	// Set by the worker for a traced store's span (see callInfo): when
+	// Set by the worker for a traced store's span (see takeTrace): when
 	// the call was sent, how many requests it carried, how long it took.
 	sent      time.Time
 	size      int
 	roundTrip time.Duration
 }
 
-// The states of a batchCall (batchCall.state).
+// The states of a pending (pending.state).
 const (
 	callQueued uint32 = iota
 	callTaken
@@ -194,12 +194,12 @@ const (
 // this Take's (see send), then by this Take's batch, whose deadline is the
 // earliest of its Takes'. It fills info, when not nil, with the batch the
 // Take went in.
-func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Request, res []window.Result, info *callInfo, slot uint16, multi bool) (bool, error) {
+func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, reqs []window.Counter, res []window.Result, info *takeTrace, slot uint16, multi bool) (bool, error) {
 	var queued time.Time
 	if info != nil {
 		queued = time.Now()
 	}
-	r := newRequest(nowMs, reqs, nil)
+	r := newTake(nowMs, reqs, nil)
 	c, err := b.enqueue(ctx, deadline, r, slot, multi)
 	if err != nil {
 		return false, err
@@ -214,9 +214,9 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, nowMs int64, req
 // enqueue hands r, on slot (see take), to the workers, for wait to collect.
 // When the queue is full it waits for room until ctx ends or deadline
 // passes, and then fails with nothing sent.
-func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r request, slot uint16, multi bool) (*batchCall, error) {
-	c := b.calls.Get().(*batchCall)
-	c.ctx, c.deadline, c.request, c.slot, c.multi, c.vals, c.err = ctx, deadline, r, slot, multi, nil, nil
+func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r take, slot uint16, multi bool) (*pending, error) {
+	c := b.calls.Get().(*pending)
+	c.ctx, c.deadline, c.take, c.slot, c.multi, c.vals, c.err = ctx, deadline, r, slot, multi, nil, nil
 	c.state.Store(callQueued)
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -251,7 +251,7 @@ func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r request, sl
 // and fails with nothing sent; once a worker has taken c, its batch call is
 // bounded by c's deadline (see send), so wait waits for it. It fills info,
 // when not nil, with the batch c went in, queued at queued.
-func (b *batcher) wait(c *batchCall, info *callInfo, queued time.Time) ([]any, error) {
+func (b *batcher) wait(c *pending, info *takeTrace, queued time.Time) ([]any, error) {
 	select {
 	case <-c.done:
 	default:
@@ -282,15 +282,15 @@ func (b *batcher) wait(c *batchCall, info *callInfo, queued time.Time) ([]any, e
 }
 
 // recycle puts c back in the pool, without references to its last Take.
-func (b *batcher) recycle(c *batchCall) {
-	c.ctx, c.request, c.vals, c.err = nil, request{}, nil, nil
+func (b *batcher) recycle(c *pending) {
+	c.ctx, c.take, c.vals, c.err = nil, take{}, nil, nil
 	c.size = 0
 	b.calls.Put(c)
 }
 
 // claim gives a worker c, taken from the queue: it reports false, and
 // recycles c, if c's caller gave up waiting.
-func (b *batcher) claim(c *batchCall) bool {
+func (b *batcher) claim(c *pending) bool {
 	if c.state.CompareAndSwap(callQueued, callTaken) {
 		return true
 	}
@@ -324,16 +324,16 @@ func (b *batcher) close() error {
 // sendBuf is a worker's memory for building its script calls, reused from
 // one batch to the next.
 type sendBuf struct {
-	live  []*batchCall
-	parts []request
+	live  []*pending
+	parts []take
 	call  callBuf
 	slots clusterCalls // on a cluster
 }
 
 func (b *batcher) work() {
 	defer b.wg.Done()
-	batch := make([]*batchCall, 0, b.opts.MaxBatch)
-	buf := &sendBuf{live: make([]*batchCall, 0, b.opts.MaxBatch)}
+	batch := make([]*pending, 0, b.opts.MaxBatch)
+	buf := &sendBuf{live: make([]*pending, 0, b.opts.MaxBatch)}
 	// For Spacing and Linger: one timer, reset for each wait (since Go
 	// 1.23 a Reset timer delivers no stale tick).
 	timer := time.NewTimer(time.Hour)
@@ -377,7 +377,7 @@ func (b *batcher) work() {
 // 1 requests: a worker that had to wait is idle, whatever its previous
 // batch. ok is false once the batcher is closed. Only the worker holding
 // the gather token calls it.
-func (b *batcher) next(batch []*batchCall, last int, after func(time.Duration) <-chan time.Time) (_ []*batchCall, ok bool) {
+func (b *batcher) next(batch []*pending, last int, after func(time.Duration) <-chan time.Time) (_ []*pending, ok bool) {
 	batch, busy := batch[:0], true
 	select {
 	case c := <-b.queue:
@@ -428,7 +428,7 @@ func (b *batcher) depart(after func(time.Duration) <-chan time.Time) bool {
 }
 
 // fill adds the requests already waiting to batch, up to MaxBatch.
-func (b *batcher) fill(batch []*batchCall) []*batchCall {
+func (b *batcher) fill(batch []*pending) []*pending {
 	for len(batch) < b.opts.MaxBatch {
 		select {
 		case c := <-b.queue:
@@ -443,7 +443,7 @@ func (b *batcher) fill(batch []*batchCall) []*batchCall {
 // lingerFor is how long a batch may wait for company at now: Linger, or
 // half the time left to its earliest deadline if that is sooner; not more
 // than zero when a deadline has passed.
-func (b *batcher) lingerFor(batch []*batchCall, now time.Time) time.Duration {
+func (b *batcher) lingerFor(batch []*pending, now time.Time) time.Duration {
 	wait := b.opts.Linger
 	for _, c := range batch {
 		wait = min(wait, c.deadline.Sub(now)/2)
@@ -455,7 +455,7 @@ func (b *batcher) lingerFor(batch []*batchCall, now time.Time) time.Duration {
 // until Close, and then fills the batch. It sleeps rather than waking for
 // each request that arrives: a wake per request costs the calling process
 // more CPU than the larger batch saves.
-func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan time.Time, wait time.Duration) []*batchCall {
+func (b *batcher) linger(batch []*pending, after func(time.Duration) <-chan time.Time, wait time.Duration) []*pending {
 	if wait <= 0 {
 		return batch
 	}
@@ -470,7 +470,7 @@ func (b *batcher) linger(batch []*batchCall, after func(time.Duration) <-chan ti
 // still live (on a cluster, one per node; see pipeline.go), hands each its
 // part of the reply and tells every request of batch, live or not, that it
 // is done, exactly once (see finish).
-func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
+func (b *batcher) send(batch []*pending, buf *sendBuf) {
 	var deadline time.Time
 	live := buf.live[:0]
 	defer func() { buf.live = live }()
@@ -520,9 +520,9 @@ func (b *batcher) send(batch []*batchCall, buf *sendBuf) {
 
 // finish tells calls, of a batch of size requests sent at sent, that their
 // answers are in; a traced store's calls first learn their batch's size and
-// round trip (see callInfo). A call may go back to the pool and into
+// round trip (see takeTrace). A call may go back to the pool and into
 // another batch as soon as it is told.
-func (b *batcher) finish(calls []*batchCall, size int, sent time.Time) {
+func (b *batcher) finish(calls []*pending, size int, sent time.Time) {
 	if b.s.tracer != nil {
 		rt := time.Since(sent)
 		for _, c := range calls {
@@ -535,10 +535,10 @@ func (b *batcher) finish(calls []*batchCall, size int, sent time.Time) {
 }
 
 // requests returns the requests of calls in buf.parts.
-func (buf *sendBuf) requests(calls []*batchCall) []request {
+func (buf *sendBuf) requests(calls []*pending) []take {
 	parts := buf.parts[:0]
 	for _, c := range calls {
-		parts = append(parts, c.request)
+		parts = append(parts, c.take)
 	}
 	buf.parts = parts
 	return parts
@@ -546,7 +546,7 @@ func (buf *sendBuf) requests(calls []*batchCall) []request {
 
 // deliver hands each of calls its part of v, the reply of the script call
 // they shared, or the call's error.
-func deliver(calls []*batchCall, v any, err error) {
+func deliver(calls []*pending, v any, err error) {
 	var vals []any
 	if err == nil {
 		vals, err = replyValues(v)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -29,16 +29,16 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.UnixMilli(1_763_800_035_000)
-	r := func(key string, limit, hits uint64) window.Request {
-		return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
+	r := func(key string, limit, hits uint64) window.Counter {
+		return window.Counter{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
 	}
-	sliding := window.Request{Key: "test:{sliding}", Limit: 5, Size: time.Minute, Hits: 2, Algorithm: window.SlidingWindow}
-	shadow := window.Request{Key: "test:{other}", Limit: 1, Size: time.Minute, Hits: 1, Shadow: true}
+	sliding := window.Counter{Key: "test:{sliding}", Limit: 5, Size: time.Minute, Hits: 2, Algorithm: window.SlidingWindow}
+	shadow := window.Counter{Key: "test:{other}", Limit: 1, Size: time.Minute, Hits: 1, Shadow: true}
 	corrupt := string(window.AppendWindow([]byte("test:{corrupt}"), window.At(now, time.Minute)))
 	if err := client.Set(ctx, corrupt, "not a number", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	calls := [][]window.Request{
+	calls := [][]window.Counter{
 		{r("full", 1, 1)},
 		{r("full", 1, 1)},                   // denied: the first took the only hit
 		{r("other", 5, 1), r("full", 1, 1)}, // denied as a whole: other not counted
@@ -51,13 +51,13 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		{r("expired", 5, 1)},                // its deadline passed: not sent
 	}
 	const expired = 9
-	var batch []*batchCall
+	var batch []*pending
 	for i, reqs := range calls {
 		deadline := time.Now().Add(time.Second)
 		if i == expired {
 			deadline = time.Now().Add(-time.Millisecond)
 		}
-		batch = append(batch, &batchCall{ctx: ctx, deadline: deadline, request: newRequest(now.UnixMilli(), reqs, nil), done: make(chan struct{}, 1)})
+		batch = append(batch, &pending{ctx: ctx, deadline: deadline, take: newTake(now.UnixMilli(), reqs, nil), done: make(chan struct{}, 1)})
 	}
 	before := s.RoundTrips()
 	buf := &sendBuf{}
@@ -77,7 +77,7 @@ func TestBatchDecidesEachRequestAlone(t *testing.T) {
 		res := make([]window.Result, len(calls[i]))
 		allowed, err := false, c.err
 		if err == nil {
-			allowed, err = parseRequest(c.vals, &c.request, res)
+			allowed, err = parseRequest(c.vals, &c.take, res)
 		}
 		if (err != nil) != (i == 3) {
 			t.Errorf("call %d: err %v", i, err)
@@ -118,9 +118,9 @@ func TestBatchLingerFor(t *testing.T) {
 		{"one deadline near", []time.Duration{time.Second, 300 * time.Microsecond}, 150 * time.Microsecond},
 		{"one deadline passed", []time.Duration{time.Second, -time.Millisecond}, -500 * time.Microsecond},
 	} {
-		var batch []*batchCall
+		var batch []*pending
 		for _, d := range tt.deadlines {
-			batch = append(batch, &batchCall{deadline: now.Add(d)})
+			batch = append(batch, &pending{deadline: now.Add(d)})
 		}
 		if got := b.lingerFor(batch, now); got != tt.want {
 			t.Errorf("%s: lingerFor = %v, want %v", tt.name, got, tt.want)
@@ -161,10 +161,10 @@ func TestBatchNext(t *testing.T) {
 
 	t.Run("busy", func(t *testing.T) {
 		b, clock := newTestBatcher(8, linger), newFakeAfter()
-		b.queue <- &batchCall{deadline: far}
-		b.queue <- &batchCall{deadline: far}
-		late := &batchCall{deadline: far}
-		done := make(chan []*batchCall, 1)
+		b.queue <- &pending{deadline: far}
+		b.queue <- &pending{deadline: far}
+		late := &pending{deadline: far}
+		done := make(chan []*pending, 1)
 		go func() {
 			got, _ := b.next(nil, 2, clock.after)
 			done <- got
@@ -186,7 +186,7 @@ func TestBatchNext(t *testing.T) {
 
 	t.Run("idle after a large batch", func(t *testing.T) {
 		b, clock := newTestBatcher(8, linger), newFakeAfter()
-		done := make(chan []*batchCall, 1)
+		done := make(chan []*pending, 1)
 		go func() {
 			got, _ := b.next(nil, 5, clock.after)
 			done <- got
@@ -195,7 +195,7 @@ func TestBatchNext(t *testing.T) {
 		// and block on it before the request comes. No timer decides the
 		// outcome; a worker that lingers shows on clock.waits.
 		time.Sleep(200 * time.Millisecond)
-		b.queue <- &batchCall{deadline: far}
+		b.queue <- &pending{deadline: far}
 		select {
 		case got := <-done:
 			if len(got) != 1 {
@@ -220,11 +220,11 @@ func TestBatchNext(t *testing.T) {
 // returns the batch as it is; Close ends the wait.
 func TestBatchLinger(t *testing.T) {
 	t.Parallel()
-	first, late := &batchCall{}, &batchCall{}
+	first, late := &pending{}, &pending{}
 
 	b, clock := newTestBatcher(4, 0), newFakeAfter()
-	done := make(chan []*batchCall, 1)
-	go func() { done <- b.linger([]*batchCall{first}, clock.after, time.Millisecond) }()
+	done := make(chan []*pending, 1)
+	go func() { done <- b.linger([]*pending{first}, clock.after, time.Millisecond) }()
 	<-clock.waits
 	b.queue <- late // while it waits
 	clock.fire <- time.Now()
@@ -234,14 +234,14 @@ func TestBatchLinger(t *testing.T) {
 
 	b, clock = newTestBatcher(4, 0), newFakeAfter()
 	b.queue <- late
-	if got := b.linger([]*batchCall{first}, clock.after, 0); len(got) != 1 || len(clock.waits) != 0 {
+	if got := b.linger([]*pending{first}, clock.after, 0); len(got) != 1 || len(clock.waits) != 0 {
 		t.Errorf("with no time to wait, linger returned %d requests (waited: %v), want the batch as it was",
 			len(got), len(clock.waits) != 0)
 	}
 
 	b, clock = newTestBatcher(4, 0), newFakeAfter()
 	close(b.stop)
-	if n := len(b.linger([]*batchCall{first}, clock.after, time.Hour)); n != 1 {
+	if n := len(b.linger([]*pending{first}, clock.after, time.Hour)); n != 1 {
 		t.Errorf("linger at Close returned %d requests, want 1", n)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -56,7 +56,7 @@ func TestBatcherCoalescesAndStaysExact(t *testing.T) {
 			t.Parallel()
 			s := newBatched(t, o)
 			const workers, each, limit = 32, 25, 300
-			admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("batched", limit, 1)}, s))
+			admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("batched", limit, 1)}, s))
 			if admitted != limit {
 				t.Errorf("admitted %d of %d, want exactly %d", admitted, workers*each, limit)
 			}
@@ -74,14 +74,14 @@ func TestBatcherSkipsEndedContextsAndCloses(t *testing.T) {
 	s := newBatched(t, BatchOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
+	if _, err := s.Take(ctx, storetest.T0, []window.Counter{storetest.Req("ended", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, context.Canceled) {
 		t.Errorf("Take with an ended context = %v, want context.Canceled", err)
 	}
 	if _, res := storetest.Take(t, s, storetest.T0, storetest.Req("ended", 5, 0)); res[0].Count != 0 {
 		t.Errorf("count = %d after an unsent command, want 0", res[0].Count)
 	}
 	s.Close()
-	_, err := s.Take(context.Background(), storetest.T0, []window.Request{storetest.Req("closed", 5, 1)}, make([]window.Result, 1))
+	_, err := s.Take(context.Background(), storetest.T0, []window.Counter{storetest.Req("closed", 5, 1)}, make([]window.Result, 1))
 	if !errors.Is(err, ErrBatcherClosed) || !errors.Is(err, window.ErrStore) {
 		t.Errorf("Take after Close = %v, want ErrBatcherClosed wrapping ErrStore", err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -92,7 +92,7 @@ func benchHotKeys(b *testing.B, hotOf10 int) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		rng := rand.New(rand.NewPCG(seed.Add(1), 0))
-		reqs := []window.Request{{Limit: 1_000_000_000, Size: time.Second, Hits: 1}}
+		reqs := []window.Counter{{Limit: 1_000_000_000, Size: time.Second, Hits: 1}}
 		res := make([]window.Result, 1)
 		for pb.Next() {
 			if rng.IntN(10) < hotOf10 {

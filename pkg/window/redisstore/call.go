@@ -12,20 +12,21 @@ import (
 // 256 or more (Go boxes smaller ones without allocating): per triple its ttl
 // and large limits, per full-form counter its ttl, large limits and weight.
 
-// request is one request of a script call, which the script decides on
-// its own: the counters reqs[idx] (all of reqs when idx is nil) at nowMs.
-type request struct {
+// take is one Take's part of a script call (a batch carries several),
+// which the script decides on its own: the counters reqs[idx] (all of reqs
+// when idx is nil) at nowMs.
+type take struct {
 	nowMs int64
-	reqs  []window.Request
+	reqs  []window.Counter
 	idx   []int
-	short bool // sent in the script's short form; see newRequest
+	short bool // sent in the script's short form; see newTake
 }
 
-// newRequest returns the request for reqs[idx] at nowMs. It goes in the
+// newTake returns the take of reqs[idx] at nowMs. It goes in the
 // script's short form (see take.lua) when every counter is plain (see
 // plain) and on a key of its own.
-func newRequest(nowMs int64, reqs []window.Request, idx []int) request {
-	r := request{nowMs: nowMs, reqs: reqs, idx: idx, short: true}
+func newTake(nowMs int64, reqs []window.Counter, idx []int) take {
+	r := take{nowMs: nowMs, reqs: reqs, idx: idx, short: true}
 	for j := range r.len() {
 		c := r.at(j)
 		if !plain(c) {
@@ -43,7 +44,7 @@ func newRequest(nowMs int64, reqs []window.Request, idx []int) request {
 }
 
 // len is how many counters r carries.
-func (r *request) len() int {
+func (r *take) len() int {
 	if r.idx != nil {
 		return len(r.idx)
 	}
@@ -51,7 +52,7 @@ func (r *request) len() int {
 }
 
 // at is r's j-th counter.
-func (r *request) at(j int) *window.Request {
+func (r *take) at(j int) *window.Counter {
 	if r.idx != nil {
 		return &r.reqs[r.idx[j]]
 	}
@@ -61,7 +62,7 @@ func (r *request) at(j int) *window.Request {
 // plain reports whether r is a plain counter, which the script's short form
 // can carry: a fixed window in this project's layout, not a shadow, a
 // refund or a charge, hits >= 1.
-func plain(r *window.Request) bool {
+func plain(r *window.Counter) bool {
 	return scriptOf(r.Algorithm).short && !r.Shadow && !r.Refund && !r.Charge && r.Hits >= 1 && !r.Reference
 }
 
@@ -82,7 +83,7 @@ type callBuf struct {
 // every request's keys, then the count of triples and of shared keys, every
 // request's arguments, the triples and the shared keys' planned hits (see
 // take.lua). It is the one place a call is laid out.
-func (b *callBuf) build(rs []request) []any {
+func (b *callBuf) build(rs []take) []any {
 	args, arena, keys := append(b.args[:0], "evalsha", takeHash, 0), b.arena[:0], b.keys[:0]
 	for i := range rs {
 		args, arena, keys = appendKeys(args, arena, keys, &b.shared, &rs[i])
@@ -123,11 +124,11 @@ func (k *keyArg) String() string { return string(k.b) }
 // keyOf returns the bytes of v, a key in a call's arguments.
 func keyOf(v any) []byte { return v.(*keyArg).b }
 
-// newCall returns the script call of the one request reqs[idx] at nowMs,
+// callArgs returns the script call of the one request reqs[idx] at nowMs,
 // in memory of its own.
-func newCall(nowMs int64, reqs []window.Request, idx []int) []any {
+func callArgs(nowMs int64, reqs []window.Counter, idx []int) []any {
 	var b callBuf
-	return b.build([]request{newRequest(nowMs, reqs, idx)})
+	return b.build([]take{newTake(nowMs, reqs, idx)})
 }
 
 // triples gathers the distinct (limit, hits, TTL) triples of a call's
@@ -155,7 +156,7 @@ type triple struct {
 }
 
 // number returns the number, from 1, of r's triple, adding it if new.
-func (t *triples) number(r *window.Request) int {
+func (t *triples) number(r *window.Counter) int {
 	want := triple{r.Limit, r.Hits, r.TTL().Milliseconds()}
 	if len(t.list) <= triplesScanned {
 		for i, have := range t.list {
@@ -218,7 +219,7 @@ func shortHead(n int) any {
 // by a new element of keys: per counter its current window's key and, for
 // a sliding window, the previous window's; a TokenBucket's or SlidingLog's
 // one key. It adds each window key to sk.
-func appendKeys(dst []any, arena []byte, keys []keyArg, sk *sharedKeys, r *request) ([]any, []byte, []keyArg) {
+func appendKeys(dst []any, arena []byte, keys []keyArg, sk *sharedKeys, r *take) ([]any, []byte, []keyArg) {
 	for j := range r.len() {
 		c := r.at(j)
 		from := len(arena)
@@ -263,13 +264,13 @@ const (
 	flagCharge  = 8  // hits are counted even when the request is denied; never with flagRefund
 	flagToken   = 16 // a token bucket (GCRA)
 	flagLog     = 32 // a sliding log
-	flagRef     = 64 // envoyproxy/ratelimit's counting; window.Request.Reference
+	flagRef     = 64 // envoyproxy/ratelimit's counting; window.Counter.Reference
 )
 
 // appendArgs appends r's script arguments to dst: in the short form minus
 // the counter count and per counter the number of its triple, added to t;
 // else the count and five values per counter.
-func appendArgs(dst []any, t *triples, r *request) []any {
+func appendArgs(dst []any, t *triples, r *take) []any {
 	n := r.len()
 	if r.short {
 		dst = append(dst, shortHead(n))

@@ -11,39 +11,39 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
 func TestShortCallOnlyForPlainCounters(t *testing.T) {
 	t.Parallel()
-	base := window.Request{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
-	other := window.Request{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
-	longer := window.Request{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
+	base := window.Counter{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1}
+	other := window.Counter{Key: "t:{o}", Limit: 5, Size: time.Minute, Hits: 1}
+	longer := window.Counter{Key: "t:{k}", Limit: 5, Size: time.Hour, Hits: 1}
 	tests := []struct {
 		name    string
-		reqs    []window.Request
+		reqs    []window.Counter
 		short   bool
 		triples int // distinct (limit, hits, TTL) in the short form
 		shared  int // keys that several counters use
 	}{
-		{"one fixed counter", []window.Request{base}, true, 1, 0},
-		{"hits above one", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1, 0},
-		{"two counters, one rule", []window.Request{base, other}, true, 1, 0},
-		{"one descriptor, two windows", []window.Request{base, longer}, true, 2, 0},
-		{"the same counter twice", []window.Request{base, other, base}, false, 0, 1},
-		{"shadow", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0, 0},
-		{"refund request", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0, 0},
-		{"charge", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 600, Charge: true}}, false, 0, 0},
-		{"check only (hits 0)", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0, 0},
-		{"sliding window", []window.Request{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: window.SlidingWindow}}, false, 0, 0},
-		{"a plain counter and a shadow", []window.Request{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0, 0},
+		{"one fixed counter", []window.Counter{base}, true, 1, 0},
+		{"hits above one", []window.Counter{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 3}}, true, 1, 0},
+		{"two counters, one rule", []window.Counter{base, other}, true, 1, 0},
+		{"one descriptor, two windows", []window.Counter{base, longer}, true, 2, 0},
+		{"the same counter twice", []window.Counter{base, other, base}, false, 0, 1},
+		{"shadow", []window.Counter{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0, 0},
+		{"refund request", []window.Counter{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Refund: true}}, false, 0, 0},
+		{"charge", []window.Counter{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 600, Charge: true}}, false, 0, 0},
+		{"check only (hits 0)", []window.Counter{{Key: "t:{k}", Limit: 5, Size: time.Minute}}, false, 0, 0},
+		{"sliding window", []window.Counter{{Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Algorithm: window.SlidingWindow}}, false, 0, 0},
+		{"a plain counter and a shadow", []window.Counter{other, {Key: "t:{k}", Limit: 5, Size: time.Minute, Hits: 1, Shadow: true}}, false, 0, 0},
 	}
 	for _, tt := range tests {
-		if got := newRequest(0, tt.reqs, nil).short; got != tt.short {
+		if got := newTake(0, tt.reqs, nil).short; got != tt.short {
 			t.Errorf("%s: short form %v, want %v", tt.name, got, tt.short)
 		}
-		call := newCall(1_763_800_035_000, tt.reqs, nil)
+		call := callArgs(1_763_800_035_000, tt.reqs, nil)
 		// After EVALSHA, the hash, the key count and the keys: the counts of
 		// triples and of shared keys, the request, the triples, the shared
 		// keys' planned hits.
@@ -70,14 +70,14 @@ func TestTriples(t *testing.T) {
 		const distinct = 3 * triplesScanned
 		var want []any
 		for i := range distinct {
-			r := &window.Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}
+			r := &window.Counter{Limit: 100, Hits: uint64(i + 1), Size: time.Second}
 			if got := tr.number(r); got != i+1 {
 				t.Fatalf("call %d: triple %d numbered %d, want %d", call, i, got, i+1)
 			}
 			want = append(want, r.Limit, r.Hits, r.TTL().Milliseconds())
 		}
 		for i := distinct - 1; i >= 0; i-- { // again, from both sides of the switch to the index
-			if got := tr.number(&window.Request{Limit: 100, Hits: uint64(i + 1), Size: time.Second}); got != i+1 {
+			if got := tr.number(&window.Counter{Limit: 100, Hits: uint64(i + 1), Size: time.Second}); got != i+1 {
 				t.Fatalf("call %d: triple %d again numbered %d, want %d", call, i, got, i+1)
 			}
 		}
@@ -127,7 +127,7 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 	for i, counters := range cases {
 		var got [2]outcome
 		for form := range 2 {
-			reqs := make([]window.Request, len(counters))
+			reqs := make([]window.Counter, len(counters))
 			for j, c := range counters {
 				key := fmt.Sprintf("t:{%d-%d-%d}", i, form, j)
 				if c.before != "" {
@@ -136,9 +136,9 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				reqs[j] = window.Request{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
+				reqs[j] = window.Counter{Key: key, Limit: 5, Size: time.Minute, Hits: c.hits}
 			}
-			args := newCall(now.UnixMilli(), reqs, nil)
+			args := callArgs(now.UnixMilli(), reqs, nil)
 			if form == 1 { // the same call in the full form: no triples or shared keys, flags 0, weight 0
 				args = append(args[:3+len(reqs)], 0, 0, len(reqs))
 				for _, r := range reqs {
@@ -149,7 +149,7 @@ func TestShortFormDecidesAsTheFullForm(t *testing.T) {
 			o.res = make([]window.Result, len(reqs))
 			v, err := s.script(ctx, args)
 			if err == nil {
-				o.allowed, err = parseTake(v, &request{reqs: reqs}, o.res)
+				o.allowed, err = parseTake(v, &take{reqs: reqs}, o.res)
 			}
 			o.failed = err != nil
 			for _, r := range reqs {

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -302,7 +302,7 @@ func TestClockTwoReplicasAgreeOnTheWindow(t *testing.T) {
 	// admit alternates 3*limit calls between the replicas and returns how
 	// many were allowed and whether every call fell in one window.
 	admit := func(key string, now func(i int) time.Time) (admitted int, oneWindow bool) {
-		r := []window.Request{{Key: "clock:{" + key + "}", Limit: limit, Size: size, Hits: 1}}
+		r := []window.Counter{{Key: "clock:{" + key + "}", Limit: limit, Size: size, Hits: 1}}
 		res := make([]window.Result, 1)
 		var first window.Window
 		oneWindow = true

@@ -25,7 +25,7 @@ type slotGroup struct {
 // sameSlot returns the hash slot of the current windows' keys of reqs and
 // whether they all share it, as a Take of one counter, or of counters with
 // one hash tag, does.
-func sameSlot(nowMs int64, reqs []window.Request) (uint16, bool) {
+func sameSlot(nowMs int64, reqs []window.Counter) (uint16, bool) {
 	var a [128]byte
 	var id uint16
 	for i := range reqs {
@@ -40,7 +40,7 @@ func sameSlot(nowMs int64, reqs []window.Request) (uint16, bool) {
 
 // windowSlot returns the hash slot of r's key at nowMs (its current
 // window's, or a TokenBucket's or SlidingLog's), built in buf.
-func windowSlot(buf []byte, nowMs int64, r *window.Request) uint16 {
+func windowSlot(buf []byte, nowMs int64, r *window.Counter) uint16 {
 	return slot(r.AppendStoreKey(buf, nowMs))
 }
 
@@ -48,7 +48,7 @@ func windowSlot(buf []byte, nowMs int64, r *window.Request) uint16 {
 // on several hash slots, as one request of a node's call: whether the
 // cluster client's view puts all their slots on one node, and cross-slot
 // calls are on. first is the slot of reqs[0]'s current window's key.
-func (s *Store) oneNode(ctx context.Context, nowMs int64, reqs []window.Request) (first uint16, ok bool) {
+func (s *Store) oneNode(ctx context.Context, nowMs int64, reqs []window.Counter) (first uint16, ok bool) {
 	if s.batch == nil || s.noCross.Load() {
 		return 0, false
 	}
@@ -76,7 +76,7 @@ func (s *Store) oneNode(ctx context.Context, nowMs int64, reqs []window.Request)
 
 // groupBySlot splits reqs by the hash slot of their current window's key,
 // in order of first appearance.
-func groupBySlot(nowMs int64, reqs []window.Request) []*slotGroup {
+func groupBySlot(nowMs int64, reqs []window.Counter) []*slotGroup {
 	var groups []*slotGroup
 	var a [128]byte
 	for i := range reqs {
@@ -105,7 +105,7 @@ func groupBySlot(nowMs int64, reqs []window.Request) []*slotGroup {
 // takeSlots is Take over several hash slots: check and count per slot in
 // parallel, give back what was counted if any slot denied, then apply the
 // refunds.
-func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Request, res []window.Result, groups []*slotGroup) (bool, error) {
+func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Counter, res []window.Result, groups []*slotGroup) (bool, error) {
 	allowed := true
 	s.runGroups(ctx, nowMs, reqs, res, groups, func(g *slotGroup) []int { return g.take },
 		func(g *slotGroup, ok bool) {
@@ -117,9 +117,9 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 		// refund of its hits on its current window (floored at zero,
 		// keeping the TTL), which gives back only what this call added;
 		// on a bucket the time its hits took, on a log the entries they
-		// added (window.Request.LogEntries). Charges stay: every slot
+		// added (window.Counter.LogEntries). Charges stay: every slot
 		// counts them whatever the answer.
-		undo := make([]window.Request, len(reqs))
+		undo := make([]window.Counter, len(reqs))
 		for i := range reqs {
 			undo[i] = reqs[i].Undo()
 		}
@@ -159,7 +159,7 @@ func (s *Store) takeSlots(ctx context.Context, nowMs int64, reqs []window.Reques
 // Batched, each group joins the batch of its slot, which the worker
 // pipelines to that slot's node with other Takes' requests (see
 // sendSlots), one node's failure kept to that node's calls.
-func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Request, res []window.Result, groups []*slotGroup,
+func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Counter, res []window.Result, groups []*slotGroup,
 	idx func(*slotGroup) []int, done func(g *slotGroup, allowed bool)) {
 	type call struct {
 		g    *slotGroup
@@ -181,9 +181,9 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 	}
 	if s.batch != nil {
 		dl, _ := ctx.Deadline() // take set it
-		queued := make([]*batchCall, len(calls))
+		queued := make([]*pending, len(calls))
 		for i, c := range calls {
-			queued[i], c.err = s.batch.enqueue(ctx, dl, newRequest(nowMs, reqs, c.idx), c.g.slot, false)
+			queued[i], c.err = s.batch.enqueue(ctx, dl, newTake(nowMs, reqs, c.idx), c.g.slot, false)
 		}
 		for i, c := range calls {
 			if queued[i] != nil {
@@ -194,7 +194,7 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 		var wg sync.WaitGroup
 		for _, c := range calls {
 			wg.Go(func() {
-				v, err := s.script(ctx, newCall(nowMs, reqs, c.idx))
+				v, err := s.script(ctx, callArgs(nowMs, reqs, c.idx))
 				if err == nil {
 					c.vals, err = replyValues(v)
 				}
@@ -207,7 +207,7 @@ func (s *Store) runGroups(ctx context.Context, nowMs int64, reqs []window.Reques
 		sub := make([]window.Result, len(c.idx))
 		ok, err := false, c.err
 		if err == nil {
-			ok, err = parseRequest(c.vals, &request{reqs: reqs, idx: c.idx}, sub)
+			ok, err = parseRequest(c.vals, &take{reqs: reqs, idx: c.idx}, sub)
 		}
 		if err != nil {
 			if !errors.Is(err, window.ErrStore) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -118,8 +118,8 @@ func TestClusterRecoversFromFlushedScripts(t *testing.T) {
 	if err := cc.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	three := func(hits uint64) []window.Request {
-		return []window.Request{storetest.Req(tags[0][0], 2, hits), storetest.Req(tags[1][0], 2, hits), storetest.Req(tags[2][0], 2, hits)}
+	three := func(hits uint64) []window.Counter {
+		return []window.Counter{storetest.Req(tags[0][0], 2, hits), storetest.Req(tags[1][0], 2, hits), storetest.Req(tags[2][0], 2, hits)}
 	}
 	for i, wantTrips := range []uint64{6, 3} {
 		before := s.RoundTrips()
@@ -159,11 +159,11 @@ func testClusterExact(t *testing.T, batched bool) {
 	stores := []*Store{clusterReplica(t, c, batched), clusterReplica(t, c, batched)}
 	const workers, each = 16, 20
 
-	hammer := func(reqs []window.Request) int {
+	hammer := func(reqs []window.Counter) int {
 		return storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, reqs, stores...))
 	}
-	counts := func(reqs []window.Request) []uint64 {
-		check := make([]window.Request, len(reqs))
+	counts := func(reqs []window.Counter) []uint64 {
+		check := make([]window.Counter, len(reqs))
 		for i, r := range reqs {
 			r.Hits = 0
 			check[i] = r
@@ -178,7 +178,7 @@ func testClusterExact(t *testing.T, batched bool) {
 
 	t.Run("one tight counter", func(t *testing.T) {
 		const limit = 100
-		reqs := []window.Request{storetest.Req(tags[0][0], limit, 1), storetest.Req(tags[1][0], 1_000_000, 1), storetest.Req(tags[2][0], 1_000_000, 1)}
+		reqs := []window.Counter{storetest.Req(tags[0][0], limit, 1), storetest.Req(tags[1][0], 1_000_000, 1), storetest.Req(tags[2][0], 1_000_000, 1)}
 		if got := hammer(reqs); got != limit {
 			t.Errorf("admitted %d of %d, want exactly %d", got, workers*each, limit)
 		}
@@ -191,7 +191,7 @@ func testClusterExact(t *testing.T, batched bool) {
 	t.Run("two tight counters", func(t *testing.T) {
 		// Refunds can make a counter deny while its hits are in flight:
 		// at most the limit, and every counter equals the admitted count.
-		reqs := []window.Request{storetest.Req(tags[0][1], 60, 1), storetest.Req(tags[1][1], 80, 1), storetest.Req(tags[2][1], 1_000_000, 1)}
+		reqs := []window.Counter{storetest.Req(tags[0][1], 60, 1), storetest.Req(tags[1][1], 80, 1), storetest.Req(tags[2][1], 1_000_000, 1)}
 		got := hammer(reqs)
 		if got > 60 || got == 0 {
 			t.Errorf("admitted %d of %d, want 1..60", got, workers*each)
@@ -214,7 +214,7 @@ func testClusterExact(t *testing.T, batched bool) {
 			node := w % 3
 			minute, hour := storetest.Req(tags[node][2], limit, 1), storetest.Req(tags[node][2], 1_000_000, 1)
 			hour.Size = time.Hour
-			reqs := []window.Request{minute, hour}
+			reqs := []window.Counter{minute, hour}
 			ok, err := stores[w%2].Take(context.Background(), storetest.T0, reqs, make([]window.Result, 2))
 			if ok {
 				admitted[node].Add(1)
@@ -288,7 +288,7 @@ func TestClusterNodeDown(t *testing.T) {
 	storetest.Take(t, s, storetest.T0, storetest.Req(up, 3, 1), storetest.Req(down, 3, 1)) // the client knows every node now
 	c.Node(2).Stop()
 
-	call := func(reqs ...window.Request) (bool, []window.Result, error) {
+	call := func(reqs ...window.Counter) (bool, []window.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		res := make([]window.Result, len(reqs))

@@ -8,13 +8,13 @@
 // Each Take is one EVALSHA of an embedded Lua script, take.lua, which checks
 // every counter of a request and counts them only if every non-shadow
 // counter has room; a denied request writes nothing but its charges
-// (window.Request.Charge), which count whatever the answer. The script is loaded
+// (window.Counter.Charge), which count whatever the answer. The script is loaded
 // by Ping and sent again as EVAL after NOSCRIPT (a restarted or flushed
 // Redis), when nothing ran. Counter keys are the request's Key plus its
 // window (window.AppendWindow); a counter expires its window plus one second
-// after its first hit (window.Request.TTL), and a sliding one a window later.
+// after its first hit (window.Counter.TTL), and a sliding one a window later.
 // A token bucket's key is the Key plus its window's size only
-// (window.Request.AppendStoreKey), a string holding its theoretical arrival
+// (window.Counter.AppendStoreKey), a string holding its theoretical arrival
 // time in ms ("1763800020123.456789", readable with GET) that expires a
 // second after the bucket is full again; a sliding log's is a sorted set of
 // one member per counted hit, scored by its time in ms, that expires its
@@ -71,8 +71,8 @@
 // concurrency a multi-slot counter may admit fewer than its limit (never
 // more); a counter whose request's other counters never deny admits exactly
 // its limit. Refunds
-// (window.Request.Refund) of a multi-slot request are applied after every
-// slot has allowed, in one more parallel step. Every window.Request.Key must
+// (window.Counter.Refund) of a multi-slot request are applied after every
+// slot has allowed, in one more parallel step. Every window.Counter.Key must
 // hold a hash tag (window.AppendKeyHead's keys do); an untagged
 // sliding-window key fails with CROSSSLOT. When some slots fail (a node
 // down) and others answer, Take returns a *window.PartialError naming the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -47,7 +47,7 @@ func ExampleNew() {
 	store := redisstore.New(client, redisstore.Options{Timeout: time.Second})
 	key := window.AppendKeyHead(nil, "ratelimit", "edge")
 	key = window.AppendKeyEnd(window.AppendKeyEntry(key, "api_key", "alice"))
-	reqs := []window.Request{{Key: string(key), Limit: 1, Size: time.Hour, Hits: 1}}
+	reqs := []window.Counter{{Key: string(key), Limit: 1, Size: time.Hour, Hits: 1}}
 	res := make([]window.Result, len(reqs))
 	now := time.Now()
 	for range 2 {
@@ -81,7 +81,7 @@ func ExampleNewBatched() {
 	}
 	key := window.AppendKeyHead(nil, "ratelimit", "edge")
 	key = window.AppendKeyEnd(window.AppendKeyEntry(key, "remote_address", "10.0.0.1"))
-	reqs := []window.Request{{Key: string(key), Limit: 100, Size: time.Minute, Hits: 3}}
+	reqs := []window.Counter{{Key: string(key), Limit: 100, Size: time.Minute, Hits: 3}}
 	res := make([]window.Result, len(reqs))
 	allowed, err := store.Take(context.Background(), time.Now(), reqs, res)
 	fmt.Println(allowed, res[0].Count, err)

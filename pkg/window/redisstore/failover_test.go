@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -36,7 +36,7 @@ const (
 // kind is one kind of request in a load, and what it got.
 type kind struct {
 	name                      string
-	reqs                      []window.Request // reqs[0] is the tight counter on the moving slot
+	reqs                      []window.Counter // reqs[0] is the tight counter on the moving slot
 	admitted, denied, failed  atomic.Int64
 	deniedAfter, admittedMark atomic.Int64 // denials since the move; admitted when marked
 }
@@ -47,19 +47,19 @@ type kind struct {
 // and an hour window (two keys, one slot); a request over two slots of one
 // node and one over two nodes, whose other counter never denies.
 func moveKinds(tag, near, other string) []*kind {
-	key := func(i int) window.Request {
-		return window.Request{Key: "test:{" + tag + "}:" + strconv.Itoa(i), Limit: moveLimit, Size: time.Minute, Hits: 1}
+	key := func(i int) window.Counter {
+		return window.Counter{Key: "test:{" + tag + "}:" + strconv.Itoa(i), Limit: moveLimit, Size: time.Minute, Hits: 1}
 	}
 	hour := key(2)
 	hour.Size, hour.Limit = time.Hour, 1_000_000
 	roomy := key(3)
 	roomy.Limit = 1_000_000
 	return []*kind{
-		{name: "alone", reqs: []window.Request{key(0)}},
-		{name: "two keys of the slot", reqs: []window.Request{key(1), roomy}},
-		{name: "minute and hour", reqs: []window.Request{key(2), hour}},
-		{name: "over two nodes", reqs: []window.Request{key(4), storetest.Req(other, 1_000_000, 1)}},
-		{name: "two slots of one node", reqs: []window.Request{key(5), storetest.Req(near, 1_000_000, 1)}},
+		{name: "alone", reqs: []window.Counter{key(0)}},
+		{name: "two keys of the slot", reqs: []window.Counter{key(1), roomy}},
+		{name: "minute and hour", reqs: []window.Counter{key(2), hour}},
+		{name: "over two nodes", reqs: []window.Counter{key(4), storetest.Req(other, 1_000_000, 1)}},
+		{name: "two slots of one node", reqs: []window.Counter{key(5), storetest.Req(near, 1_000_000, 1)}},
 	}
 }
 
@@ -171,7 +171,7 @@ func pollUntil(d time.Duration, cond func() bool) error {
 }
 
 // counter reads r's counter through s.
-func counter(t *testing.T, s *Store, r window.Request) uint64 {
+func counter(t *testing.T, s *Store, r window.Counter) uint64 {
 	t.Helper()
 	r.Hits = 0
 	_, res := storetest.Take(t, s, storetest.T0, r)

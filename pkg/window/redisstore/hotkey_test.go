@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -40,23 +40,23 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		counts  []uint64 // Result.Count per counter; nil: not checked
 		over    []bool   // Result.Over per counter; nil: not checked
 	}
-	r := func(key string, limit, hits uint64) window.Request {
-		return window.Request{Key: "{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
+	r := func(key string, limit, hits uint64) window.Counter {
+		return window.Counter{Key: "{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
 	}
-	shadow := func(q window.Request) window.Request { q.Shadow = true; return q }
-	refund := func(q window.Request) window.Request { q.Refund = true; return q }
-	charge := func(q window.Request) window.Request { q.Charge = true; return q }
-	sliding := func(q window.Request) window.Request { q.Algorithm = window.SlidingWindow; return q }
+	shadow := func(q window.Counter) window.Counter { q.Shadow = true; return q }
+	refund := func(q window.Counter) window.Counter { q.Refund = true; return q }
+	charge := func(q window.Counter) window.Counter { q.Charge = true; return q }
+	sliding := func(q window.Counter) window.Counter { q.Algorithm = window.SlidingWindow; return q }
 	tests := []struct {
 		name string
 		// before: counters set before the batch, by key (the request's Key)
 		// and window, 0 the current window and -1 the previous one.
 		before map[string]map[int]string
-		calls  [][]window.Request
+		calls  [][]window.Counter
 		want   []want
 	}{{
 		name: "mixed allowed and denied, in order",
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{r("a", 5, 2)}, {r("a", 5, 2)}, {r("a", 5, 2)}, {r("a", 5, 1)}, {r("a", 5, 1)}, {r("a", 5, 1)},
 		},
 		want: []want{
@@ -68,14 +68,14 @@ func TestBatchRepeatedKeys(t *testing.T) {
 	}, {
 		name:   "an existing counter keeps its TTL",
 		before: map[string]map[int]string{"a": {0: "3"}},
-		calls:  [][]window.Request{{r("a", 5, 1)}, {r("a", 5, 2)}, {r("a", 5, 1)}},
+		calls:  [][]window.Counter{{r("a", 5, 1)}, {r("a", 5, 2)}, {r("a", 5, 1)}},
 		want: []want{
 			{allowed: true, counts: []uint64{4}}, {counts: []uint64{4}, over: []bool{true}},
 			{allowed: true, counts: []uint64{5}},
 		},
 	}, {
 		name: "a denied multi-counter request between allowed ones",
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{r("a", 10, 1)}, {r("a", 10, 1), r("b", 2, 1)}, {r("b", 2, 1)},
 			{r("a", 10, 1), r("b", 2, 1)}, // b is full: a is not counted
 			{r("a", 10, 1)}, {r("c", 3, 1), r("a", 10, 1)},
@@ -87,7 +87,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		},
 	}, {
 		name: "new counters that no request may take are not left behind",
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{r("a", 5, 6)}, {r("a", 5, 6)}, {r("b", 5, 1), r("a", 5, 6)}, {r("b", 5, 1), r("a", 5, 9)},
 		},
 		want: []want{
@@ -96,7 +96,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		},
 	}, {
 		name: "a charge among them",
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{r("a", 5, 2)},
 			{r("full", 0, 1), charge(r("a", 5, 2))}, // denied by full, a is charged: 4
 			{r("a", 5, 1)},                          // 5
@@ -111,7 +111,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		},
 	}, {
 		name: "shadow",
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{shadow(r("s", 2, 1))}, {shadow(r("s", 2, 1))}, {shadow(r("s", 2, 1))},
 			{r("s", 2, 1)},                       // a plain counter on it is denied
 			{r("a", 5, 1), shadow(r("s", 2, 1))}, // a shadow over its limit denies nothing
@@ -124,7 +124,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 	}, {
 		name:   "a sliding-window counter repeated",
 		before: map[string]map[int]string{"w": {-1: "6"}}, // weighs 4
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{sliding(r("w", 8, 1))}, {sliding(r("w", 8, 2))}, {sliding(r("w", 8, 2))}, // 4+3+2 > 8
 			{sliding(r("w", 8, 1))}, {r("a", 9, 1), sliding(r("w", 8, 1))},
 		},
@@ -136,7 +136,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 	}, {
 		name:   "refunds",
 		before: map[string]map[int]string{"old": {0: "2"}},
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{r("a", 5, 3)}, {refund(r("a", 5, 2))}, {r("a", 5, 4)}, {r("a", 5, 1)},
 			{refund(r("a", 5, 10))}, // floored at 0
 			{r("a", 5, 1)},
@@ -153,7 +153,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 	}, {
 		name:   "a corrupt counter fails only the requests on it",
 		before: map[string]map[int]string{"x": {0: "1.5"}},
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{r("a", 5, 1)}, {r("a", 5, 1), r("x", 5, 1)}, {r("a", 5, 1)}, {shadow(r("x", 5, 1))}, {r("a", 5, 1)},
 		},
 		want: []want{
@@ -162,7 +162,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		},
 	}, {
 		name: "the same counter twice in a request, among others on it",
-		calls: [][]window.Request{
+		calls: [][]window.Counter{
 			{r("a", 5, 1)}, {r("a", 5, 2), r("a", 5, 2)}, {r("a", 5, 1), r("a", 5, 1)}, {r("a", 5, 1)},
 		},
 		want: []want{
@@ -180,7 +180,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		}
 		for run := range got {
 			prefix := fmt.Sprintf("t%d-%d:", i, run)
-			key := func(q window.Request) window.Request { q.Key = prefix + q.Key; return q }
+			key := func(q window.Counter) window.Counter { q.Key = prefix + q.Key; return q }
 			for k, byWindow := range tt.before {
 				for shift, v := range byWindow {
 					w := window.At(now, time.Minute)
@@ -195,16 +195,16 @@ func TestBatchRepeatedKeys(t *testing.T) {
 			}
 			g := &got[run]
 			g.allowed, g.failed = make([]bool, len(tt.calls)), make([]bool, len(tt.calls))
-			var batch []*batchCall
+			var batch []*pending
 			for j, reqs := range tt.calls {
-				own := make([]window.Request, len(reqs))
+				own := make([]window.Counter, len(reqs))
 				for k, q := range reqs {
 					own[k] = key(q)
 				}
 				res := make([]window.Result, len(own))
 				g.res = append(g.res, res)
 				if run != 1 {
-					batch = append(batch, &batchCall{ctx: ctx, deadline: time.Now().Add(time.Minute), request: newRequest(now.UnixMilli(), own, nil), done: make(chan struct{}, 1)})
+					batch = append(batch, &pending{ctx: ctx, deadline: time.Now().Add(time.Minute), take: newTake(now.UnixMilli(), own, nil), done: make(chan struct{}, 1)})
 					continue
 				}
 				ok, err := alone.Take(ctx, now, own, res)
@@ -224,7 +224,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 				for j, c := range batch {
 					err := c.err
 					if err == nil {
-						g.allowed[j], err = parseRequest(c.vals, &c.request, g.res[j])
+						g.allowed[j], err = parseRequest(c.vals, &c.take, g.res[j])
 					}
 					g.failed[j] = err != nil
 				}
@@ -271,10 +271,10 @@ func TestBatchRepeatedKeys(t *testing.T) {
 
 // sendUnshared sends batch as one script call as the batcher would, but with
 // no shared keys listed, and hands each call its part of the reply.
-func sendUnshared(ctx context.Context, s *Store, batch []*batchCall) {
-	parts := make([]request, len(batch))
+func sendUnshared(ctx context.Context, s *Store, batch []*pending) {
+	parts := make([]take, len(batch))
 	for i, c := range batch {
-		parts[i] = c.request
+		parts[i] = c.take
 	}
 	var b callBuf
 	args := b.build(parts)

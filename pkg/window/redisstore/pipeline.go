@@ -33,7 +33,7 @@ var errRegroup = errors.New("redisstore: counters not on one node")
 // order they came.
 type clusterCall struct {
 	node  *redis.Client // nil when err came before sending
-	calls []*batchCall
+	calls []*pending
 	slot  uint16 // the first request's
 	cross bool   // the requests span slots: a call of crossSource
 	call  callBuf
@@ -68,7 +68,7 @@ func (sc *clusterCalls) next() *clusterCall {
 // cross is false. A request whose node cannot be named, or a request on
 // several slots that cannot go as one call, gets a call of its own with
 // err set, which is never sent.
-func (sc *clusterCalls) group(ctx context.Context, s *Store, calls []*batchCall, buf *sendBuf, cross bool) []*clusterCall {
+func (sc *clusterCalls) group(ctx context.Context, s *Store, calls []*pending, buf *sendBuf, cross bool) []*clusterCall {
 	if sc.byKey == nil {
 		sc.byKey = make(map[any]*clusterCall)
 		sc.nodes = make(map[uint16]*redis.Client)
@@ -126,7 +126,7 @@ func (sc *clusterCalls) group(ctx context.Context, s *Store, calls []*batchCall,
 // callKey returns a key of c's slot for the cluster client to find its
 // node: its first counter's key, whose hash tag names the slot, or, for a
 // key without one, that counter's current window's key.
-func callKey(c *batchCall) string {
+func callKey(c *pending) string {
 	r := c.at(0)
 	if k := r.Key; slot(k) == c.slot {
 		return k
@@ -142,7 +142,7 @@ func callKey(c *batchCall) string {
 // see redo) is sent again per slot by goroutines of their own (see
 // redoSlot and redoCross), so that neither the other nodes' requests nor
 // the next batch wait for it.
-func (b *batcher) sendSlots(ctx context.Context, live []*batchCall, buf *sendBuf, sent time.Time) {
+func (b *batcher) sendSlots(ctx context.Context, live []*pending, buf *sendBuf, sent time.Time) {
 	s := b.s
 	calls := buf.slots.group(ctx, s, live, buf, !s.noCross.Load())
 	byNode := buf.slots.byNode
@@ -199,14 +199,14 @@ func (b *batcher) redoCross(g *clusterCall, size int, sent time.Time) {
 			}
 		})
 	}
-	var slots [][]*batchCall // in order of each slot's first request
+	var slots [][]*pending // in order of each slot's first request
 	for _, c := range g.calls {
 		if c.multi {
-			deliver([]*batchCall{c}, nil, errRegroup)
-			b.finish([]*batchCall{c}, size, sent)
+			deliver([]*pending{c}, nil, errRegroup)
+			b.finish([]*pending{c}, size, sent)
 			continue
 		}
-		i := slices.IndexFunc(slots, func(cs []*batchCall) bool { return cs[0].slot == c.slot })
+		i := slices.IndexFunc(slots, func(cs []*pending) bool { return cs[0].slot == c.slot })
 		if i < 0 {
 			slots = append(slots, nil)
 			i = len(slots) - 1
@@ -221,11 +221,11 @@ func (b *batcher) redoCross(g *clusterCall, size int, sent time.Time) {
 // redoSlot sends the script call of calls, one slot's requests, again after
 // err (see redo), in a goroutine of the batcher's that ends by the calls'
 // earliest deadline, and hands them their answers.
-func (b *batcher) redoSlot(calls []*batchCall, err error, size int, sent time.Time) {
+func (b *batcher) redoSlot(calls []*pending, err error, size int, sent time.Time) {
 	deadline := calls[0].deadline
-	parts := make([]request, len(calls))
+	parts := make([]take, len(calls))
 	for i, c := range calls {
-		parts[i] = c.request
+		parts[i] = c.take
 		if c.deadline.Before(deadline) {
 			deadline = c.deadline
 		}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -26,18 +26,18 @@ func crossCluster(t *testing.T) (*redistest.Cluster, *Store, [][]string) {
 	return c, s, tags
 }
 
-// handBatch returns one batchCall per request set in calls, at now, as
+// handBatch returns one pending per request set in calls, at now, as
 // Store.take would queue them: on the slot of its first counter, multi when
 // its counters lie on several slots.
-func handBatch(now time.Time, calls [][]window.Request) []*batchCall {
-	var batch []*batchCall
+func handBatch(now time.Time, calls [][]window.Counter) []*pending {
+	var batch []*pending
 	for _, reqs := range calls {
 		id, one := sameSlot(now.UnixMilli(), reqs)
 		if !one {
 			id = windowSlot(nil, now.UnixMilli(), &reqs[0])
 		}
-		batch = append(batch, &batchCall{ctx: context.Background(), deadline: time.Now().Add(5 * time.Second),
-			request: newRequest(now.UnixMilli(), reqs, nil), slot: id, multi: !one, done: make(chan struct{}, 1)})
+		batch = append(batch, &pending{ctx: context.Background(), deadline: time.Now().Add(5 * time.Second),
+			take: newTake(now.UnixMilli(), reqs, nil), slot: id, multi: !one, done: make(chan struct{}, 1)})
 	}
 	return batch
 }
@@ -53,7 +53,7 @@ func TestClusterBatchOneCallPerNode(t *testing.T) {
 	ctx := context.Background()
 	a, b, d := storetest.Req(tags[0][0], 1, 1), storetest.Req(tags[0][1], 5, 1), storetest.Req(tags[0][2], 5, 1)
 	other := storetest.Req(tags[1][0], 5, 1)
-	calls := [][]window.Request{
+	calls := [][]window.Counter{
 		{a},    // allowed
 		{b},    // allowed
 		{a},    // denied
@@ -92,13 +92,13 @@ func TestClusterBatchOneCallPerNode(t *testing.T) {
 			t.Fatalf("call %d: %v", i, bc.err)
 		}
 		res := make([]window.Result, len(calls[i]))
-		ok, err := parseRequest(bc.vals, &bc.request, res)
+		ok, err := parseRequest(bc.vals, &bc.take, res)
 		if err != nil || ok != wantOK[i] {
 			t.Errorf("call %d = %v, %v, want %v", i, ok, err, wantOK[i])
 		}
 	}
 	for _, want := range []struct {
-		r    window.Request
+		r    window.Counter
 		want uint64
 	}{{a, 1}, {b, 2}, {d, 1}, {other, 1}} {
 		if got := counter(t, s, want.r); got != want.want {
@@ -131,13 +131,13 @@ func TestClusterBatchSlotMoved(t *testing.T) {
 
 	var cb callBuf
 	nowMs := storetest.T0.UnixMilli()
-	args := crossArgs(nil, cb.build([]request{newRequest(nowMs, []window.Request{stay, moved}, nil)}))
+	args := crossArgs(nil, cb.build([]take{newTake(nowMs, []window.Counter{stay, moved}, nil)}))
 	err = nodeClient(t, c.Addrs[0]).Process(ctx, crossCmd(ctx, false, args))
 	if !isNotLocal(err) || !strings.Contains(err.Error(), moved.Key) {
 		t.Errorf("cross-slot call on a moved slot: %v, want NOTLOCAL naming %s", err, moved.Key)
 	}
 
-	calls := [][]window.Request{{stay}, {moved}, {stay, moved}}
+	calls := [][]window.Counter{{stay}, {moved}, {stay, moved}}
 	batch := handBatch(storetest.T0, calls)
 	s.batch.send(batch, &sendBuf{})
 	for _, bc := range batch {
@@ -148,7 +148,7 @@ func TestClusterBatchSlotMoved(t *testing.T) {
 		if bc.err != nil {
 			t.Fatalf("call %d after the move: %v", i, bc.err)
 		}
-		if ok, err := parseRequest(bc.vals, &bc.request, res); !ok || err != nil {
+		if ok, err := parseRequest(bc.vals, &bc.take, res); !ok || err != nil {
 			t.Errorf("call %d after the move = %v, %v, want allowed", i, ok, err)
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -79,12 +79,12 @@ func TestReferenceCountingMatchesReference(t *testing.T) {
 			model := map[string]uint64{}
 			start := strconv.FormatInt(window.At(storetest.T0, time.Minute).Start/1000, 10)
 			for n, st := range tc.steps {
-				reqs := make([]window.Request, len(st.keys))
+				reqs := make([]window.Counter, len(st.keys))
 				keys := make([]string, len(st.keys))
 				limits := make([]uint64, len(st.keys))
 				for j, c := range st.keys {
 					head := window.AppendReferenceEntry(window.AppendReferenceKey(nil, "p:", "edge"), "k", counters[c].entry)
-					reqs[j] = window.Request{Key: string(head), Limit: counters[c].limit, Size: time.Minute, Hits: st.hits[j],
+					reqs[j] = window.Counter{Key: string(head), Limit: counters[c].limit, Size: time.Minute, Hits: st.hits[j],
 						Reference: true, Jitter: 5 * time.Second}
 					keys[j], limits[j] = "p:edge_k_"+counters[c].entry+"_"+start, counters[c].limit
 				}
@@ -128,7 +128,7 @@ func TestReferenceKeyLayout(t *testing.T) {
 		{time.Hour, "rl_foo_pelle_baz_not-so-shady_" + strconv.FormatInt(storetest.T0.Unix()/3600*3600, 10)},
 		{7 * 24 * time.Hour, "rl_foo_pelle_baz_not-so-shady_" + strconv.FormatInt(storetest.T0.Unix()/604800*604800, 10)},
 	} {
-		r := window.Request{Key: string(head), Size: tc.size, Reference: true}
+		r := window.Counter{Key: string(head), Size: tc.size, Reference: true}
 		if got := string(r.AppendStoreKey(nil, storetest.T0.UnixMilli())); got != tc.want {
 			t.Errorf("AppendStoreKey(%v) = %q, want %q", tc.size, got, tc.want)
 		}

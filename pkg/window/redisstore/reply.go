@@ -14,7 +14,7 @@ import (
 // reader of that reply.
 
 // parseTake reads the reply v of a call of the one request r into res.
-func parseTake(v any, r *request, res []window.Result) (bool, error) {
+func parseTake(v any, r *take, res []window.Result) (bool, error) {
 	vals, err := replyValues(v)
 	if err != nil {
 		return false, err
@@ -54,7 +54,7 @@ func replySize(short bool, n int) int {
 // one Result per counter of r, and reports whether the request was
 // allowed. It tells the short form by the part's length; a TokenBucket or
 // SlidingLog counter never comes in it.
-func parseRequest(vals []any, r *request, res []window.Result) (bool, error) {
+func parseRequest(vals []any, r *take, res []window.Result) (bool, error) {
 	res = res[:r.len()]
 	short := len(vals) == replySize(true, len(res))
 	if !short && len(vals) != replySize(false, len(res)) {

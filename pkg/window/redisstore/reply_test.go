@@ -33,7 +33,7 @@ func FuzzParseRequest(f *testing.F) {
 			vals = append(vals, string(raw)) // not an integer
 		}
 		res := make([]window.Result, counters)
-		allowed, err := parseRequest(vals, &request{reqs: make([]window.Request, counters)}, res)
+		allowed, err := parseRequest(vals, &take{reqs: make([]window.Counter, counters)}, res)
 		if err != nil {
 			return
 		}
@@ -100,12 +100,12 @@ func FuzzParseBucketLogReply(f *testing.F) {
 			vals = append(vals, string(raw))
 		}
 		counters := max(1, (len(vals)-1)/3)
-		reqs := make([]window.Request, counters)
+		reqs := make([]window.Counter, counters)
 		for i := range reqs {
-			reqs[i] = window.Request{Key: "k", Limit: limit, Size: time.Duration(sizeMs) * time.Millisecond, Algorithm: a}
+			reqs[i] = window.Counter{Key: "k", Limit: limit, Size: time.Duration(sizeMs) * time.Millisecond, Algorithm: a}
 		}
 		res := make([]window.Result, counters)
-		allowed, err := parseRequest(vals, &request{reqs: reqs}, res)
+		allowed, err := parseRequest(vals, &take{reqs: reqs}, res)
 		if err != nil {
 			return
 		}

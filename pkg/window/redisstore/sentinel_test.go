@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -26,7 +26,7 @@ func TestSentinelFailover(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = client.Close() })
 	s := New(client, Options{})
-	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(storetest.T0, []window.Request{storetest.Req("before", 50, 1)}, s)); got != 50 {
+	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("before", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d before failover, want 50", got)
 	}
 
@@ -41,7 +41,7 @@ func TestSentinelFailover(t *testing.T) {
 	var last error
 	for ctx.Err() == nil {
 		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, last = s.Take(cctx, storetest.T0, []window.Request{storetest.Req("probe", 1000, 1)}, make([]window.Result, 1))
+		_, last = s.Take(cctx, storetest.T0, []window.Counter{storetest.Req("probe", 1000, 1)}, make([]window.Result, 1))
 		ccancel()
 		if last == nil {
 			break
@@ -51,7 +51,7 @@ func TestSentinelFailover(t *testing.T) {
 	if last != nil {
 		t.Fatalf("Take never succeeded after failover to %s: %v", newMaster, last)
 	}
-	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(storetest.T0, []window.Request{storetest.Req("after", 50, 1)}, s)); got != 50 {
+	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("after", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d after failover, want 50", got)
 	}
 }

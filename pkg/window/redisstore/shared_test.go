@@ -16,8 +16,8 @@ import (
 func TestSharedKeys(t *testing.T) {
 	t.Parallel()
 	const nowMs = 1_763_800_035_000
-	plain := func(key string, hits uint64) window.Request {
-		return window.Request{Key: "t:{" + key + "}", Limit: 100, Size: time.Minute, Hits: hits}
+	plain := func(key string, hits uint64) window.Counter {
+		return window.Counter{Key: "t:{" + key + "}", Limit: 100, Size: time.Minute, Hits: hits}
 	}
 	full := func(key string) string {
 		return string(window.AppendWindow([]byte("t:{"+key+"}"), window.AtMillis(nowMs, time.Minute.Milliseconds())))
@@ -28,25 +28,25 @@ func TestSharedKeys(t *testing.T) {
 	sliding.Algorithm = window.SlidingWindow
 	tests := []struct {
 		name    string
-		calls   [][]window.Request
+		calls   [][]window.Counter
 		keys    []string // the shared keys, in order
 		planned []uint64
 	}{
-		{"none repeated", [][]window.Request{{plain("a", 1)}, {plain("b", 1)}}, nil, nil},
-		{"a hot key among others", [][]window.Request{
+		{"none repeated", [][]window.Counter{{plain("a", 1)}, {plain("b", 1)}}, nil, nil},
+		{"a hot key among others", [][]window.Counter{
 			{plain("hot", 2)}, {plain("a", 1), plain("hot", 3)}, {refund}, {plain("b", 1)}, {plain("hot", 1)},
 		}, []string{full("hot")}, []uint64{6}},
-		{"two hot keys", [][]window.Request{
+		{"two hot keys", [][]window.Counter{
 			{plain("x", 1)}, {plain("y", 1)}, {plain("y", 1)}, {plain("x", 1)}, {plain("x", 1)},
 		}, []string{full("x"), full("y")}, []uint64{3, 2}},
-		{"the same counter twice in a request", [][]window.Request{{plain("a", 1), plain("a", 2)}}, []string{full("a")}, []uint64{3}},
-		{"a sliding window's keys", [][]window.Request{{sliding}, {sliding}}, func() []string {
+		{"the same counter twice in a request", [][]window.Counter{{plain("a", 1), plain("a", 2)}}, []string{full("a")}, []uint64{3}},
+		{"a sliding window's keys", [][]window.Counter{{sliding}, {sliding}}, func() []string {
 			w := window.AtMillis(nowMs, time.Minute.Milliseconds())
 			return []string{full("slide"), string(window.AppendWindow([]byte("t:{slide}"), w.Previous()))}
 		}(), []uint64{2, 0}},
 	}
 	// Many keys: past what add scans, the index finds them.
-	var many []window.Request
+	var many []window.Counter
 	var manyKeys []string
 	var manyPlanned []uint64
 	for i := range 3 * sharedScanned {
@@ -60,18 +60,18 @@ func TestSharedKeys(t *testing.T) {
 	}
 	tests = append(tests, struct {
 		name    string
-		calls   [][]window.Request
+		calls   [][]window.Counter
 		keys    []string
 		planned []uint64
-	}{"more keys than scanned", [][]window.Request{many}, manyKeys, manyPlanned})
+	}{"more keys than scanned", [][]window.Counter{many}, manyKeys, manyPlanned})
 
 	var b callBuf
 	for round := range 2 { // the second round reuses b's memory
 		for _, tt := range tests {
-			rs := make([]request, len(tt.calls))
+			rs := make([]take, len(tt.calls))
 			counters := 0
 			for i, reqs := range tt.calls {
-				rs[i] = newRequest(nowMs, reqs, nil)
+				rs[i] = newTake(nowMs, reqs, nil)
 				for _, r := range reqs {
 					counters++
 					if r.Algorithm == window.SlidingWindow {

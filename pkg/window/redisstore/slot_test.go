@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
 func TestSlot(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/faultproxy"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/faultproxy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -67,7 +67,7 @@ func benchSlowRedis(b *testing.B, addr string, latency, maxTimeout time.Duration
 			req := storetest.Req("slow"+strconv.Itoa(rand.IntN(1000)), 1<<30, 1)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			start := time.Now()
-			_, err := s.Take(ctx, storetest.T0, []window.Request{req}, res)
+			_, err := s.Take(ctx, storetest.T0, []window.Counter{req}, res)
 			mine = append(mine, time.Since(start))
 			cancel()
 			if err == nil {

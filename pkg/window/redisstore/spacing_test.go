@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -82,7 +82,7 @@ func takeAsync(s *Store, key string) (wait func() error) {
 	var err error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err = s.Take(context.Background(), storetest.T0, []window.Request{storetest.Req(key, 100, 1)}, make([]window.Result, 1))
+		_, err = s.Take(context.Background(), storetest.T0, []window.Counter{storetest.Req(key, 100, 1)}, make([]window.Result, 1))
 	})
 	return func() error { wg.Wait(); return err }
 }

@@ -104,12 +104,12 @@ func New(client scripter, o Options) *Store {
 	return s
 }
 
-// callDeadline is when a Take that starts at start under ctx must end: at
+// takeDeadline is when a Take that starts at start under ctx must end: at
 // ctx's deadline less answerMargin, which leaves the caller time to answer
 // (with a failure mode) before it gives up; timeout after start when ctx
 // has none; and not later than maxTimeout after start when maxTimeout is
 // positive.
-func callDeadline(ctx context.Context, start time.Time, timeout, maxTimeout time.Duration) time.Time {
+func takeDeadline(ctx context.Context, start time.Time, timeout, maxTimeout time.Duration) time.Time {
 	dl := start.Add(timeout)
 	if cdl, ok := ctx.Deadline(); ok {
 		dl = cdl.Add(-answerMargin(cdl.Sub(start)))
@@ -175,12 +175,12 @@ func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 
 // Take checks every request against its counter at now and, only if every
 // non-shadow request has room, counts them all; when one has none, it
-// counts only the charges (window.Request.Charge). It writes one window.Result
+// counts only the charges (window.Counter.Charge). It writes one window.Result
 // per request into res (len(res) >= len(reqs)) and reports whether the
 // requests were allowed. now should be the time the replicas agree on (see
 // Clock); Redis's own clock only runs the TTLs. Errors wrap
 // window.ErrStore; on a cluster they may be a *window.PartialError.
-func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	if len(reqs) == 0 {
 		return true, nil
 	}
@@ -191,10 +191,10 @@ func (s *Store) Take(ctx context.Context, now time.Time, reqs []window.Request, 
 }
 
 // take is Take without its span; it fills info, when not nil, for the span.
-func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result, info *callInfo) (bool, error) {
+func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result, info *takeTrace) (bool, error) {
 	nowMs := now.UnixMilli()
 	res = res[:len(reqs)]
-	dl := callDeadline(ctx, time.Now(), s.timeout, s.maxTimeout)
+	dl := takeDeadline(ctx, time.Now(), s.timeout, s.maxTimeout)
 	var id uint16 // the one hash slot of reqs, on a cluster
 	if s.shards != nil {
 		var one bool
@@ -220,12 +220,12 @@ func (s *Store) take(ctx context.Context, now time.Time, reqs []window.Request, 
 	}
 	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
-	r := newRequest(nowMs, reqs, nil)
-	return s.run(ctx, newCall(nowMs, reqs, nil), &r, res)
+	r := newTake(nowMs, reqs, nil)
+	return s.run(ctx, callArgs(nowMs, reqs, nil), &r, res)
 }
 
 // run sends the call args of the one request r and reads its reply into res.
-func (s *Store) run(ctx context.Context, args []any, r *request, res []window.Result) (bool, error) {
+func (s *Store) run(ctx context.Context, args []any, r *take, res []window.Result) (bool, error) {
 	v, err := s.script(ctx, args)
 	if err != nil {
 		return false, fmt.Errorf("%w: take %q: %w", window.ErrStore, args[3], err)

@@ -35,7 +35,7 @@ func TestCallDeadline(t *testing.T) {
 			ctx, cancel = context.WithDeadline(ctx, start.Add(tt.ctxLeft))
 			defer cancel()
 		}
-		if got := callDeadline(ctx, start, tt.timeout, tt.maxTimeout).Sub(start); got != tt.wantLeft {
+		if got := takeDeadline(ctx, start, tt.timeout, tt.maxTimeout).Sub(start); got != tt.wantLeft {
 			t.Errorf("%s: deadline %v after start, want %v", tt.name, got, tt.wantLeft)
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -31,8 +31,8 @@ func TestRedisKeysAreReadableWithTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := string(window.AppendKeyEnd(window.AppendKeyEntry(window.AppendKeyHead(nil, "ratelimit", "edge"), "api_key", "alice")))
-	r := window.Request{Key: key, Limit: 10, Size: time.Minute, Hits: 3}
-	if _, err := s.Take(ctx, storetest.T0, []window.Request{r}, make([]window.Result, 1)); err != nil {
+	r := window.Counter{Key: key, Limit: 10, Size: time.Minute, Hits: 3}
+	if _, err := s.Take(ctx, storetest.T0, []window.Counter{r}, make([]window.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
 	full := "ratelimit:{edge|api_key=alice}:60000:" + strconv.FormatInt(storetest.T0.UnixMilli(), 10)
@@ -51,7 +51,7 @@ func TestRedisKeysAreReadableWithTTL(t *testing.T) {
 	if err := client.PExpire(ctx, full, 30*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Take(ctx, storetest.T0, []window.Request{r}, make([]window.Result, 1)); err != nil {
+	if _, err := s.Take(ctx, storetest.T0, []window.Counter{r}, make([]window.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if ttl2, _ := client.PTTL(ctx, full).Result(); ttl2 > 30*time.Second {
@@ -74,7 +74,7 @@ func TestRedisRecoversFromFlushedScripts(t *testing.T) {
 	if err := client.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("noscript", 1, 1)}, make([]window.Result, 1))
+	ok, err := s.Take(ctx, storetest.T0, []window.Counter{storetest.Req("noscript", 1, 1)}, make([]window.Result, 1))
 	if err != nil || !ok {
 		t.Fatalf("Take after SCRIPT FLUSH = %v, %v, want true, nil", ok, err)
 	}
@@ -89,7 +89,7 @@ func TestRedisDownFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("down", 1, 1)}, make([]window.Result, 1))
+	_, err := s.Take(ctx, storetest.T0, []window.Counter{storetest.Req("down", 1, 1)}, make([]window.Result, 1))
 	if err == nil {
 		t.Fatal("Take with Redis down succeeded")
 	}
@@ -113,7 +113,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 			}
 		}
 		const limit, workers, each = 100, 16, 20
-		admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("conc", limit, 1), storetest.Req("conc-other", 1000, 1)}, stores...))
+		admitted := storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("conc", limit, 1), storetest.Req("conc-other", 1000, 1)}, stores...))
 		if admitted != limit {
 			t.Errorf("batched %v: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
 		}
@@ -122,7 +122,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 		if res[0].Count != limit {
 			t.Errorf("batched %v: other counter = %d, want %d", batched, res[0].Count, limit)
 		}
-		admitted = storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Request{storetest.Req("conc-one", limit, 1)}, stores...))
+		admitted = storetest.AdmitConcurrently(t, workers, each, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("conc-one", limit, 1)}, stores...))
 		if admitted != limit {
 			t.Errorf("batched %v, one counter: admitted %d of %d, want exactly %d", batched, admitted, workers*each, limit)
 		}

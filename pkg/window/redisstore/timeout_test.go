@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/faultproxy"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/faultproxy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -61,7 +61,7 @@ func TestRedisTakeHonoursDeadline(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, tt.ctxTimeout)
 			}
 			start := time.Now()
-			_, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("paused", 10, 1)}, make([]window.Result, 1))
+			_, err := s.Take(ctx, storetest.T0, []window.Counter{storetest.Req("paused", 10, 1)}, make([]window.Result, 1))
 			d := time.Since(start)
 			cancel()
 			if err == nil {
@@ -97,7 +97,7 @@ func TestBatchedTakeEndsByItsTimeout(t *testing.T) {
 	takeAfter := func(delay time.Duration, took *time.Duration, done chan<- struct{}) {
 		time.Sleep(delay) // orders the Takes; far from any bound
 		start := time.Now()
-		_, _ = s.Take(context.Background(), storetest.T0, []window.Request{storetest.Req("paused", 10, 1)}, make([]window.Result, 1))
+		_, _ = s.Take(context.Background(), storetest.T0, []window.Counter{storetest.Req("paused", 10, 1)}, make([]window.Result, 1))
 		*took = time.Since(start)
 		done <- struct{}{}
 	}
@@ -171,7 +171,7 @@ func TestTakeWaitsAsLongAsItsCaller(t *testing.T) {
 				if tt.ctxTimeout > 0 {
 					ctx, cancel = context.WithTimeout(ctx, tt.ctxTimeout)
 				}
-				allowed, err := s.Take(ctx, storetest.T0, []window.Request{req}, make([]window.Result, 1))
+				allowed, err := s.Take(ctx, storetest.T0, []window.Counter{req}, make([]window.Result, 1))
 				cancel()
 				switch {
 				case tt.decided && (err != nil || allowed != wantAllowed):
@@ -218,7 +218,7 @@ func TestBatchedTakeStopsWaitingAtItsDeadline(t *testing.T) {
 			take := func(ctxTimeout time.Duration, key string) (bool, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), ctxTimeout)
 				defer cancel()
-				return s.Take(ctx, storetest.T0, []window.Request{storetest.Req(key, 1, 1)}, make([]window.Result, 1))
+				return s.Take(ctx, storetest.T0, []window.Counter{storetest.Req(key, 1, 1)}, make([]window.Result, 1))
 			}
 			// Two long callers: one in flight, one queued (filling a queue
 			// of one).

@@ -46,8 +46,8 @@ const (
 	keySlots     = attribute.Key("ratelimit.redis.slots")
 )
 
-// callInfo is what a traced Take learns about the script calls it went in.
-type callInfo struct {
+// takeTrace is what a traced Take learns about the script calls it went in.
+type takeTrace struct {
 	batch     int // requests in the batch's script call; 0 unbatched
 	queued    time.Duration
 	roundTrip time.Duration
@@ -55,9 +55,9 @@ type callInfo struct {
 }
 
 // tracedTake is take inside a span (see above).
-func (s *Store) tracedTake(ctx context.Context, now time.Time, reqs []window.Request, res []window.Result) (bool, error) {
+func (s *Store) tracedTake(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
 	ctx, span := s.tracer.Start(ctx, takeSpanName, trace.WithSpanKind(trace.SpanKindClient))
-	var info callInfo
+	var info takeTrace
 	allowed, err := s.take(ctx, now, reqs, res, &info)
 	if span.IsRecording() {
 		span.SetAttributes(attrDBSystem, attrOperation, keyCounters.Int(len(reqs)))

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -42,7 +42,7 @@ func TestTakeSpans(t *testing.T) {
 					defer parent.End()
 					parents[i] = parent.SpanContext()
 					r := storetest.Req("span"+strconv.FormatBool(batched)+strconv.Itoa(i), 5, 1)
-					if _, err := s.Take(ctx, storetest.T0, []window.Request{r, r}, make([]window.Result, 2)); err != nil {
+					if _, err := s.Take(ctx, storetest.T0, []window.Counter{r, r}, make([]window.Result, 2)); err != nil {
 						t.Error(err)
 					}
 				})
@@ -79,7 +79,7 @@ func TestTakeSpans(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			rec2 := len(rec.Ended())
-			if _, err := s.Take(ctx, storetest.T0, []window.Request{storetest.Req("dead", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, window.ErrStore) {
+			if _, err := s.Take(ctx, storetest.T0, []window.Counter{storetest.Req("dead", 5, 1)}, make([]window.Result, 1)); !errors.Is(err, window.ErrStore) {
 				t.Fatalf("Take after Close or on a cancelled context = %v, want a store error", err)
 			}
 			ended := rec.Ended()[rec2:]

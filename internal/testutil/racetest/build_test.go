@@ -1,4 +1,4 @@
-package race
+package racetest
 
 import (
 	"slices"

@@ -1,6 +1,6 @@
 //go:build !race
 
-package race
+package racetest
 
 // Enabled is true when built with -race.
 const Enabled = false

@@ -18,13 +18,13 @@ var T0 = time.UnixMilli(1_763_800_020_000)
 
 // Req returns a fixed-window request of hits on a minute counter of limit,
 // whose key is key in a hash tag.
-func Req(key string, limit uint64, hits uint64) window.Request {
-	return window.Request{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
+func Req(key string, limit uint64, hits uint64) window.Counter {
+	return window.Counter{Key: "test:{" + key + "}", Limit: limit, Size: time.Minute, Hits: hits}
 }
 
 // Take takes reqs from s at now and returns the answer; an error fails the
 // test.
-func Take(t testing.TB, s window.Store, now time.Time, reqs ...window.Request) (bool, []window.Result) {
+func Take(t testing.TB, s window.Store, now time.Time, reqs ...window.Counter) (bool, []window.Result) {
 	t.Helper()
 	res := make([]window.Result, len(reqs))
 	ok, err := s.Take(context.Background(), now, reqs, res)
@@ -61,7 +61,7 @@ func AdmitConcurrently(t testing.TB, workers, each int, take func(worker int) (b
 
 // Taking returns a take for AdmitConcurrently that sends reqs at now through
 // the stores in turn, by worker number (replicas sharing one Redis).
-func Taking[S window.Store](now time.Time, reqs []window.Request, stores ...S) func(int) (bool, error) {
+func Taking[S window.Store](now time.Time, reqs []window.Counter, stores ...S) func(int) (bool, error) {
 	return func(w int) (bool, error) {
 		return stores[w%len(stores)].Take(context.Background(), now, reqs, make([]window.Result, len(reqs)))
 	}

@@ -1,4 +1,4 @@
-// Package proc runs child processes for the tests and the benchmark harness: it starts a binary with
+// Package proctest runs child processes for the tests and the benchmark harness: it starts a binary with
 // arguments and an environment, sends its output to a writer, a file or a buffer of its own, waits until it
 // is ready, stops it (SIGTERM, then SIGKILL after a grace period) and reports how it exited.
 //
@@ -6,7 +6,7 @@
 // terminal reaches the parent alone, which then stops its children in order. It is killed (SIGKILL) when the
 // OS thread that started it exits, which for a Go program that locks no threads means when the parent dies,
 // so a killed test binary leaves no servers behind. Linux only.
-package proc
+package proctest
 
 import (
 	"bytes"

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/proc"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/sidecartest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -73,7 +73,7 @@ type Server struct {
 	logPath string
 
 	mu   sync.Mutex
-	proc *proc.Process // nil while stopped
+	proc *proctest.Process // nil while stopped
 }
 
 // Start starts a redis-server with default options, waits until it answers
@@ -244,7 +244,7 @@ func (s *Server) launch(ctx context.Context) error {
 	logStart := fi.Size()
 	// An *os.File, not a pipe: a forked child (diskless replication sync)
 	// holding a pipe open would block Wait after SIGKILL.
-	p, err := proc.Start(proc.Options{Path: s.bin, Args: s.args, Dir: s.dir, Stdout: f, Stderr: f})
+	p, err := proctest.Start(proctest.Options{Path: s.bin, Args: s.args, Dir: s.dir, Stdout: f, Stderr: f})
 	_ = f.Close()
 	if err != nil {
 		return err
@@ -266,7 +266,7 @@ func (s *Server) launch(ctx context.Context) error {
 // waitReady polls addr until it answers PING and INFO reports p's pid (so
 // that a server of another test that won the race for the port is not
 // mistaken for ours), p exits, or readyTimeout passes.
-func waitReady(ctx context.Context, p *proc.Process, addr string) error {
+func waitReady(ctx context.Context, p *proctest.Process, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	return p.WaitFor(ctx, pollInterval, func(ctx context.Context) error {

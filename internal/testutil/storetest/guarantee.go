@@ -13,8 +13,8 @@ import (
 // GuaranteeRequests are the counters the guarantee tests drive: buckets
 // with and without a burst of their own, with an interval rounded up, and
 // logs of a few sizes.
-func GuaranteeRequests() []window.Request {
-	return []window.Request{
+func GuaranteeRequests() []window.Counter {
+	return []window.Counter{
 		{Key: "g:{b}!token_bucket", Limit: 10, Size: time.Second, Algorithm: window.TokenBucket},
 		{Key: "g:{b}!1,token_bucket", Limit: 7, Burst: 20, Size: 3 * time.Second, Algorithm: window.TokenBucket},
 		{Key: "g:{b}!2,token_bucket", Limit: 50, Burst: 1, Size: time.Minute, Algorithm: window.TokenBucket},
@@ -39,7 +39,7 @@ type Admission struct {
 // request consumed anything: a check (Hits 0) right after a denial must
 // find the counter as the denial reported it, or when the arrivals were
 // all admitted or all denied. It returns the admissions.
-func Guarantee[S window.Store](t testing.TB, seed uint64, n int, r window.Request, stores ...S) []Admission {
+func Guarantee[S window.Store](t testing.TB, seed uint64, n int, r window.Counter, stores ...S) []Admission {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ctx := context.Background()
@@ -59,7 +59,7 @@ func Guarantee[S window.Store](t testing.TB, seed uint64, n int, r window.Reques
 			q.Hits = 1 + rng.Uint64N(capacity+1)
 		}
 		s := stores[rng.IntN(len(stores))]
-		ok, err := s.Take(ctx, now, []window.Request{q}, res)
+		ok, err := s.Take(ctx, now, []window.Counter{q}, res)
 		if err != nil {
 			t.Fatalf("arrival %d: Take: %v", i, err)
 		}
@@ -72,7 +72,7 @@ func Guarantee[S window.Store](t testing.TB, seed uint64, n int, r window.Reques
 		}
 		denied := res[0]
 		q.Hits = 0
-		if _, err := stores[rng.IntN(len(stores))].Take(ctx, now, []window.Request{q}, res); err != nil {
+		if _, err := stores[rng.IntN(len(stores))].Take(ctx, now, []window.Counter{q}, res); err != nil {
 			t.Fatalf("arrival %d: check: %v", i, err)
 		}
 		if res[0].Count != denied.Count || res[0].Empty != denied.Empty {
@@ -95,7 +95,7 @@ func Guarantee[S window.Store](t testing.TB, seed uint64, n int, r window.Reques
 // Limit hits. It checks every interval that starts and ends on an
 // admission, which covers all: any other holds no more hits and is no
 // shorter.
-func CheckAdmissions(t testing.TB, r window.Request, admitted []Admission) {
+func CheckAdmissions(t testing.TB, r window.Counter, admitted []Admission) {
 	t.Helper()
 	size := uint64(r.Size)
 	for j := range admitted {

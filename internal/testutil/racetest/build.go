@@ -1,4 +1,4 @@
-package race
+package racetest
 
 // BuildArgs returns the arguments of "go build" for args, with -race first
 // when the calling binary was built with it.

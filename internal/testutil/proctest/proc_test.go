@@ -1,4 +1,4 @@
-package proc
+package proctest
 
 import (
 	"context"
