@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/sidecartest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/sidecartest"
 )
 
 // TestManifestProbesWithRedisDown runs the ratelimit sidecar as deploy/k8s/deployment.yaml does, with its
