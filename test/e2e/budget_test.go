@@ -3,11 +3,8 @@
 package e2e
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"text/template"
 	"time"
@@ -23,13 +20,7 @@ var budgetTemplate = template.Must(template.ParseFiles(filepath.Join("testdata",
 func TestTokenBudget(t *testing.T) {
 	t.Parallel()
 	inOneHour() // the budget is per hour
-	var served atomic.Int64
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		w.Header().Set("x-tokens-used", "600")
-		io.WriteString(w, "a completion\n")
-	}))
-	t.Cleanup(app.Close)
+	app, served := costApp(t, "600")
 	b := startBudgetStack(t, "budget", budgetTemplate, app)
 	b.call(t, "alice", http.StatusOK)
 	b.counted(t, "alice", 600)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"text/template"
 	"time"
@@ -116,4 +117,19 @@ func (b *budgetStack) holds(t *testing.T, key string, want int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// costApp starts an upstream that reports cost tokens used in
+// x-tokens-used (the header the routes' stream-done hits_addend reads) and
+// counts the requests it served.
+func costApp(t *testing.T, cost string) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var served atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.Header().Set("x-tokens-used", cost)
+		io.WriteString(w, "a completion\n")
+	}))
+	t.Cleanup(app.Close)
+	return app, &served
 }

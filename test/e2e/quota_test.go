@@ -3,11 +3,8 @@
 package e2e
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"text/template"
 	"time"
@@ -24,13 +21,7 @@ var quotaTemplate = template.Must(template.ParseFiles(filepath.Join("testdata", 
 func TestQuotaPolicyThroughEnvoy(t *testing.T) {
 	t.Parallel()
 	inOneHour() // the budget is per hour
-	var served atomic.Int64
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		w.Header().Set("x-tokens-used", "7")
-		io.WriteString(w, "a completion\n")
-	}))
-	t.Cleanup(app.Close)
+	app, served := costApp(t, "7")
 	b := startBudgetStack(t, "ai-gateway-quota", quotaTemplate, app)
 	key := b.key("backend_name", "default/small", "model_name_override", "m")
 	b.call(t, "alice", http.StatusOK)
