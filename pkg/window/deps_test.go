@@ -23,23 +23,12 @@ var forbidden = []string{
 // redisstore case checks that the check sees such a dependency at all.
 func TestImportsNoClientOrLogger(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		pkg  string
-		want bool // some forbidden package is among its deps
-	}{
-		{".", false},
-		{"./redisstore", true},
-	} {
-		got, err := codecheck.Reaches(tt.pkg, func(p string) bool {
-			return slices.ContainsFunc(forbidden, func(f string) bool {
-				return strings.HasPrefix(p, f) || p == strings.TrimSuffix(f, "/")
-			})
+	codecheck.CheckLayers(t, func(p string) bool {
+		return slices.ContainsFunc(forbidden, func(f string) bool {
+			return strings.HasPrefix(p, f) || p == strings.TrimSuffix(f, "/")
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (len(got) > 0) != tt.want {
-			t.Errorf("go list -deps %s reaches %v; want forbidden packages: %v", tt.pkg, got, tt.want)
-		}
-	}
+	},
+		codecheck.Layer{Pkg: ".", Reached: false},
+		codecheck.Layer{Pkg: "./redisstore", Reached: true},
+	)
 }
