@@ -282,7 +282,11 @@ func TestEdge(t *testing.T) {
 		go func() { as = load(url, "down", 2, 200*time.Millisecond, stop); close(done) }()
 		kubectl(t, "scale", "statefulset/redis", "--replicas=0")
 		kubectl(t, "wait", "--for=delete", "pod/redis-0", "--timeout=60s")
-		time.Sleep(20 * time.Second) // past the liveness probe's 3 × 10 s window
+		time.Sleep(35 * time.Second) // past the liveness probe's 3 × 10 s window
+		// Count now: the rollout restart below replaces these pods, and their restart counts go with them.
+		if n := restarts(t); n > before {
+			t.Errorf("container restarts went from %d to %d with Redis down", before, n)
+		}
 		// A cold start with Redis down: new edge pods must become Ready.
 		kubectl(t, "rollout", "restart", "deployment/edge")
 		kubectl(t, "rollout", "status", "deployment/edge", "--timeout=120s")
