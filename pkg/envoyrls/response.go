@@ -17,7 +17,7 @@ import (
 
 // response builds the answer from the store's results (or with none
 // needed). A counter the store failed for is left out, unless its failure
-// mode is deny: then it is over its limit (see failClosed for how long). A
+// mode is deny: then it is over its limit (see window.Counter.FailClosed for how long). A
 // quota-mode limit that is over makes its status OVER_LIMIT but the
 // request OVER_LIMIT only when every quota descriptor is over (see
 // Server.quotaMode); with Options.ShadowMode an OVER_LIMIT answer becomes
@@ -47,7 +47,7 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *scratch, now time.Time
 			continue // nothing is known, and its failure mode lets it pass
 		case c.isFailed(slot):
 			// Fails closed (failureResponse observed it).
-			reset, wait = failClosed(r, now)
+			reset, wait = r.FailClosed(now)
 			over, statusOver = true, true
 		case res.Skipped:
 			// Not read: another counter of this denied request was known
@@ -113,13 +113,6 @@ func (s *Server) response(req *rlsv3.RateLimitRequest, c *scratch, now time.Time
 		resp.DynamicMetadata = s.dynamicMetadata(req, c, resp.Statuses)
 	}
 	return resp
-}
-
-// failClosed returns duration_until_reset and the retry-after wait of r's
-// counter when the store failed for it and its failure mode denies
-// (window.Counter.FailClosed).
-func failClosed(r *window.Counter, now time.Time) (reset, wait time.Duration) {
-	return r.FailClosed(now)
 }
 
 // markUnlimited reports limit_remaining 4294967295, as envoyproxy/ratelimit
