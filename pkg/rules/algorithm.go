@@ -35,12 +35,11 @@ func (c *compiler) algorithmLimits(r *RateLimit, l *Limit) {
 			l.Burst = *r.Burst
 		}
 		c.bucket(r, l)
-	case window.SlidingLog:
-		if l.RequestsPerUnit > MaxSlidingLogLimit {
-			c.fail(r.at("requests_per_unit"), r.field("requests_per_unit"),
-				"%d is more than %d, the most a sliding_log limit holds: it keeps one entry per hit of its window (use token_bucket or sliding_window for larger limits)",
-				l.RequestsPerUnit, MaxSlidingLogLimit)
-		}
+	}
+	if most, capped := MaxRequestsPerUnit(l.Algorithm); capped && l.RequestsPerUnit > most {
+		c.fail(r.at("requests_per_unit"), r.field("requests_per_unit"),
+			"%d is more than %d, the most a sliding_log limit holds: it keeps one entry per hit of its window (use token_bucket or sliding_window for larger limits)",
+			l.RequestsPerUnit, most)
 	}
 }
 
@@ -78,7 +77,8 @@ func (c *compiler) bucket(r *RateLimit, l *Limit) {
 
 // MaxRequestsPerUnit returns the largest requests_per_unit a limit of a
 // may have, and false when any fits: a sliding log holds at most
-// MaxSlidingLogLimit hits. Envoy's limit overrides are checked by it too.
+// MaxSlidingLogLimit hits. The rules compiler and Envoy's limit overrides
+// both ask it, so the cap is enforced in one place.
 func MaxRequestsPerUnit(a window.Algorithm) (uint32, bool) {
 	if a == window.SlidingLog {
 		return MaxSlidingLogLimit, true
