@@ -73,7 +73,7 @@ func StartSidecar(ctx context.Context, bin, rules, redisAddr string, log io.Writ
 // StartSidecarArgs starts the sidecar binary bin with args (rules and Redis
 // among them) on free loopback ports, and waits until it is ready.
 func StartSidecarArgs(ctx context.Context, bin string, log io.Writer, args ...string) (*Server, error) {
-	ports, err := local.FreePorts(2)
+	ports, err := proctest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func StartReference(ctx context.Context, bin, root, redisAddr string, log io.Wri
 // StartReferenceEnv is StartReference with the Redis settings given as its
 // environment: REDIS_TYPE, REDIS_URL.
 func StartReferenceEnv(ctx context.Context, bin, root string, log io.Writer, redisEnv ...string) (*Server, error) {
-	ports, err := local.FreePorts(4)
+	ports, err := proctest.FreePorts(4)
 	if err != nil {
 		return nil, err
 	}

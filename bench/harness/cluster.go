@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
@@ -41,7 +41,7 @@ func startCluster(ctx context.Context, bin, logDir string, masters int) (nodes r
 		}
 		// The bus port is picked here: redistest.Launch checks only the client port, and the default bus
 		// port (client port + 10000) may be taken.
-		bus, err := local.FreePorts(1)
+		bus, err := proctest.FreePorts(1)
 		if err != nil {
 			return nodes, err
 		}

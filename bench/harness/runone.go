@@ -319,7 +319,7 @@ func (b *bench) startServer(ctx context.Context, sc scenario, log io.Writer) (ta
 			stop: func() { _ = p.Stop(5 * time.Second) }}, nil
 
 	case "sidecar":
-		ports, err := local.FreePorts(2)
+		ports, err := proctest.FreePorts(2)
 		if err != nil {
 			return target{}, err
 		}
@@ -405,7 +405,7 @@ func (b *bench) startReady(ctx context.Context, log io.Writer, name string, env 
 // read once, and Prometheus metrics instead of statsd (the sidecar's own metrics are Prometheus too). Its
 // /healthcheck answers 200 once it serves.
 func (b *bench) startReference(ctx context.Context, log io.Writer) (target, error) {
-	ports, err := local.FreePorts(4)
+	ports, err := proctest.FreePorts(4)
 	if err != nil {
 		return target{}, err
 	}

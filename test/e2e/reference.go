@@ -4,7 +4,7 @@ package e2e
 
 import (
 	"fmt"
-	"net"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,7 +88,10 @@ func startReference(t *testing.T, name, rules string, env ...string) *reference 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
+	ports, err := proctest.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=current", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
@@ -100,24 +103,4 @@ func startReference(t *testing.T, name, rules string, env ...string) *reference 
 	p := startProcEnv(t, name, referenceBinary(t), append(base, env...))
 	waitHTTP(t, name+" /healthcheck", "http://127.0.0.1:"+strconv.Itoa(ports[0])+"/healthcheck", p, time.Now().Add(startTimeout))
 	return &reference{proc: p, GRPCAddr: "127.0.0.1:" + strconv.Itoa(ports[1])}
-}
-
-// freePorts returns n loopback ports that were free a moment ago, for a
-// process that cannot be told to listen on port 0 and report it.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }

@@ -16,6 +16,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 )
 
@@ -56,7 +57,10 @@ func startRefStack(t *testing.T) *refStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
+	ports, err := proctest.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	httpPort, grpcPort := strconv.Itoa(ports[0]), strconv.Itoa(ports[1])
 	sc := startProcEnv(t, "ratelimit", sidecarBin, []string{
 		"PATH=" + os.Getenv("PATH"),

@@ -11,23 +11,6 @@ import (
 	"strconv"
 )
 
-// FreePorts returns n distinct loopback TCP ports that were free a moment
-// ago: all n are held open until the last is picked. Another process could
-// take one before the child binds it; on a benchmark machine that is not
-// worth more machinery.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
 // Addr is "127.0.0.1:port".
 func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 

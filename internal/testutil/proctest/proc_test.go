@@ -191,3 +191,18 @@ func waitOutput(t *testing.T, p *Process, s string) {
 		t.Fatal(err)
 	}
 }
+
+func TestFreePortsDistinct(t *testing.T) {
+	t.Parallel()
+	ports, err := FreePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p <= 0 || seen[p] {
+			t.Fatalf("ports %v: want 4 distinct", ports)
+		}
+		seen[p] = true
+	}
+}
