@@ -10,6 +10,9 @@ import (
 // refDefaultRuntimeRoot is the reference's RUNTIME_ROOT default.
 const refDefaultRuntimeRoot = "/srv/runtime_data/current"
 
+// refDefaultRedisTimeout is the reference's REDIS_TIMEOUT default.
+const refDefaultRedisTimeout = "10s"
+
 // Notes of the variables this project replaces; docs/compatibility.md has
 // the same words.
 const (
@@ -88,7 +91,7 @@ var refVars = []refVar{
 		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM"}, note: notePerSecond},
 	{names: []string{"REDIS_SENTINEL_AUTH"}, to: refRedisAuth("REDIS_SENTINEL_AUTH", "redis-sentinel-username", "redis-sentinel-password")},
 	{names: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"}, note: noteHealthConn},
-	{names: []string{"REDIS_TIMEOUT"}, defs: []string{"10s"}, to: refRedisTimeout, always: true},
+	{names: []string{"REDIS_TIMEOUT"}, defs: []string{refDefaultRedisTimeout}, to: refRedisTimeout, always: true},
 	refFlag("REDIS_STARTUP_INITIAL_INTERVAL", "redis-startup-initial-interval", refDuration, redisOnly),
 	refFlag("REDIS_STARTUP_MAX_INTERVAL", "redis-startup-max-interval", refDuration, redisOnly),
 	refFlag("REDIS_STARTUP_MAX_ELAPSED_TIME", "redis-startup-max-elapsed", refDuration, redisOnly),
@@ -392,7 +395,7 @@ func refRedisTimeout(m *refMapping, v []string) error {
 	if d, _ := time.ParseDuration(v[0]); d <= 0 {
 		// The reference sets no timeout then: no cap, and a call without
 		// a deadline waits the reference's default.
-		timeout, maxTimeout = "10s", "0s"
+		timeout, maxTimeout = refDefaultRedisTimeout, "0s"
 	}
 	m.set([]string{"REDIS_TIMEOUT"}, nil, "redis-timeout", timeout, "redis-timeout-cap", maxTimeout)
 	return nil
