@@ -231,16 +231,19 @@ func (b *batcher) enqueue(ctx context.Context, deadline time.Time, r take, slot 
 	}
 	// Full: every worker is busy and MaxBatch requests per worker wait.
 	c.timer.Reset(time.Until(deadline))
-	defer c.timer.Stop()
 	var err error
 	select {
 	case b.queue <- c:
+		c.timer.Stop()
 		return c, nil
 	case <-c.timer.C:
 		err = context.DeadlineExceeded
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	// Stopped before c goes back to the pool: a deferred Stop would run
+	// after the Put and could stop the timer of the Take that got c next.
+	c.timer.Stop()
 	b.calls.Put(c)
 	return nil, fmt.Errorf("%w: not sent: queue full: %w", window.ErrStore, err)
 }

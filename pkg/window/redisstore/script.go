@@ -40,9 +40,9 @@ var takeSections = []string{
 	window.SlidingLog:    logLua,
 }
 
-// takeSource is the take script, assembled at build time: the head, the
-// algorithms' sections, the run; one script, so one SHA and one EVALSHA
-// per call however many algorithms a batch holds.
+// takeSource is the take script, assembled when the package initializes:
+// the head, the algorithms' sections, the run; one script, so one SHA and
+// one EVALSHA per call however many algorithms a batch holds.
 var takeSource = takeHead + strings.Join(takeSections, "") + takeRun
 
 var takeScript = redis.NewScript(takeSource)
