@@ -1,0 +1,58 @@
+package rlqs
+
+import (
+	"context"
+	"time"
+)
+
+// Fleet is the rate one bucket's rule allows the whole fleet, as the
+// ledger divides it: Tokens per Period, with at most Burst at once.
+type Fleet struct {
+	// Tokens admitted per Period across every client; 0 admits none.
+	Tokens uint64
+	// Period is the rule's window (unit × unit_multiplier); > 0.
+	Period time.Duration
+	// Burst is the most the fleet's buckets may hold at once, in tokens;
+	// >= 1 when Tokens > 0.
+	Burst uint64
+}
+
+// Report is one client's usage of one bucket, taken from one
+// BucketQuotaUsage after sanity checks.
+type Report struct {
+	// Client names one Envoy's stream for this bucket; unique across
+	// replicas and reconnections (a reconnecting Envoy is a new client, and
+	// its old share lapses with its TTL).
+	Client string
+	// Allowed and Denied are the requests the client decided over Elapsed.
+	Allowed, Denied uint64
+	// Elapsed is the time the usage covers; > 0 (Envoy 1.40 sends whole
+	// seconds).
+	Elapsed time.Duration
+}
+
+// Share is the part of a Fleet a ledger grants one client until Expires:
+// Rate tokens per second (in thousandths, so sub-token rates survive) and a
+// bucket of at most Burst tokens. A ledger never grants shares whose sum,
+// over clients whose Expires is after now, exceeds the Fleet's rate or
+// burst; docs/rlqs.md gives the precise invariant and its error terms.
+type Share struct {
+	MilliRate uint64 // tokens per 1000 s
+	Burst     uint64
+	Expires   time.Time
+	// Changed reports whether the share differs from the one the client
+	// holds, so the server sends a new strategy (else only a longer TTL).
+	Changed bool
+}
+
+// Ledger keeps, per bucket, every client's recent demand and held share,
+// shared by all replicas (Redis) or by one (memory). Key names the bucket
+// as the rule's counter key does. Implementations are safe for concurrent
+// use; errors wrap window.ErrStore.
+type Ledger interface {
+	// Assign records r at now and returns the client's share of f, valid
+	// for ttl.
+	Assign(ctx context.Context, now time.Time, key string, f Fleet, r Report, ttl time.Duration) (Share, error)
+	// Leave gives back the client's share at once (its stream ended).
+	Leave(ctx context.Context, now time.Time, key, client string) error
+}
