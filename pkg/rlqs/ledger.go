@@ -52,7 +52,9 @@ type Share struct {
 type Ledger interface {
 	// Assign records r at now and returns the client's share of f, valid
 	// for ttl.
+	//
+	// There is no Leave: an Envoy whose stream ends keeps applying its
+	// assignment until the assignment's TTL runs out, so a share is given
+	// back only when it expires.
 	Assign(ctx context.Context, now time.Time, key string, f Fleet, r Report, ttl time.Duration) (Share, error)
-	// Leave gives back the client's share at once (its stream ended).
-	Leave(ctx context.Context, now time.Time, key, client string) error
 }
