@@ -16,9 +16,12 @@ type Policy struct {
 	// which spares Envoy a new token bucket at every report. Default 100
 	// (10%); a negative value turns it off.
 	Hysteresis int
-	// Grace is added to a share's TTL in the ledger: Envoy starts the TTL
-	// when the assignment arrives, after the ledger wrote it, so the ledger
-	// counts a share until Grace past the TTL it sent. Default 1 s.
+	// Grace bounds how long an assignment takes to reach Envoy. Envoy
+	// starts the TTL when the assignment arrives, so the ledger counts a
+	// share until Grace past the TTL it sent; and it counts the old share
+	// of a decrease for Grace, as Envoy runs the old bucket until the new
+	// one arrives. An answer later than Grace is an error term of the
+	// guarantee (docs/rlqs.md). Default 1 s.
 	Grace time.Duration
 }
 
@@ -53,26 +56,31 @@ func (p Policy) grace() time.Duration {
 
 // ClientState is what a ledger keeps about one client of one bucket.
 type ClientState struct {
-	// Demand is the client's smoothed demand, in thousandths of a request
-	// per second, from (allowed + denied) / elapsed of its reports.
+	// Demand is the client's demand, in thousandths of a request per
+	// second: (allowed + denied) / elapsed of its last report with an
+	// elapsed time. Envoy's reports already average over their interval.
 	Demand uint64
 	// Rate (thousandths of a token per second) and Burst (tokens) are the
 	// share the client was last granted.
 	Rate, Burst uint64
-	// PrevRate and PrevBurst are the share a decrease replaced: Envoy runs
-	// the old bucket until the new assignment arrives, so the ledger counts
-	// the larger of the two until the client's next report (by then Envoy
-	// has applied the decrease, unless the answer took longer than a
-	// report interval to arrive; docs/rlqs.md counts that case).
+	// PrevRate and PrevBurst are the share a decrease replaced, counted
+	// until PrevUntil: Envoy runs its old bucket until the new assignment
+	// arrives, which Policy.Grace bounds.
 	PrevRate, PrevBurst uint64
+	PrevUntil           time.Time
 	// Expires is when the ledger stops counting the share: the grant's TTL
 	// plus Policy.Grace. An expired client is dropped.
 	Expires time.Time
 }
 
-// counted is the rate and burst the client may be admitting under now.
-func (c ClientState) counted() (rate, burst uint64) {
-	return max(c.Rate, c.PrevRate), max(c.Burst, c.PrevBurst)
+// Counted is the rate and burst the client may be admitting under at now:
+// its share, or the one a decrease replaced while that may still be in
+// force in Envoy.
+func (c ClientState) Counted(now time.Time) (rate, burst uint64) {
+	if c.PrevUntil.After(now) {
+		return max(c.Rate, c.PrevRate), max(c.Burst, c.PrevBurst)
+	}
+	return c.Rate, c.Burst
 }
 
 // FleetMilliRate is f's rate in thousandths of a token per second, rounded
@@ -149,7 +157,7 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		}
 		live++
 		sumDemand = satAdd(sumDemand, c.Demand)
-		cr, cb := c.counted()
+		cr, cb := c.Counted(now)
 		usedRate = satAdd(usedRate, cr)
 		usedBurst = satAdd(usedBurst, cb)
 	}
@@ -160,19 +168,15 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		prev = ClientState{}
 	}
 
-	// The client's demand: a report's (allowed+denied)/elapsed, averaged
-	// with the previous estimate. Without an elapsed time (the immediate
-	// report of a new bucket) a new client is taken to want the average of
-	// the others, or the whole rate when alone.
+	// The client's demand: a report's (allowed+denied)/elapsed. Without an
+	// elapsed time (the immediate report of a new bucket) a new client is
+	// taken to want the average of the others, or the whole rate when
+	// alone, and a known one keeps its last estimate.
 	cur := prev
-	cur.PrevRate, cur.PrevBurst = 0, 0 // the last decrease is in force by now
+	heldRate, heldBurst := prev.Counted(now)
+	cur.PrevRate, cur.PrevBurst, cur.PrevUntil = 0, 0, time.Time{}
 	if r.Elapsed > 0 {
-		sample := mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(r.Elapsed))
-		if known {
-			cur.Demand = prev.Demand/2 + sample/2 + (prev.Demand & sample & 1)
-		} else {
-			cur.Demand = sample
-		}
+		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(r.Elapsed))
 	} else if !known {
 		cur.Demand = rTot
 		if live > 0 {
@@ -203,11 +207,11 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 			burst = max(1, min(mulDiv(f.Burst, rate, max(rTot, 1)), availBurst))
 		}
 	}
-	if rate < prev.Rate {
-		cur.PrevRate = prev.Rate
-	}
-	if burst < prev.Burst {
-		cur.PrevBurst = prev.Burst
+	if rate < heldRate || burst < heldBurst {
+		// A decrease: Envoy may run the larger share until the answer
+		// arrives.
+		cur.PrevRate, cur.PrevBurst = max(rate, heldRate), max(burst, heldBurst)
+		cur.PrevUntil = now.Add(p.grace())
 	}
 	cur.Rate, cur.Burst = rate, burst
 	cur.Expires = now.Add(ttl + p.grace())
