@@ -11,10 +11,11 @@ import (
 // and Redis ledgers only keep its state.
 type Policy struct {
 	// Hysteresis, in thousandths, is how far a client's target rate may
-	// move from the rate it holds before the ledger changes the share:
+	// rise above the rate it holds before the ledger raises the share:
 	// within it the client keeps its share and only its TTL is extended,
-	// which spares Envoy a new token bucket at every report. Default 100
-	// (10%); a negative value turns it off.
+	// which spares Envoy a new token bucket at every report. A target
+	// below the share always lowers it. Default 50 (5%); a negative value
+	// turns it off.
 	Hysteresis int
 	// Grace bounds how long an assignment takes to reach Envoy. Envoy
 	// starts the TTL when the assignment arrives, so the ledger counts a
@@ -26,7 +27,7 @@ type Policy struct {
 }
 
 const (
-	defaultHysteresis = 100
+	defaultHysteresis = 50
 	defaultGrace      = time.Second
 	// floorDiv sets the floor weight every client has on top of its
 	// demand: max(D, r)/(floorDiv·N). It keeps a client whose last interval
@@ -35,6 +36,13 @@ const (
 	// the fleet is busy to the same r/((floorDiv+1)·N).
 	floorDiv = 16
 	milli    = 1000
+	// minBurst is the least max_tokens a client with a rate gets. A bucket
+	// of one token wastes its refill while full: requests arriving evenly
+	// a little faster than its rate find 0.9 tokens, are denied, and the
+	// next one finds the bucket capped at 1, so it admits every other
+	// request, half its rate. Two tokens never saturate under demand
+	// above the rate. The floors are an error term of the guarantee.
+	minBurst = 2
 )
 
 func (p Policy) hysteresis() uint64 {
@@ -71,6 +79,12 @@ type ClientState struct {
 	// Expires is when the ledger stops counting the share: the grant's TTL
 	// plus Policy.Grace. An expired client is dropped.
 	Expires time.Time
+	// Reported is when the client's last report reached the ledger.
+	Reported time.Time
+	// Estimated is true until a report with an elapsed time measures the
+	// client's demand; Divide then takes it to be the average of the
+	// measured clients' (Demand is 0).
+	Estimated bool
 }
 
 // Counted is the rate and burst the client may be admitting under at now:
@@ -149,14 +163,21 @@ func satAdd(a, b uint64) uint64 {
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetMilliRate(f)
 	var expired []string
-	var live, sumDemand, usedRate, usedBurst uint64
+	var live, measured, sumDemand, usedRate, usedBurst uint64
+	var freed time.Time // the first moment a decrease in flight stops counting
 	for id, c := range others {
 		if !c.Expires.After(now) {
 			expired = append(expired, id)
 			continue
 		}
+		if c.PrevUntil.After(now) && (freed.IsZero() || c.PrevUntil.Before(freed)) {
+			freed = c.PrevUntil
+		}
 		live++
-		sumDemand = satAdd(sumDemand, c.Demand)
+		if !c.Estimated {
+			measured++
+			sumDemand = satAdd(sumDemand, c.Demand)
+		}
 		cr, cb := c.Counted(now)
 		usedRate = satAdd(usedRate, cr)
 		usedBurst = satAdd(usedBurst, cb)
@@ -168,27 +189,44 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		prev = ClientState{}
 	}
 
-	// The client's demand: a report's (allowed+denied)/elapsed. Without an
-	// elapsed time (the immediate report of a new bucket) a new client is
-	// taken to want the average of the others, or the whole rate when
-	// alone, and a known one keeps its last estimate.
+	// The client's demand: a report's (allowed+denied)/elapsed. A client
+	// with no report with an elapsed time yet (the immediate report of a
+	// new bucket says 0 s) is taken to want what the measured clients want
+	// on average, or the whole rate when none is measured; a known client
+	// reporting no elapsed time (a re-check) keeps its last measure.
 	cur := prev
 	heldRate, heldBurst := prev.Counted(now)
 	cur.PrevRate, cur.PrevBurst, cur.PrevUntil = 0, 0, time.Time{}
-	if r.Elapsed > 0 {
-		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(r.Elapsed))
-	} else if !known {
-		cur.Demand = rTot
-		if live > 0 {
-			cur.Demand = sumDemand / live
+	if el := r.Elapsed; el > 0 {
+		// Envoy truncates the elapsed time to whole seconds (a bucket's
+		// first report after 1.9 s says 1 s); the time between two reports
+		// as the ledger saw them is closer when it agrees.
+		if m := now.Sub(prev.Reported); known && !prev.Reported.IsZero() && m >= el && m < el+time.Second+p.grace() {
+			el = m
 		}
+		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(el))
+		cur.Estimated = false
+	} else if !known {
+		cur.Demand, cur.Estimated = 0, true
+	}
+	if !cur.Estimated {
+		measured++
+		sumDemand = satAdd(sumDemand, cur.Demand)
 	}
 	n := live + 1
-	total := satAdd(sumDemand, cur.Demand)
+	guess := rTot // the demand of a client not measured yet
+	if measured > 0 {
+		guess = sumDemand / measured
+	}
+	demand := cur.Demand
+	if cur.Estimated {
+		demand = guess
+	}
+	total := satAdd(sumDemand, mulSat(guess, n-measured))
 
 	// The target: r·(d_i + φ)/(D + n·φ) with φ = max(D, r)/(floorDiv·n).
 	phi := max(total, rTot)/(floorDiv*n) + 1
-	weight := satAdd(cur.Demand, phi)
+	weight := satAdd(demand, phi)
 	weights := satAdd(total, mulSat(phi, n))
 	target := min(mulDiv(rTot, weight, weights), rTot)
 
@@ -202,9 +240,8 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		rate = min(target, availRate)
 		burst = 0
 		if rate > 0 {
-			// A burst in proportion to the rate, at least one token (a
-			// bucket of 0 admits nothing).
-			burst = max(1, min(mulDiv(f.Burst, rate, max(rTot, 1)), availBurst))
+			// A burst in proportion to the rate, but at least minBurst.
+			burst = max(minBurst, min(mulDiv(f.Burst, rate, max(rTot, 1)), availBurst))
 		}
 	}
 	if rate < heldRate || burst < heldBurst {
@@ -215,11 +252,15 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	}
 	cur.Rate, cur.Burst = rate, burst
 	cur.Expires = now.Add(ttl + p.grace())
+	cur.Reported = now
 	share := Share{
 		MilliRate: rate,
 		Burst:     burst,
 		Expires:   now.Add(ttl),
 		Changed:   !known || rate != prev.Rate || burst != prev.Burst,
+	}
+	if !keep && rate < target && !freed.IsZero() {
+		share.Recheck = freed
 	}
 	return share, cur, expired
 }

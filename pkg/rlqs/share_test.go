@@ -77,6 +77,7 @@ func TestDivide(t *testing.T) {
 		r       Report
 		want    Share
 		prev    [2]uint64 // PrevRate, PrevBurst after
+		demand  uint64    // the demand recorded, when not 0
 		dropped []string
 	}{
 		{
@@ -107,8 +108,9 @@ func TestDivide(t *testing.T) {
 			name: "a decrease still in flight counts",
 			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 3000, Burst: 6,
 				PrevRate: 8000, PrevBurst: 16, PrevUntil: t0.Add(time.Second), Expires: live}},
-			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want: Share{MilliRate: 2000, Burst: 4, Changed: true},
+			r: Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			// Room frees when b's old share stops counting.
+			want: Share{MilliRate: 2000, Burst: 4, Changed: true, Recheck: t0.Add(time.Second)},
 		},
 		{
 			name: "a decrease past its grace does not",
@@ -120,11 +122,21 @@ func TestDivide(t *testing.T) {
 		{
 			name: "within hysteresis: kept, only the TTL",
 			clients: map[string]ClientState{
-				"a": {Demand: 20000, Rate: 6200, Burst: 12, Expires: live},
+				"a": {Demand: 20000, Rate: 6300, Burst: 12, Expires: live},
 				"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live},
 			},
 			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want: Share{MilliRate: 6200, Burst: 12},
+			want: Share{MilliRate: 6300, Burst: 12},
+		},
+		{
+			name: "beyond hysteresis above the target: lowered",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000, Rate: 7000, Burst: 14, Expires: live},
+				"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{MilliRate: 6568, Burst: 13, Changed: true},
+			prev: [2]uint64{7000, 14},
 		},
 		{
 			name: "own decrease keeps the old share counted",
@@ -151,7 +163,18 @@ func TestDivide(t *testing.T) {
 			name:    "idle holds little",
 			clients: map[string]ClientState{"b": {Demand: 100000, Rate: 9000, Burst: 18, Expires: live}},
 			r:       Report{Client: "a", Elapsed: 5 * time.Second},
-			want:    Share{MilliRate: 294, Burst: 1, Changed: true},
+			want:    Share{MilliRate: 294, Burst: 2, Changed: true}, // minBurst
+		},
+		{
+			// 100 requests in 5.8 s that Envoy calls 5 s: the ledger's own
+			// clock says 5.8 s, 17.24/s rather than 20/s.
+			name: "elapsed from the ledger's clock",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000, Rate: 6000, Burst: 12, Expires: live, Reported: t0.Add(-5800 * time.Millisecond)},
+			},
+			r:      Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want:   Share{MilliRate: 10000, Burst: 20, Changed: true},
+			demand: 17241,
 		},
 		{
 			name: "zero limit: nothing", r: Report{Client: "a", Allowed: 1, Elapsed: time.Second},
@@ -176,6 +199,9 @@ func TestDivide(t *testing.T) {
 			c := clients[tc.r.Client]
 			if p := [2]uint64{c.PrevRate, c.PrevBurst}; p != tc.prev {
 				t.Errorf("PrevRate, PrevBurst = %v, want %v", p, tc.prev)
+			}
+			if tc.demand != 0 && c.Demand != tc.demand {
+				t.Errorf("Demand = %d, want %d", c.Demand, tc.demand)
 			}
 			if want := t0.Add(ttl + time.Second); !c.Expires.Equal(want) {
 				t.Errorf("Expires = %v, want %v", c.Expires, want)
