@@ -70,9 +70,9 @@ func scenarios() []scenario {
 		}},
 		{name: "window rule 2:1", fleet: fixedFleet(rlqs.WindowFleet(100, 20*time.Second)), dur: 2 * time.Minute, ttl: ttl,
 			full: 700*time.Millisecond + reportEvery, clients: []clientSpec{
-			{name: "a", demand: constant(10), delay: 20 * time.Millisecond},
-			{name: "b", join: 700 * time.Millisecond, demand: constant(5), delay: 20 * time.Millisecond},
-		}},
+				{name: "a", demand: constant(10), delay: 20 * time.Millisecond},
+				{name: "b", join: 700 * time.Millisecond, demand: constant(5), delay: 20 * time.Millisecond},
+			}},
 		{name: "slow answers", fleet: fixedFleet(tokenFleet), dur: 2 * time.Minute, ttl: ttl, clients: []clientSpec{
 			{name: "a", demand: steps(30, 5, 30), delay: 900 * time.Millisecond},
 			{name: "b", demand: steps(5, 30, 5), delay: 900 * time.Millisecond},
