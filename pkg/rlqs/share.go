@@ -122,25 +122,27 @@ func WindowFleet(limit uint64, period time.Duration) Fleet {
 
 // mulDiv is a·b/c rounded down, in 128-bit arithmetic, saturating.
 func mulDiv(a, b, c uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi >= c {
-		return math.MaxUint64
-	}
-	q, _ := bits.Div64(hi, lo, c)
+	q, _ := mulDivRem(a, b, c)
 	return q
 }
 
 // mulDivUp is a·b/c rounded up, in 128-bit arithmetic, saturating.
 func mulDivUp(a, b, c uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi >= c {
-		return math.MaxUint64
-	}
-	q, rem := bits.Div64(hi, lo, c)
+	q, rem := mulDivRem(a, b, c)
 	if rem != 0 && q < math.MaxUint64 {
 		q++
 	}
 	return q
+}
+
+// mulDivRem is a·b/c and its remainder; a quotient beyond 64 bits is
+// math.MaxUint64 with no remainder.
+func mulDivRem(a, b, c uint64) (q, rem uint64) {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return math.MaxUint64, 0
+	}
+	return bits.Div64(hi, lo, c)
 }
 
 // satAdd is a+b, saturating.
