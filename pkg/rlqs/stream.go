@@ -18,15 +18,15 @@ type stream struct {
 	s       *Server
 	client  string // the ledger's name for this stream
 	domain  string // "" until the first report
-	buckets map[string]*bucket
+	buckets map[string]*streamBucket
 	logged  [numRefusals]bool // a refusal is logged once per stream, and counted always
-	// timer fires at the earliest bucket's push (bucket.pushAt); nil when
+	// timer fires at the earliest bucket's push (streamBucket.pushAt); nil when
 	// none is due.
 	timer *time.Timer
 }
 
 func newStream(s *Server, client string) *stream {
-	return &stream{s: s, client: client, buckets: make(map[string]*bucket)}
+	return &stream{s: s, client: client, buckets: make(map[string]*streamBucket)}
 }
 
 // close gives the stream's buckets back to the gauges and stops its timer.
