@@ -326,10 +326,11 @@ func (st *stream) limitVerdict(ctx context.Context, now time.Time, w *usage, l *
 }
 
 // fleetOf is what limit l allows the fleet: a token bucket rule's rate and
-// burst; for the windows and the sliding log, the window's rate with the
-// small burst WindowFleet gives (an error term of their guarantee).
+// burst (the algorithms that take a burst); for the windows and the
+// sliding log, the window's rate with the small burst WindowFleet gives (an
+// error term of their guarantee).
 func fleetOf(l *rules.Limit) Fleet {
-	if l.Algorithm == window.TokenBucket {
+	if l.Algorithm.TakesBurst() {
 		f := Fleet{Tokens: uint64(l.RequestsPerUnit), Period: l.Size, Burst: uint64(l.Burst)}
 		if f.Tokens > 0 {
 			f.Burst = max(f.Burst, 1)
