@@ -47,7 +47,11 @@ type scenario struct {
 	// settle is how long after a limit change the old limit still bounds
 	// the fleet (the intervals that overlap it are checked against the
 	// larger of the two).
-	changes   []time.Duration
+	changes []time.Duration
+	// full, when not 0, is the time from which every 20 s window (apart
+	// from those a limit change unsettles) must admit ≥ 90% of the fleet's
+	// rate: the demand is at least 3× the limit throughout.
+	full      time.Duration
 	trace     bool // log every report and its answer
 	noRecheck bool // the server ignores Share.Recheck
 }
