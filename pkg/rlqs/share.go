@@ -79,7 +79,8 @@ type ClientState struct {
 	// Expires is when the ledger stops counting the share: the grant's TTL
 	// plus Policy.Grace. An expired client is dropped.
 	Expires time.Time
-	// Reported is when the client's last report reached the ledger.
+	// Reported is when the client's last report with an elapsed time (or
+	// its first) reached the ledger; a re-check (Elapsed 0) leaves it.
 	Reported time.Time
 	// Estimated is true until a report with an elapsed time measures the
 	// client's demand; Divide then takes it to be the average of the
@@ -196,7 +197,11 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	}
 	cur.Rate, cur.Burst = rate, burst
 	cur.Expires = now.Add(ttl + p.grace())
-	cur.Reported = now
+	if r.Elapsed > 0 || !known {
+		// A re-check is no report: the next report's elapsed time is
+		// measured from the last one.
+		cur.Reported = now
+	}
 	share := Share{
 		MilliRate: rate,
 		Burst:     burst,

@@ -375,3 +375,42 @@ descriptors:
 		})
 	}
 }
+
+// TestRecheckPushesTheFreedShare: a client that joins a bucket another
+// client holds whole gets nothing until the first one's decrease has
+// reached its Envoy (the ledger's Grace after the decrease); the server
+// then pushes the second client its share on the stream (Share.Recheck),
+// without waiting for the second client's next report.
+func TestRecheckPushesTheFreedShare(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n")
+	a, b := f.open(t), f.open(t)
+	whole := isTokenBucket(t, "a alone", a.report(use("user=x", 0, 1, 0))["user=x"], 15*time.Second)
+	if whole != 10_000 {
+		t.Fatalf("a alone holds %d thousandths/s, want the whole 10000", whole)
+	}
+	f.advance(100 * time.Millisecond)
+	if d := describe(b.report(use("user=x", 0, 1, 0))["user=x"]); d != "deny@15s" {
+		t.Fatalf("b joins a bucket a holds whole: %s, want deny@15s", d)
+	}
+	// a's report lowers its share; its old one counts for the Grace (1 s).
+	f.set(t0.Add(5 * time.Second))
+	lowered := isTokenBucket(t, "a lowered", a.report(use("user=x", 5*time.Second, 15, 85))["user=x"], 15*time.Second)
+	if lowered >= whole {
+		t.Fatalf("a at twice b's demand keeps %d thousandths/s, want less than %d", lowered, whole)
+	}
+	f.advance(100 * time.Millisecond)
+	if d := describe(b.report(use("user=x", 5*time.Second, 0, 25))["user=x"]); d != "deny@15s" {
+		t.Fatalf("b before a's decrease is counted as arrived: %s, want deny@15s", d)
+	}
+	b.quiet() // nothing before the Grace ends, on the real clock as on the injected one
+	f.set(t0.Add(6 * time.Second))
+	pushed := byBucket(b.recv())["user=x"]
+	got := isTokenBucket(t, "b pushed", pushed, 15*time.Second)
+	if got == 0 || got+lowered > 10_000 {
+		t.Fatalf("b pushed %d thousandths/s beside a's %d, want more than 0 and at most 10000 together", got, lowered)
+	}
+	b.quiet() // one push: the next is b's report's answer
+	a.quiet()
+}
