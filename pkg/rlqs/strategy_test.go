@@ -30,7 +30,7 @@ func TestStrategy(t *testing.T) {
 		{"100 per second", Share{MilliRate: 100_000, Burst: 50}, nil, bucket(50, 6000, time.Minute)},
 		{"rounds down", Share{MilliRate: 6568, Burst: 13}, nil, bucket(13, 394, time.Minute)}, // 394.08
 		{"one a minute", Share{MilliRate: 17, Burst: 1}, nil, bucket(1, 1, time.Minute)},
-		{"below one a minute", Share{MilliRate: 16, Burst: 1}, nil, deny},
+		{"below one a minute: a day's interval", Share{MilliRate: 16, Burst: 1}, nil, bucket(1, 1382, 24*time.Hour)}, // 1382.4
 		{"no burst", Share{MilliRate: 100_000}, nil, deny},
 		{"zero", Share{}, nil, deny},
 		// 80M/s: 4.8e9 a minute overflows 32 bits, 53 s gives 4.24e9.
@@ -94,17 +94,20 @@ func FuzzStrategy(f *testing.F) {
 			if got.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
 				t.Fatalf("Strategy(%+v) = %v, want a token bucket or DENY_ALL", s, got)
 			}
-			// DENY_ALL only below one token a minute, without a burst, or
+			// DENY_ALL only below one token a day, without a burst, or
 			// when a seconds-only change left nothing else to move.
-			if rate >= 17 && burst > 0 && held == nil {
-				t.Fatalf("Strategy(%+v) = DENY_ALL for a share of at least a token a minute", s)
+			if hi, lo := bits.Mul64(rate, 24*60*60); (hi > 0 || lo >= milli) && burst > 0 && held == nil {
+				t.Fatalf("Strategy(%+v) = DENY_ALL for a share of at least a token a day", s)
 			}
 			return
 		}
 		sec, nanos := tb.GetFillInterval().GetSeconds(), tb.GetFillInterval().GetNanos()
 		k := uint64(tb.GetTokensPerFill().GetValue())
-		if sec < 1 || sec > 60 || nanos != 0 || k == 0 || tb.GetMaxTokens() == 0 {
-			t.Fatalf("Strategy(%+v) = %v: fill_interval must be 1..60 whole seconds, k and max_tokens ≥ 1", s, got)
+		if sec < 1 || sec > 60 && sec != 24*60*60 || nanos != 0 || k == 0 || tb.GetMaxTokens() == 0 {
+			t.Fatalf("Strategy(%+v) = %v: fill_interval must be 1..60 whole seconds or a day, k and max_tokens ≥ 1", s, got)
+		}
+		if sec == 24*60*60 && rate*60 >= milli {
+			t.Fatalf("Strategy(%+v) = %v: a day's fill_interval for a share of a token a minute or more", s, got)
 		}
 		if uint64(tb.GetMaxTokens()) > burst {
 			t.Fatalf("Strategy(%+v) = %v: max_tokens above the burst", s, got)
