@@ -155,7 +155,7 @@ type verdict struct {
 	kind     Kind
 	keep     bool
 	strategy *typev3.RateLimitStrategy // for KindTokenBucket
-	rate     uint64                    // the share's MilliRate, for KindTokenBucket: the lower is more restrictive
+	rate     uint64                    // the share's Rate, for KindTokenBucket: the lower is more restrictive
 	burst    uint64
 	ttl      time.Duration // for a quota assignment
 	expires  time.Time     // when the assignment lapses, for a push
@@ -338,7 +338,7 @@ func (st *stream) shareVerdict(share Share, held *typev3.RateLimitStrategy) verd
 	if s.GetTokenBucket() == nil {
 		return verdict{kind: KindDenyAll, ttl: st.s.ttl}
 	}
-	return verdict{kind: KindTokenBucket, strategy: s, rate: StrategyMilliRate(s), burst: uint64(s.GetTokenBucket().GetMaxTokens()), ttl: st.s.ttl}
+	return verdict{kind: KindTokenBucket, strategy: s, rate: StrategyRate(s), burst: uint64(s.GetTokenBucket().GetMaxTokens()), ttl: st.s.ttl}
 }
 
 // recheck asks the ledger again, at b's recheckAt, for b's shares, with a

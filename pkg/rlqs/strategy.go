@@ -75,15 +75,15 @@ func tokenBucket(s Share) (maxTokens, k uint32, f int64, ok bool) {
 		return 0, 0, 0, false
 	}
 	maxTokens = uint32(min(s.Burst, math.MaxUint32))
-	if mulDiv(s.MilliRate, fillInterval, milli) == 0 {
+	if mulDiv(s.Rate, fillInterval, PerSecond) == 0 {
 		// Below one token a minute, so below 1440 a day: k fits 32 bits.
-		if k := mulDiv(s.MilliRate, slowFillInterval, milli); k > 0 {
+		if k := mulDiv(s.Rate, slowFillInterval, PerSecond); k > 0 {
 			return maxTokens, uint32(k), slowFillInterval, true
 		}
 		return 0, 0, 0, false
 	}
 	for f = fillInterval; f >= 1; f-- {
-		if k := mulDiv(s.MilliRate, uint64(f), milli); k <= math.MaxUint32 {
+		if k := mulDiv(s.Rate, uint64(f), PerSecond); k <= math.MaxUint32 {
 			return maxTokens, uint32(k), f, true
 		}
 	}
@@ -91,11 +91,11 @@ func tokenBucket(s Share) (maxTokens, k uint32, f int64, ok bool) {
 	return maxTokens, math.MaxUint32, 1, true
 }
 
-// StrategyMilliRate is the rate, in thousandths of a token per second,
+// StrategyRate is the rate, in the unit of PerSecond,
 // that Envoy 1.40 applies for s: tokens_per_fill / whole seconds of
 // fill_interval, rounded down; 0 for DENY_ALL; math.MaxUint64 for a rate
 // Envoy does not bound (ALLOW_ALL, a sub-second fill_interval).
-func StrategyMilliRate(s *typev3.RateLimitStrategy) uint64 {
+func StrategyRate(s *typev3.RateLimitStrategy) uint64 {
 	if tb := s.GetTokenBucket(); tb != nil {
 		// absl::ToInt64Seconds(seconds + nanos) truncates toward zero.
 		sec, nanos := tb.GetFillInterval().GetSeconds(), tb.GetFillInterval().GetNanos()
@@ -105,7 +105,7 @@ func StrategyMilliRate(s *typev3.RateLimitStrategy) uint64 {
 		if sec <= 0 {
 			return math.MaxUint64
 		}
-		return uint64(tb.GetTokensPerFill().GetValue()) * milli / uint64(sec)
+		return uint64(tb.GetTokensPerFill().GetValue()) * PerSecond / uint64(sec)
 	}
 	if s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
 		return 0

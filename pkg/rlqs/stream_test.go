@@ -17,7 +17,7 @@ import (
 
 // isTokenBucket checks that a is a token bucket Envoy 1.40 applies as
 // meant: whole-second fill_interval, TTL ttl; it returns its rate in
-// thousandths of a token per second.
+// the unit of rlqs.PerSecond.
 func isTokenBucket(t *testing.T, name string, a *rlqsv3.RateLimitQuotaResponse_BucketAction, ttl time.Duration) uint64 {
 	t.Helper()
 	q := a.GetQuotaAssignmentAction()
@@ -31,7 +31,7 @@ func isTokenBucket(t *testing.T, name string, a *rlqsv3.RateLimitQuotaResponse_B
 	if got := q.GetAssignmentTimeToLive().AsDuration(); got != ttl {
 		t.Fatalf("%s: %s, want TTL %v", name, describe(a), ttl)
 	}
-	return rlqs.StrategyMilliRate(q.GetRateLimitStrategy())
+	return rlqs.StrategyRate(q.GetRateLimitStrategy())
 }
 
 // TestAssignments: what each kind of rule gives a bucket, and that the
@@ -53,12 +53,12 @@ func TestAssignments(t *testing.T) {
 		}
 	}
 	alice := isTokenBucket(t, "user=alice", got["user=alice"], 15*time.Second)
-	if most := uint64(100 * 1000 / 60); alice == 0 || alice > most {
-		t.Errorf("user=alice: %d milli-tokens/s, want 1 to %d (100 a minute)", alice, most)
+	if most := 100 * rlqs.PerSecond / 60; alice == 0 || alice > most {
+		t.Errorf("user=alice: rate %d, want 1 to %d (100 a minute)", alice, most)
 	}
 	// The most restrictive of 600 a minute and 600 an hour.
-	if two := isTokenBucket(t, "two=x", got["two=x"], 15*time.Second); two > 600*1000/3600 {
-		t.Errorf("two=x: %d milli-tokens/s, want at most 600 an hour's %d", two, 600*1000/3600)
+	if two := isTokenBucket(t, "two=x", got["two=x"], 15*time.Second); two > 600*rlqs.PerSecond/3600 {
+		t.Errorf("two=x: rate %d, want at most 600 an hour's %d", two, 600*rlqs.PerSecond/3600)
 	}
 	for _, tt := range []struct {
 		kv   []string
@@ -244,7 +244,7 @@ func TestReload(t *testing.T) {
 	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
 	after := isTokenBucket(t, "raised", c.report(use("user=a", 5*time.Second, 5, 0))["user=a"], 15*time.Second)
 	if after <= before {
-		t.Errorf("limit raised 60-fold: %d milli-tokens/s, was %d", after, before)
+		t.Errorf("limit raised 60-fold: rate %d, was %d", after, before)
 	}
 	f.setRules(t, "domain: edge\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
 	if d := describe(c.report(use("user=a", 5*time.Second, 5, 0))["user=a"]); d != "abandon" {
@@ -387,8 +387,8 @@ func TestRecheckPushesTheFreedShare(t *testing.T) {
 	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n")
 	a, b := f.open(t), f.open(t)
 	whole := isTokenBucket(t, "a alone", a.report(use("user=x", 0, 1, 0))["user=x"], 15*time.Second)
-	if whole != 10_000 {
-		t.Fatalf("a alone holds %d thousandths/s, want the whole 10000", whole)
+	if whole != 10*rlqs.PerSecond {
+		t.Fatalf("a alone holds rate %d, want the whole %d", whole, 10*rlqs.PerSecond)
 	}
 	f.advance(100 * time.Millisecond)
 	if d := describe(b.report(use("user=x", 0, 1, 0))["user=x"]); d != "deny@15s" {
@@ -398,7 +398,7 @@ func TestRecheckPushesTheFreedShare(t *testing.T) {
 	f.set(t0.Add(5 * time.Second))
 	lowered := isTokenBucket(t, "a lowered", a.report(use("user=x", 5*time.Second, 15, 85))["user=x"], 15*time.Second)
 	if lowered >= whole {
-		t.Fatalf("a at twice b's demand keeps %d thousandths/s, want less than %d", lowered, whole)
+		t.Fatalf("a at twice b's demand keeps rate %d, want less than %d", lowered, whole)
 	}
 	f.advance(100 * time.Millisecond)
 	if d := describe(b.report(use("user=x", 5*time.Second, 0, 25))["user=x"]); d != "deny@15s" {
@@ -408,8 +408,8 @@ func TestRecheckPushesTheFreedShare(t *testing.T) {
 	f.set(t0.Add(6 * time.Second))
 	pushed := byBucket(b.recv())["user=x"]
 	got := isTokenBucket(t, "b pushed", pushed, 15*time.Second)
-	if got == 0 || got+lowered > 10_000 {
-		t.Fatalf("b pushed %d thousandths/s beside a's %d, want more than 0 and at most 10000 together", got, lowered)
+	if got == 0 || got+lowered > 10*rlqs.PerSecond {
+		t.Fatalf("b pushed rate %d beside a's %d, want more than 0 and at most %d together", got, lowered, 10*rlqs.PerSecond)
 	}
 	b.quiet() // one push: the next is b's report's answer
 	a.quiet()
