@@ -159,6 +159,7 @@ type verdict struct {
 	burst    uint64
 	ttl      time.Duration // for a quota assignment
 	expires  time.Time     // when the assignment lapses, for a push
+	failed   bool          // a failure mode decided it
 }
 
 // rank orders verdicts by how restrictive they are; the most restrictive
@@ -253,6 +254,7 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 	out := verdict{kind: KindAllowAll, ttl: st.s.ttl}
 	held := out // the verdict without the spent windows' denials
 	var resetAt time.Time
+	failed := false
 	slot := w.first
 	for _, l := range w.limits {
 		if l.Unlimited {
@@ -260,6 +262,7 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 		}
 		v, reset := st.limitVerdict(ctx, now, w, l, t, slot)
 		slot++
+		failed = failed || v.failed
 		if v.stricter(&held) {
 			held = v
 		}
@@ -270,6 +273,11 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 		if v.stricter(&out) {
 			out = v
 		}
+	}
+	if failed {
+		// A re-check asks only the ledger: it must not replace what a
+		// failure mode decided. The next report decides again.
+		b.recheckAt = time.Time{}
 	}
 	if !resetAt.IsZero() && held.kind != KindDenyAll && !held.keep {
 		held.expires = now.Add(st.s.ttl)
@@ -428,9 +436,9 @@ func wholeSecondsUp(d time.Duration) time.Duration {
 func (st *stream) failureVerdict(l *rules.Limit) verdict {
 	switch l.FailureMode {
 	case rules.FailAllow:
-		return verdict{kind: KindAllowAll, ttl: st.s.ttl}
+		return verdict{kind: KindAllowAll, ttl: st.s.ttl, failed: true}
 	case rules.FailDeny:
-		return verdict{kind: KindDenyAll, ttl: st.s.ttl}
+		return verdict{kind: KindDenyAll, ttl: st.s.ttl, failed: true}
 	}
-	return verdict{keep: true}
+	return verdict{keep: true, failed: true}
 }

@@ -414,3 +414,39 @@ func TestRecheckPushesTheFreedShare(t *testing.T) {
 	b.quiet() // one push: the next is b's report's answer
 	a.quiet()
 }
+
+// TestRecheckLeavesFailureModes: a re-check asks only the ledger, so it
+// never replaces what a limit's failure mode decided at the last report
+// (here DENY_ALL, the store failing for the bucket's second limit).
+func TestRecheckLeavesFailureModes(t *testing.T) {
+	t.Parallel()
+	// Each report has one usage: its counters are 0 and 1; 1 fails.
+	f := newFixture(t, partialStore{window.NewMemory(), []int{1}})
+	f.setRules(t, `
+domain: edge
+descriptors:
+  - key: deny
+    failure_mode: deny
+    rate_limits:
+      - {unit: minute, requests_per_unit: 600}
+      - {unit: hour, requests_per_unit: 6000}
+`)
+	a, b := f.open(t), f.open(t)
+	for _, c := range []*client{a, b} {
+		if d := describe(c.report(use("deny=x", 0, 1, 0))["deny=x"]); d != "deny@15s" {
+			t.Fatalf("subscription: %s, want deny@15s (failure mode)", d)
+		}
+		f.advance(100 * time.Millisecond)
+	}
+	// a's decrease leaves b room at 6 s, which the ledger tells b's stream.
+	f.set(t0.Add(5 * time.Second))
+	a.report(use("deny=x", 5*time.Second, 0, 100))
+	f.advance(100 * time.Millisecond)
+	b.report(use("deny=x", 5*time.Second, 0, 25))
+	f.set(t0.Add(6 * time.Second))
+	select {
+	case m := <-b.msgs:
+		t.Fatalf("pushed %s after a failure mode denied the bucket, want nothing until the next report", describe(m.GetBucketAction()[0]))
+	case <-time.After(1500 * time.Millisecond): // the re-check was due 900 ms after b's report
+	}
+}
