@@ -48,6 +48,8 @@ type runResult struct {
 	RedisMemoryBefore uint64            `json:"redis_used_memory_before,omitempty"`
 	RedisMemoryEnd    uint64            `json:"redis_used_memory_end,omitempty"`
 	KeySpace          *keySpace         `json:"key_space,omitempty"` // scenarios million and million-sliding
+	// RLQS is scenario rlqs's per-usage figures; its per-decision ones are per usage report.
+	RLQS *rlqsRun `json:"rlqs,omitempty"`
 
 	ServerCmd  string `json:"server_cmd,omitempty"`
 	LoadgenCmd string `json:"loadgen_cmd"`
@@ -108,8 +110,11 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	defer t.stop()
 	rr.ServerCmd = t.cmd
 
-	args := b.loadgenArgs(sc, t)
-	rr.LoadgenCmd = b.display(b.loadgen, args...)
+	bin, args := b.loadgen, b.loadgenArgs(sc, t)
+	if sc.Load == rlqsLoad {
+		bin, args = b.rlqsload, b.o.rlqs.args(b.o, t)
+	}
+	rr.LoadgenCmd = b.display(bin, args...)
 	snap := b.sampler(ctx, t, b.redisOf(sc), log)
 	var ks *keySpaceProbe
 	if sc.Load == keySpaceLoad && t.pid != 0 {
@@ -118,12 +123,13 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		snap = ks.marking(snap)
 	}
 	pre := snap(nil)
-	l, start, end, err := b.load(ctx, args, log, snap)
+	l, start, end, err := b.load(ctx, bin, args, log, snap)
 	if err != nil {
 		return fail(err)
 	}
 	rr.Load = l
 	rr.figures(l, pre, start, end, b.ticks)
+	rr.RLQS = rr.rlqsFigures(l)
 	if ks != nil {
 		rr.KeySpace = ks.result(ctx, b.redisOf(sc), b.o.millionKeys, pre, log)
 	}
@@ -189,13 +195,13 @@ func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.
 	}
 }
 
-// load runs the load generator with args, samples the counters with snap at its "mark start" and "mark end"
+// load runs the load generator bin (bench/loadgen or bench/rlqsload) with args, samples the counters with snap at its "mark start" and "mark end"
 // lines (the measured interval), and returns its report and the two samples. Its other stderr lines go to log.
-func (b *bench) load(ctx context.Context, args []string, log io.Writer, snap func(*proctest.Process) sample) (
+func (b *bench) load(ctx context.Context, bin string, args []string, log io.Writer, snap func(*proctest.Process) sample) (
 	l *result.Load, start, end sample, err error) {
 	var stdout bytes.Buffer
 	stderrR, stderrW := io.Pipe()
-	lg, err := startProc("loadgen", stderrW, &stdout, nil, b.loadgen, args...)
+	lg, err := startProc(filepath.Base(bin), stderrW, &stdout, nil, bin, args...)
 	if err != nil {
 		return nil, start, end, err
 	}
