@@ -41,7 +41,7 @@ func TestGovernedTable(t *testing.T) {
 	got := governedTable(costs{name: "a", sidecarUs: 20}, usageCosts{sidecarUs: 40, usagesPerReport: 20}, f, 1e6, 100)
 	for _, want := range []string{
 		"50000 decisions per core-second", // 1e6 / 20
-		"| 1 | 2.5e+04 | 0.5× |",           // 25,000 usages per core
+		"| 1 | 2.5e+04 | 0.5× |",          // 25,000 usages per core
 		"| 1000 | 2.5e+07 | 500.0× |",
 		"| 50 (100 Envoys × 1000 buckets, 5s at 1000000 requests/s) | 1.25e+06 | 25.0× |",
 		"needs at least 200.0 requests per usage: 40 requests/s per bucket and Envoy",
