@@ -11,9 +11,11 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/envoyrlqs"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
@@ -54,19 +56,25 @@ type envoy struct {
 	window time.Duration
 
 	mu       sync.Mutex // guards what the receiver and the ticker share: buckets
-	buckets  []edgeBucket
-	offered  []float64 // fractional demand carried to the next tick
-	allowed  []uint64  // since the last report
-	denied   []uint64
+	buckets  []*envoyrlqs.Bucket
+	offered  []float64         // fractional demand carried to the next tick
 	admitted map[winKey]uint64 // owned by the ticker
 }
 
+// settings are the example Envoy config's (deploy/envoy-rlqs.yaml): ALLOW_ALL before the first assignment,
+// and no expired_assignment_behavior, so ALLOW_ALL again once an assignment's TTL has run out.
+var settings = envoyrlqs.Settings{NoAssignment: envoyrlqs.Blanket(typev3.RateLimitStrategy_ALLOW_ALL)}
+
 func newEnvoy(o options, id int, share float64, t *tally, sp span) *envoy {
 	e := &envoy{o: o, id: id, share: share, tally: t, span: sp, window: o.window,
-		buckets: make([]edgeBucket, o.buckets), offered: make([]float64, o.buckets),
-		allowed: make([]uint64, o.buckets), denied: make([]uint64, o.buckets), admitted: map[winKey]uint64{}}
+		buckets: make([]*envoyrlqs.Bucket, o.buckets), offered: make([]float64, o.buckets), admitted: map[winKey]uint64{}}
 	for j := range o.buckets {
 		e.ids = append(e.ids, &rlqspb.BucketId{Bucket: map[string]string{o.key: bucketValue(j)}})
+		b, err := envoyrlqs.New(settings)
+		if err != nil {
+			panic(err) // settings is a blanket rule: New refuses only a token bucket
+		}
+		e.buckets[j] = b
 	}
 	return e
 }
@@ -116,9 +124,6 @@ func (e *envoy) stream(ctx context.Context, client rlqspb.RateLimitQuotaServiceC
 	tick := time.NewTicker(e.o.tick)
 	defer tick.Stop()
 	lastReport := time.Now()
-	if err := e.report(st, lastReport, 0); err != nil { // the subscription: what happened before it, at elapsed 0
-		return err
-	}
 	nextReport := lastReport.Add(e.o.interval)
 	for {
 		select {
@@ -130,8 +135,21 @@ func (e *envoy) stream(ctx context.Context, client rlqspb.RateLimitQuotaServiceC
 		case now := <-tick.C:
 			e.decide(now, now.Sub(*last))
 			*last = now
+			// A bucket's first request sends its report at once (Envoy's subscription).
+			if err := e.report(st, now, (*envoyrlqs.Bucket).Subscription); err != nil {
+				return err
+			}
 			if !now.Before(nextReport) {
-				if err := e.report(st, now, now.Sub(lastReport)); err != nil {
+				elapsed := now.Sub(lastReport)
+				periodic := func(b *envoyrlqs.Bucket) (envoyrlqs.Usage, bool) {
+					u, ok := b.Usage(now)
+					if e.o.interval < time.Second {
+						// A compressed interval: Envoy's whole seconds would be 0; send what elapsed.
+						u.Elapsed = elapsed
+					}
+					return u, ok
+				}
+				if err := e.report(st, now, periodic); err != nil {
 					return err
 				}
 				lastReport, nextReport = now, nextReport.Add(e.o.interval)
@@ -154,9 +172,12 @@ func (e *envoy) decide(now time.Time, dt time.Duration) {
 		if n == 0 {
 			continue
 		}
-		ok := e.buckets[j].Decide(now, n)
-		e.allowed[j] += ok
-		e.denied[j] += n - ok
+		var ok uint64
+		for range n {
+			if e.buckets[j].Decide(now) {
+				ok++
+			}
+		}
 		e.admitted[winKey{j, win}] += ok
 		offered += n
 		admitted += ok
@@ -167,28 +188,31 @@ func (e *envoy) decide(now time.Time, dt time.Duration) {
 	}
 }
 
-// report sends one usage report of every bucket, covering elapsed: truncated to whole seconds as Envoy 1.40
-// does when the interval is at least a second, else (a compressed interval) as it is.
+// report sends one usage report with what usage returns for each bucket that has one (none: no report), with
+// the domain, as Envoy 1.40 sends every message.
 func (e *envoy) report(st grpc.BidiStreamingClient[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse],
-	now time.Time, elapsed time.Duration) error {
-	if e.o.interval >= time.Second {
-		elapsed = elapsed.Truncate(time.Second)
-	}
-	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: e.o.domain,
-		BucketQuotaUsages: make([]*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, len(e.ids))}
+	now time.Time, usage func(*envoyrlqs.Bucket) (envoyrlqs.Usage, bool)) error {
+	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: e.o.domain}
 	e.mu.Lock()
-	for j, id := range e.ids {
-		msg.BucketQuotaUsages[j] = &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: id,
-			TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: e.allowed[j], NumRequestsDenied: e.denied[j]}
-		e.allowed[j], e.denied[j] = 0, 0
+	for j, b := range e.buckets {
+		u, ok := usage(b)
+		if !ok {
+			continue
+		}
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: e.ids[j], TimeElapsed: durationpb.New(u.Elapsed), NumRequestsAllowed: u.Allowed,
+			NumRequestsDenied: u.Denied})
 	}
 	e.mu.Unlock()
+	if len(msg.BucketQuotaUsages) == 0 {
+		return nil
+	}
 	if err := st.Send(msg); err != nil {
 		return err
 	}
 	if e.span.holds(now) {
 		e.tally.reports.Add(1)
-		e.tally.usages.Add(uint64(len(e.ids)))
+		e.tally.usages.Add(uint64(len(msg.BucketQuotaUsages)))
 	}
 	return nil
 }
@@ -214,28 +238,33 @@ func (e *envoy) receive(st grpc.BidiStreamingClient[rlqspb.RateLimitQuotaUsageRe
 				continue
 			}
 			e.mu.Lock()
-			kind := e.buckets[j].Apply(now, a)
+			e.buckets[j].Apply(now, a)
 			e.mu.Unlock()
 			if in {
-				e.tally.count(kind)
+				e.tally.count(a)
 			}
 		}
 	}
 }
 
-func (t *tally) count(k actionKind) {
-	switch k {
-	case actionTokens:
-		t.assignments.Add(1)
-		t.tokenBucket.Add(1)
-	case actionAllow:
-		t.assignments.Add(1)
-		t.allowAll.Add(1)
-	case actionDeny:
-		t.assignments.Add(1)
-		t.denyAll.Add(1)
-	case actionAbandon:
+// count counts one bucket action by what it is.
+func (t *tally) count(a *rlqspb.RateLimitQuotaResponse_BucketAction) {
+	if a.GetAbandonAction() != nil {
 		t.abandons.Add(1)
+		return
+	}
+	qa := a.GetQuotaAssignmentAction()
+	if qa == nil {
+		return
+	}
+	t.assignments.Add(1)
+	switch s := qa.GetRateLimitStrategy(); {
+	case s.GetTokenBucket() != nil:
+		t.tokenBucket.Add(1)
+	case s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL && s.GetStrategy() != nil:
+		t.denyAll.Add(1)
+	case s.GetRequestsPerTimeUnit() == nil:
+		t.allowAll.Add(1) // blanket ALLOW_ALL, or no strategy (allow all)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/envoyrlqs"
 )
 
 // fixedServer answers every usage with the same token bucket, perSecond tokens a second and one at most: the
@@ -41,7 +42,7 @@ func (s *fixedServer) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.R
 			if u.GetTimeElapsed().AsDuration() < 0 {
 				s.ranges.Add(1)
 			}
-			a := tokenAction(1, s.perSecond, time.Second, 10*time.Second)
+			a := envoyrlqs.Assign(envoyrlqs.TokenBucket(1, s.perSecond, time.Second), 10*time.Second)
 			a.BucketId = u.GetBucketId()
 			resp.BucketAction = append(resp.BucketAction, a)
 		}

@@ -4,8 +4,9 @@
 // Each of -streams Envoys holds one stream and reports -buckets bucket ids ({-key: b0} ... ) every -interval
 // (Envoy 1.40 reports every 5 s; a shorter, "compressed" interval loads the server harder with fewer
 // streams). Between reports each Envoy offers its share of -demand requests per second per bucket (the shares
-// follow Zipf's law with exponent -skew) and decides them as Envoy 1.40's filter does against the assignments
-// the server sends (edge.go). Every bucket matches one rule of -limit requests per -window; the output counts,
+// follow Zipf's law with exponent -skew) and decides them one by one as Envoy 1.40's filter does against the
+// assignments the server sends (internal/testutil/envoyrlqs, the project's model of Envoy 1.40), sending a
+// bucket's first report as soon as its first request arrives. Every bucket matches one rule of -limit requests per -window; the output counts,
 // per bucket and window wholly inside the measured interval, what the whole fleet admitted against it.
 //
 //	go run ./bench/rlqsload -addr 127.0.0.1:8081 -streams 100 -buckets 20 -limit 2000 -window 20s -json
