@@ -73,6 +73,7 @@ type options struct {
 	bytesSliding float64
 	publish      string
 	rlqs         rlqsFleet
+	rlqsResults  string
 }
 
 // measuredBytesPerKey are Redis's bytes per live counter, fixed and sliding window, from docs/benchmarks.md's
@@ -99,6 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.bytesPerKey, "bytes-per-key", measuredBytesPerKey, "Redis bytes per live fixed-window counter")
 	fs.Float64Var(&o.bytesSliding, "bytes-per-key-sliding", measuredBytesPerKeySliding, "Redis bytes per live sliding-window counter")
 	o.rlqs.flags(fs)
+	fs.StringVar(&o.rlqsResults, "rlqs-results", "", "harness results.json with scenarios a and rlqs in one run, for the RLQS row and the requests governed per core (default: -results; alone, -publish rewrites only the page's rlqs part)")
 	fs.StringVar(&o.publish, "publish", "", "rewrite the generated tables of this page (docs/capacity.md)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -145,17 +147,29 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := o.readBytesPerKey(h); err != nil {
 		return err
 	}
-	usage, haveRLQS := measuredRLQS, measuredRLQS.sidecarUs > 0
-	if h != nil {
-		usage, haveRLQS = h.rlqsUsageCosts()
+	in, err := o.rlqsInputs(h)
+	if err != nil {
+		return err
+	}
+	var rlqs *usageCosts
+	if in != nil {
+		rlqs = &in.usage
 	}
 	w := workload{rate: o.rate, keys: o.keys, zipf: o.zipf, name: tenantKey}
 	kl := newKeyLoad(w)
-	var rlqs *usageCosts
-	if haveRLQS {
-		rlqs = &usage
-	}
 	result := table(cs, rlqs, w, kl, o) + "\n" + memoryTable(o.keys, o.bytesPerKey, o.bytesSliding)
+	var section string
+	if in != nil {
+		section = in.section(w, kl, o)
+	}
+	if o.results == "" && o.rlqsResults != "" {
+		// Only RLQS was measured: the rest of the page keeps the run it was written from.
+		fmt.Fprint(stdout, section)
+		if o.publish != "" {
+			return publish(o.publish, map[string]string{"rlqs": section})
+		}
+		return nil
+	}
 	fmt.Fprint(stdout, result)
 	if o.chart != "" {
 		if err := chart(o.chart, cs, w, kl, o); err != nil {
@@ -170,8 +184,8 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		if ceil != nil {
 			blocks["ceiling"] = ceil.table()
 		}
-		if i := slices.IndexFunc(cs, func(c costs) bool { return c.name == "a" }); i >= 0 && rlqs != nil {
-			blocks["rlqs"] = governedTable(cs[i], *rlqs, o.rlqs, o.rate, 100)
+		if in != nil {
+			blocks["rlqs"] = section
 		}
 		return publish(o.publish, blocks)
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,8 +22,64 @@ type usageCosts struct {
 	usagesPerReport                            float64 // the run's buckets per report, for the label
 }
 
-// measuredRLQS is what docs/capacity.md quotes for scenario rlqs; zero (no row) until it has been measured.
-var measuredRLQS usageCosts
+// measuredRLQS is what docs/capacity.md quotes for scenario rlqs, and measuredRLQSA scenario a's cost per
+// decision in the same run; zero (no RLQS row) until it has been measured.
+var (
+	measuredRLQS  usageCosts
+	measuredRLQSA costs
+)
+
+// rlqsInputs are RLQS's usage costs and ShouldRateLimit's cost per decision (scenario a) from one run, and
+// that run when it was read from a file.
+type rlqsInputs struct {
+	usage usageCosts
+	a     costs
+	run   *harnessRun
+}
+
+// rlqsInputs reads -rlqs-results, else takes scenario rlqs from -results's run h, else the measured figures;
+// nil when none has them.
+func (o options) rlqsInputs(h *harnessRun) (*rlqsInputs, error) {
+	if o.rlqsResults != "" {
+		var err error
+		if h, err = readHarness(o.rlqsResults); err != nil {
+			return nil, err
+		}
+	}
+	if h == nil {
+		if measuredRLQS.sidecarUs == 0 {
+			return nil, nil
+		}
+		return &rlqsInputs{usage: measuredRLQS, a: measuredRLQSA}, nil
+	}
+	u, ok := h.rlqsUsageCosts()
+	if !ok {
+		if o.rlqsResults != "" {
+			return nil, fmt.Errorf("%s: no scenario rlqs with server and Redis CPU per usage", o.rlqsResults)
+		}
+		return nil, nil
+	}
+	cs := h.costs()
+	i := slices.IndexFunc(cs, func(c costs) bool { return c.name == "a" })
+	if i < 0 {
+		return nil, fmt.Errorf("%s: scenario rlqs without scenario a in the same run", cmp.Or(o.rlqsResults, o.results))
+	}
+	return &rlqsInputs{usage: u, a: cs[i], run: h}, nil
+}
+
+// section renders docs/capacity.md's RLQS part: both protocols sized at the workload's rate from the same run,
+// the requests governed per core, and the run's inputs.
+func (in *rlqsInputs) section(w workload, kl keyLoad, o options) string {
+	var sb strings.Builder
+	sb.WriteString(table([]costs{in.a}, &in.usage, w, kl, o))
+	sb.WriteString("\n")
+	sb.WriteString(governedTable(in.a, in.usage, o.rlqs, w.rate, 100))
+	if in.run != nil {
+		sb.WriteString("\nInputs, from one harness run:\n\n")
+		sb.WriteString(in.run.inputsTable())
+	}
+	return sb.String()
+}
 
 // rlqsFleet is the Envoy fleet the RLQS row assumes.
 type rlqsFleet struct {

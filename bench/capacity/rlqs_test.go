@@ -81,11 +81,31 @@ func TestRunRLQSRow(t *testing.T) {
 	if want := "| RLQS, 100 Envoys × 1000 buckets at 5s reports (50 requests per usage) | 0.8 | 0.2 | 0.8 (1) | 0.2 |"; !strings.Contains(out.String(), want) {
 		t.Errorf("no %q in\n%s", want, out.String())
 	}
+	if strings.Contains(out.String(), "| rlqs |") || strings.Contains(out.String(), "| (rlqs) |") {
+		t.Errorf("scenario rlqs's per-report costs sized as per-decision ones:\n%s", out.String())
+	}
 	b, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), "needs at least 200.0 requests per usage") {
 		t.Errorf("no governed table in the page:\n%s", b)
+	}
+
+	// -rlqs-results alone rewrites the rlqs part and leaves the rest of the page as it was.
+	only := filepath.Join(dir, "only.md")
+	if err := os.WriteFile(only, []byte("keep\n"+blockStart("rlqs")+blockEnd("rlqs")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"-keys", "1000", "-rlqs-results", results, "-publish", only}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = os.ReadFile(only); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "keep\n") || !strings.Contains(string(b), "| RLQS, 100 Envoys") ||
+		!strings.Contains(string(b), "| sidecar, 1 descriptor, batched (a) | 20 | 4 |") {
+		t.Errorf("rlqs part:\n%s", b)
 	}
 }

@@ -25,6 +25,7 @@ type rlqsOptions struct {
 	limit    uint64
 	window   time.Duration
 	skew     float64
+	duration time.Duration // 0: the harness's -duration
 }
 
 func (r *rlqsOptions) flags(fs *flag.FlagSet) {
@@ -33,12 +34,13 @@ func (r *rlqsOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&r.interval, "rlqs-interval", 5*time.Second, "scenario rlqs: report interval (Envoy 1.40's is 5s; shorter compresses time)")
 	fs.Uint64Var(&r.limit, "rlqs-limit", 2000, "scenario rlqs: the rule's requests per -rlqs-window for each bucket; the fleet offers three times as many")
 	fs.DurationVar(&r.window, "rlqs-window", 20*time.Second, "scenario rlqs: the rule's window, whole seconds")
+	fs.DurationVar(&r.duration, "rlqs-duration", 0, "scenario rlqs: its measured interval (0: -duration); several rule windows long, for the over-admission")
 	fs.Float64Var(&r.skew, "rlqs-skew", 1, "scenario rlqs: Zipf exponent of the Envoys' shares of the demand (0: even)")
 }
 
 func (r *rlqsOptions) check() error {
-	if r.streams < 1 || r.buckets < 1 || r.limit < 1 || r.interval <= 0 || r.skew < 0 {
-		return errors.New("-rlqs-streams, -rlqs-buckets, -rlqs-limit and -rlqs-interval must be positive, -rlqs-skew not negative")
+	if r.streams < 1 || r.buckets < 1 || r.limit < 1 || r.interval <= 0 || r.skew < 0 || r.duration < 0 {
+		return errors.New("-rlqs-streams, -rlqs-buckets, -rlqs-limit and -rlqs-interval must be positive, -rlqs-skew and -rlqs-duration not negative")
 	}
 	if r.window < time.Second || r.window%time.Second != 0 {
 		return fmt.Errorf("-rlqs-window %v: want whole seconds", r.window)
@@ -51,10 +53,14 @@ func (r *rlqsOptions) check() error {
 // interval starts.
 func (r rlqsOptions) args(o options, t target) []string {
 	warmup := max(o.warmup, 2*r.interval)
+	duration := o.duration
+	if r.duration > 0 {
+		duration = r.duration
+	}
 	return []string{"-addr", t.addr, "-domain", t.domain, "-key", rlqsKey, "-streams", strconv.Itoa(r.streams),
 		"-buckets", strconv.Itoa(r.buckets), "-interval", r.interval.String(), "-limit", strconv.FormatUint(r.limit, 10),
 		"-window", r.window.String(), "-skew", strconv.FormatFloat(r.skew, 'g', -1, 64),
-		"-duration", o.duration.String(), "-warmup", warmup.String(), "-json", "-marks"}
+		"-duration", duration.String(), "-warmup", warmup.String(), "-json", "-marks"}
 }
 
 // rlqsKey is the key of scenario rlqs's bucket ids, {user: b0} to {user: b<n-1>}, as the example Envoy config

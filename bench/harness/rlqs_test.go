@@ -42,7 +42,7 @@ func TestRLQSFlags(t *testing.T) {
 			t.Errorf("parseFlags(%q) = %v, want ok %v", tc.args, err, tc.ok)
 		}
 	}
-	o, err := parseFlags([]string{"-scenarios", "rlqs", "-warmup", "1s", "-duration", "30s"}, io.Discard)
+	o, err := parseFlags([]string{"-scenarios", "rlqs", "-warmup", "1s", "-duration", "30s", "-rlqs-duration", "90s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +50,9 @@ func TestRLQSFlags(t *testing.T) {
 	// The warm-up covers two report intervals whatever -warmup says, so every Envoy holds an assignment.
 	if i := slices.Index(args, "-warmup"); i < 0 || args[i+1] != "10s" {
 		t.Errorf("args %q: want -warmup 10s", args)
+	}
+	if i := slices.Index(args, "-duration"); i < 0 || args[i+1] != "1m30s" {
+		t.Errorf("args %q: want -duration 1m30s (-rlqs-duration)", args)
 	}
 }
 
