@@ -26,21 +26,23 @@ type rlqsOptions struct {
 	window   time.Duration
 	skew     float64
 	duration time.Duration // 0: the harness's -duration
+	tick     time.Duration
 }
 
 func (r *rlqsOptions) flags(fs *flag.FlagSet) {
-	fs.IntVar(&r.streams, "rlqs-streams", 200, "scenario rlqs: simulated Envoys, one connection and stream each")
-	fs.IntVar(&r.buckets, "rlqs-buckets", 20, "scenario rlqs: bucket ids each Envoy reports")
+	fs.IntVar(&r.streams, "rlqs-streams", 400, "scenario rlqs: simulated Envoys, one connection and stream each")
+	fs.IntVar(&r.buckets, "rlqs-buckets", 50, "scenario rlqs: bucket ids each Envoy reports")
 	fs.DurationVar(&r.interval, "rlqs-interval", 5*time.Second, "scenario rlqs: report interval (Envoy 1.40's is 5s; shorter compresses time)")
 	fs.Uint64Var(&r.limit, "rlqs-limit", 2000, "scenario rlqs: the rule's requests per -rlqs-window for each bucket; the fleet offers three times as many")
 	fs.DurationVar(&r.window, "rlqs-window", 20*time.Second, "scenario rlqs: the rule's window, whole seconds")
 	fs.DurationVar(&r.duration, "rlqs-duration", 0, "scenario rlqs: its measured interval (0: -duration); several rule windows long, for the over-admission")
+	fs.DurationVar(&r.tick, "rlqs-tick", 250*time.Millisecond, "scenario rlqs: how often each simulated Envoy decides the requests that arrived since the last tick")
 	fs.Float64Var(&r.skew, "rlqs-skew", 1, "scenario rlqs: Zipf exponent of the Envoys' shares of the demand (0: even)")
 }
 
 func (r *rlqsOptions) check() error {
-	if r.streams < 1 || r.buckets < 1 || r.limit < 1 || r.interval <= 0 || r.skew < 0 || r.duration < 0 {
-		return errors.New("-rlqs-streams, -rlqs-buckets, -rlqs-limit and -rlqs-interval must be positive, -rlqs-skew and -rlqs-duration not negative")
+	if r.streams < 1 || r.buckets < 1 || r.limit < 1 || r.interval <= 0 || r.tick <= 0 || r.skew < 0 || r.duration < 0 {
+		return errors.New("-rlqs-streams, -rlqs-buckets, -rlqs-limit, -rlqs-interval and -rlqs-tick must be positive, -rlqs-skew and -rlqs-duration not negative")
 	}
 	if r.window < time.Second || r.window%time.Second != 0 {
 		return fmt.Errorf("-rlqs-window %v: want whole seconds", r.window)
@@ -59,7 +61,7 @@ func (r rlqsOptions) args(o options, t target) []string {
 	}
 	return []string{"-addr", t.addr, "-domain", t.domain, "-key", rlqsKey, "-streams", strconv.Itoa(r.streams),
 		"-buckets", strconv.Itoa(r.buckets), "-interval", r.interval.String(), "-limit", strconv.FormatUint(r.limit, 10),
-		"-window", r.window.String(), "-skew", strconv.FormatFloat(r.skew, 'g', -1, 64),
+		"-window", r.window.String(), "-skew", strconv.FormatFloat(r.skew, 'g', -1, 64), "-tick", min(r.tick, r.interval).String(),
 		"-duration", duration.String(), "-warmup", warmup.String(), "-json", "-marks"}
 }
 
@@ -134,6 +136,8 @@ func summarizeRLQS(runs []runResult, name string) *result.RLQSSummary {
 		}
 		q := r.Load.RLQS
 		s.Streams, s.Buckets, s.IntervalS = q.Streams, q.Buckets, q.IntervalS
+		s.StoreErrors += r.StoreErrors
+		s.Refused += r.RLQSRefused
 		ups = append(ups, r.Load.DescriptorsPerS)
 		srv = append(srv, val(r.RLQS.ServerCPUUsPerUsage))
 		rcpu = append(rcpu, val(r.RLQS.RedisCPUUsPerUsage))
@@ -166,6 +170,9 @@ func rlqsNote(label string, q *result.RLQSSummary) string {
 		fmtOpt(q.RedisCPUUsage, 2), fmtOpt(q.RedisCmdsUsage, 2), fmtOpt(q.RoundTripsUsage, 3))
 	fmt.Fprintf(&sb, "Over %d rule windows, the fleet admitted at most %s of the limit in a window (median over runs; worst %s), at least %s.\n",
 		q.Windows, ratioText(q.EpsilonMax, 1), ratioText(q.EpsilonWorst, 1), ratioText(q.FillMin, 0))
+	if q.StoreErrors > 0 || q.Refused > 0 {
+		fmt.Fprintf(&sb, "**%s: %d failed store calls and %d refused usages in the measured intervals.**\n", label, q.StoreErrors, q.Refused)
+	}
 	return sb.String()
 }
 

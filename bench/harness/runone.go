@@ -51,6 +51,11 @@ type runResult struct {
 	// RLQS is scenario rlqs's per-usage figures; its per-decision ones are per usage report.
 	RLQS *rlqsRun `json:"rlqs,omitempty"`
 
+	// StoreErrors and RLQSRefused are the sidecar's failed store calls and refused RLQS usages in the
+	// interval (from its metrics): a run with either did not measure the path it meant to.
+	StoreErrors uint64 `json:"store_errors,omitempty"`
+	RLQSRefused uint64 `json:"rlqs_refused,omitempty"`
+
 	ServerCmd  string `json:"server_cmd,omitempty"`
 	LoadgenCmd string `json:"loadgen_cmd"`
 }
@@ -60,9 +65,20 @@ func (r runResult) line(runs int) string {
 		return fmt.Sprintf("run %d/%d %-6s FAILED: %s", r.Run, runs, r.Scenario, r.Error)
 	}
 	l := r.Load
-	return fmt.Sprintf("run %d/%d %-6s %8.0f decisions/s  p50 %6.0fµs  p99 %6.0fµs  p99.9 %6.0fµs  server %s µs/dec  redis %s µs/dec  errors %d",
+	line := fmt.Sprintf("run %d/%d %-6s %8.0f decisions/s  p50 %6.0fµs  p99 %6.0fµs  p99.9 %6.0fµs  server %s µs/dec  redis %s µs/dec  errors %d",
 		r.Run, runs, r.Scenario, l.DecisionsPerS, l.P50Us, l.P99Us, l.P999Us,
 		fmtOpt(r.ServerCPUUsPerDecision, 1), fmtOpt(r.RedisCPUUsPerDecision, 1), l.Errors)
+	if r.StoreErrors > 0 || r.RLQSRefused > 0 {
+		line += fmt.Sprintf("  store errors %d  RLQS usages refused %d", r.StoreErrors, r.RLQSRefused)
+	}
+	if q := r.RLQS; q != nil {
+		line += fmt.Sprintf("  | per usage: server %s µs, redis %s µs, %s cmds; %d windows",
+			fmtOpt(q.ServerCPUUsPerUsage, 1), fmtOpt(q.RedisCPUUsPerUsage, 1), fmtOpt(q.RedisCmdsPerUsage, 2), q.Windows)
+		if q.Windows > 0 {
+			line += fmt.Sprintf(", admitted/limit %.3f–%.3f", q.FillMin, 1+q.EpsilonMax)
+		}
+	}
+	return line
 }
 
 // sample is the state of the counters at one instant.
@@ -75,6 +91,7 @@ type sample struct {
 	redis                     *redisInfo
 	roundTrips                float64
 	haveRoundTrips            bool
+	storeErrors, rlqsRefused  float64 // the sidecar's ratelimit_store_errors_total and ratelimit_rlqs_refused_total
 }
 
 // target is the server a run loads and where to sample it.
@@ -189,6 +206,8 @@ func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.
 		if t.metricsURL != "" {
 			if body, err := local.Get(ctx, t.metricsURL); err == nil {
 				s.roundTrips, s.haveRoundTrips = sumMetric(body, roundTripsMetric)
+				s.storeErrors, _ = sumMetric(body, "ratelimit_store_errors_total")
+				s.rlqsRefused, _ = sumMetric(body, "ratelimit_rlqs_refused_total")
 			}
 		}
 		return s
@@ -295,6 +314,8 @@ func (rr *runResult) figures(l *result.Load, pre, start, end sample, ticks float
 	}
 	if start.haveRoundTrips && end.haveRoundTrips {
 		rr.RoundTripsPerDecision = perDecision(end.roundTrips - start.roundTrips)
+		rr.StoreErrors = uint64(end.storeErrors - start.storeErrors)
+		rr.RLQSRefused = uint64(end.rlqsRefused - start.rlqsRefused)
 	}
 }
 

@@ -163,10 +163,12 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, stderr i
 		fmt.Fprintln(stderr, "mark start")
 	}
 	sleepUntil(ctx, sp.end)
-	cancel()
+	// The end mark before the streams close, so that the harness samples this process while it still runs
+	// (what happens after sp.end is not counted anyway).
 	if o.marks {
 		fmt.Fprintln(stderr, "mark end")
 	}
+	cancel()
 	wg.Wait()
 
 	r := &result.RLQS{Streams: o.streams, Buckets: o.buckets, IntervalS: o.interval.Seconds(), Usages: t.usages.Load(),

@@ -49,4 +49,7 @@ type RLQSSummary struct {
 	EpsilonWorst *float64 `json:"epsilon_worst"`
 	FillMin      *float64 `json:"fill_min"`
 	Windows      int      `json:"windows"` // summed over runs
+	// StoreErrors and Refused are the sidecar's failed store calls and refused usages, summed over runs.
+	StoreErrors uint64 `json:"store_errors"`
+	Refused     uint64 `json:"refused"`
 }
