@@ -10,7 +10,9 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -146,4 +148,29 @@ func TestRLQSReplicasDivideOneBudget(t *testing.T) {
 	if sum > 10_000 {
 		t.Errorf("the two replicas assign %d milli-tokens/s in all, more than the rule's 10 a second", sum)
 	}
+}
+
+// tlsReport sends one RLQS report on a new connection to addr with creds
+// and returns the error of its answer.
+func tlsReport(t *testing.T, addr string, creds credentials.TransportCredentials) error {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "rl", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"k": "v"}}, NumRequestsAllowed: 1,
+	}}}); err != nil {
+		_, err = stream.Recv() // the stream's real error
+		return err
+	}
+	_, err = stream.Recv()
+	return err
 }
