@@ -30,8 +30,8 @@ type rlqsOptions struct {
 }
 
 func (r *rlqsOptions) flags(fs *flag.FlagSet) {
-	fs.IntVar(&r.streams, "rlqs-streams", 400, "scenario rlqs: simulated Envoys, one connection and stream each")
-	fs.IntVar(&r.buckets, "rlqs-buckets", 50, "scenario rlqs: bucket ids each Envoy reports")
+	fs.IntVar(&r.streams, "rlqs-streams", 40, "scenario rlqs: simulated Envoys, one connection and stream each")
+	fs.IntVar(&r.buckets, "rlqs-buckets", 500, "scenario rlqs: bucket ids each Envoy reports")
 	fs.DurationVar(&r.interval, "rlqs-interval", 5*time.Second, "scenario rlqs: report interval (Envoy 1.40's is 5s; shorter compresses time)")
 	fs.Uint64Var(&r.limit, "rlqs-limit", 2000, "scenario rlqs: the rule's requests per -rlqs-window for each bucket; the fleet offers three times as many")
 	fs.DurationVar(&r.window, "rlqs-window", 20*time.Second, "scenario rlqs: the rule's window, whole seconds")
