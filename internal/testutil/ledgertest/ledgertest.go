@@ -62,9 +62,13 @@ type Scenario struct {
 	// Full, when not 0, is the time from which every 20 s window (apart
 	// from those a limit change unsettles) must admit ≥ 90% of the fleet's
 	// rate: the demand is at least 3× the limit throughout.
-	Full      time.Duration
-	Trace     bool // log every report and its answer
-	NoRecheck bool // the server ignores Share.Recheck
+	Full time.Duration
+	// ZeroElapsedAs, when not 0, is what the server passes the ledger for
+	// a report whose time_elapsed is 0 with counts (a server may read a
+	// subscription as 1 s instead of passing 0 on).
+	ZeroElapsedAs time.Duration
+	Trace         bool // log every report and its answer
+	NoRecheck     bool // the server ignores Share.Recheck
 }
 
 func constant(rate float64) func(time.Duration) float64 {
@@ -255,6 +259,9 @@ func (m *sim) report(i int, now time.Time, u envoyrlqs.Usage) {
 func (m *sim) assign(i int, now time.Time, u envoyrlqs.Usage) {
 	c := m.clients[i]
 	r := rlqs.Report{Client: fmt.Sprintf("%s#%d", c.spec.Name, c.stream), Allowed: u.Allowed, Denied: u.Denied, Elapsed: u.Elapsed}
+	if r.Elapsed == 0 && r.Allowed+r.Denied > 0 && m.s.ZeroElapsedAs > 0 {
+		r.Elapsed = m.s.ZeroElapsedAs
+	}
 	share, err := c.ledger.Assign(context.Background(), now, "bucket", m.s.Fleet(now.Sub(Start)), r, m.s.TTL)
 	if err != nil {
 		m.t.Fatalf("Assign at %v: %v", now.Sub(Start), err)
