@@ -26,8 +26,8 @@ type usageCosts struct {
 // buckets at 5 s reports, the Redis ledger; round trips are its scripts, one per usage, and the charges' batch),
 // and measuredRLQSA scenario a's cost per decision in the same run, on the same machine (busy: see the page).
 var (
-	measuredRLQS  = usageCosts{sidecarUs: 80.6, redisUs: 41.5, roundTrips: 1.0, redisBytes: 3590, usagesPerReport: 500}
-	measuredRLQSA = costs{name: "a", sidecarUs: 33.1, redisUs: 7.2, roundTrips: 0.07, redisBytes: 87}
+	measuredRLQS  = usageCosts{sidecarUs: 40.0, redisUs: 22.3, roundTrips: 1.0, redisBytes: 355, usagesPerReport: 500}
+	measuredRLQSA = costs{name: "a", sidecarUs: 33.6, redisUs: 7.2, roundTrips: 0.08, redisBytes: 88}
 )
 
 // rlqsInputs are RLQS's usage costs and ShouldRateLimit's cost per decision (scenario a) from one run, and
