@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/envoyrlqs"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
@@ -94,7 +95,7 @@ func bucketIndex(v string, n int) (int, bool) {
 // reconnects), decides its demand every tick, and reports every interval, the first report at once (Envoy
 // reports a new bucket on its first request). start staggers the Envoys over one interval, as real ones are.
 func (e *envoy) run(ctx context.Context, cc *grpc.ClientConn, start time.Time) {
-	sleepUntil(ctx, start)
+	local.SleepUntil(ctx, start)
 	client := rlqspb.NewRateLimitQuotaServiceClient(cc)
 	last := time.Now()
 	for ctx.Err() == nil {
@@ -105,7 +106,7 @@ func (e *envoy) run(ctx context.Context, cc *grpc.ClientConn, start time.Time) {
 		if e.span.holds(time.Now()) {
 			e.tally.fail(err)
 		}
-		sleepUntil(ctx, time.Now().Add(100*time.Millisecond))
+		local.SleepUntil(ctx, time.Now().Add(100*time.Millisecond))
 	}
 }
 

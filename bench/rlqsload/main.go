@@ -25,15 +25,13 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
 )
 
@@ -116,21 +114,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	target := o.addr
-	if !strings.HasPrefix(target, "unix:") {
-		target = "passthrough:///" + target
-	}
 	// One connection per Envoy, as a fleet has: the server's cost per connection is part of the cost.
 	conns := make([]*grpc.ClientConn, o.streams)
 	for i := range conns {
-		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := local.Dial(ctx, o.addr, 10*time.Second)
 		if err != nil {
-			return fmt.Errorf("dial %s: %w", o.addr, err)
+			return err
 		}
 		defer cc.Close()
-		if err := waitReady(ctx, cc, 10*time.Second); err != nil {
-			return fmt.Errorf("connect %s: %w", o.addr, err)
-		}
 		conns[i] = cc
 	}
 	res := generate(ctx, o, conns, stderr)
@@ -158,11 +149,11 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, stderr i
 		start := t0.Add(time.Duration(i) * o.interval / time.Duration(o.streams))
 		wg.Go(func() { envoys[i].run(ctx, conns[i], start) })
 	}
-	sleepUntil(ctx, sp.start)
+	local.SleepUntil(ctx, sp.start)
 	if o.marks {
 		fmt.Fprintln(stderr, "mark start")
 	}
-	sleepUntil(ctx, sp.end)
+	local.SleepUntil(ctx, sp.end)
 	// The end mark before the streams close, so that the harness samples this process while it still runs
 	// (what happens after sp.end is not counted anyway).
 	if o.marks {
@@ -212,32 +203,6 @@ func overAdmission(r *result.RLQS, envoys []*envoy, sp span, size time.Duration)
 	}
 	slices.Sort(fills)
 	r.FillMin, r.EpsilonMax, r.EpsilonP50 = fills[0], fills[len(fills)-1]-1, fills[len(fills)/2]-1
-}
-
-// waitReady connects cc so that dialling is not part of the warm-up.
-func waitReady(ctx context.Context, cc *grpc.ClientConn, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cc.Connect()
-	for {
-		s := cc.GetState()
-		if s == connectivity.Ready {
-			return nil
-		}
-		if !cc.WaitForStateChange(ctx, s) {
-			return fmt.Errorf("still %v after %v", s, timeout)
-		}
-	}
-}
-
-// sleepUntil returns at t, or when ctx ends if that is sooner.
-func sleepUntil(ctx context.Context, t time.Time) {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-	}
 }
 
 func printText(w io.Writer, l result.Load) {
