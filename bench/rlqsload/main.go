@@ -3,7 +3,7 @@
 //
 // Each of -streams Envoys holds one stream and reports -buckets bucket ids ({-key: b0} ... ) every -interval
 // (Envoy 1.40 reports every 5 s; a shorter, "compressed" interval loads the server harder with fewer
-// streams). Between reports each Envoy offers its share of -demand requests per second per bucket (the shares
+// streams, for its cost per report: the over-admission and the use of the limit are Envoy's only at 5 s). Between reports each Envoy offers its share of -demand requests per second per bucket (the shares
 // follow Zipf's law with exponent -skew) and decides them one by one as Envoy 1.40's filter does against the
 // assignments the server sends (internal/testutil/envoyrlqs, the project's model of Envoy 1.40), sending a
 // bucket's first report as soon as its first request arrives. Every bucket matches one rule of -limit requests per -window; the output counts,
