@@ -49,7 +49,6 @@ type winKey struct {
 // demand it sees (share of the fleet's).
 type envoy struct {
 	o      options
-	id     int
 	share  float64 // of the fleet's demand per bucket
 	ids    []*rlqspb.BucketId
 	tally  *tally
@@ -62,12 +61,13 @@ type envoy struct {
 	admitted map[winKey]uint64 // owned by the ticker
 }
 
-// settings are the example Envoy config's (deploy/envoy-rlqs.yaml): ALLOW_ALL before the first assignment,
-// and no expired_assignment_behavior, so ALLOW_ALL again once an assignment's TTL has run out.
+// settings are those of issue 25's example Envoy config: ALLOW_ALL before the first assignment, and no
+// expired_assignment_behavior, so ALLOW_ALL again once an assignment's TTL has run out (the sidecar answers
+// every report, so with it up an assignment never runs out).
 var settings = envoyrlqs.Settings{NoAssignment: envoyrlqs.Blanket(typev3.RateLimitStrategy_ALLOW_ALL)}
 
-func newEnvoy(o options, id int, share float64, t *tally, sp span) *envoy {
-	e := &envoy{o: o, id: id, share: share, tally: t, span: sp, window: o.window,
+func newEnvoy(o options, share float64, t *tally, sp span) *envoy {
+	e := &envoy{o: o, share: share, tally: t, span: sp, window: o.window,
 		buckets: make([]*envoyrlqs.Bucket, o.buckets), offered: make([]float64, o.buckets), admitted: map[winKey]uint64{}}
 	for j := range o.buckets {
 		e.ids = append(e.ids, &rlqspb.BucketId{Bucket: map[string]string{o.key: bucketValue(j)}})

@@ -145,7 +145,7 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, stderr i
 	envoys := make([]*envoy, o.streams)
 	var wg sync.WaitGroup
 	for i, share := range shares(o.streams, o.skew) {
-		envoys[i] = newEnvoy(o, i, share, &t, sp)
+		envoys[i] = newEnvoy(o, share, &t, sp)
 		start := t0.Add(time.Duration(i) * o.interval / time.Duration(o.streams))
 		wg.Go(func() { envoys[i].run(ctx, conns[i], start) })
 	}
