@@ -325,12 +325,9 @@ func (p partialStore) Take(ctx context.Context, now time.Time, reqs []window.Cou
 	return allowed, &window.PartialError{Failed: p.fail, Err: window.ErrStore}
 }
 
-// TestPartialFailure: when the store fails for some counters only, their
-// limits' failure modes apply and the others decide as usual; the most
-// restrictive wins.
-func TestPartialFailure(t *testing.T) {
-	t.Parallel()
-	const src = `
+// partialRules has a bucket key per failure mode, each with two limits,
+// so that a store failing for one counter leaves the other deciding.
+const partialRules = `
 domain: edge
 descriptors:
   - key: deny
@@ -349,6 +346,12 @@ descriptors:
       - {unit: minute, requests_per_unit: 600}
       - {unit: hour, requests_per_unit: 6000}
 `
+
+// TestPartialFailure: when the store fails for some counters only, their
+// limits' failure modes apply and the others decide as usual; the most
+// restrictive wins.
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		bucket string
 		want   string // "tb" for a token bucket
@@ -357,7 +360,7 @@ descriptors:
 			t.Parallel()
 			// Each report has one usage: its counters are 0 and 1; 1 fails.
 			f := newFixture(t, partialStore{window.NewMemory(), []int{1}})
-			f.setRules(t, src)
+			f.setRules(t, partialRules)
 			c := f.open(t)
 			c.send("edge", use(tt.bucket, 0, 1, 0))
 			if tt.want == "none" {
@@ -422,15 +425,7 @@ func TestRecheckLeavesFailureModes(t *testing.T) {
 	t.Parallel()
 	// Each report has one usage: its counters are 0 and 1; 1 fails.
 	f := newFixture(t, partialStore{window.NewMemory(), []int{1}})
-	f.setRules(t, `
-domain: edge
-descriptors:
-  - key: deny
-    failure_mode: deny
-    rate_limits:
-      - {unit: minute, requests_per_unit: 600}
-      - {unit: hour, requests_per_unit: 6000}
-`)
+	f.setRules(t, partialRules)
 	a, b := f.open(t), f.open(t)
 	for _, c := range []*client{a, b} {
 		if d := describe(c.report(use("deny=x", 0, 1, 0))["deny=x"]); d != "deny@15s" {
