@@ -187,6 +187,7 @@ type redisConfig struct {
 	sentinelUser    string
 	sentinelPass    string
 	poolSize        int
+	waitReplicas    int // with -redis-mode sentinel
 	breakerFailures int
 	breakerOpenFor  time.Duration
 	breakerFailFor  time.Duration
@@ -214,6 +215,7 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.sentinelUser, "redis-sentinel-username", "", "ACL user name for the sentinels (not the master)")
 	fs.StringVar(&c.sentinelPass, "redis-sentinel-password", "", "password for the sentinels (not the master); prefer RLS_REDIS_SENTINEL_PASSWORD")
 	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
+	fs.IntVar(&c.waitReplicas, "redis-sentinel-wait-replicas", config.DefaultRedisSentinelWaitReplicas, "with -redis-mode sentinel, how many replicas must acknowledge a counting call's writes (WAIT, in the same round trip) before its answer counts; a call they do not confirm within its deadline gets the failure mode, so a failover, whose old master drops what it took after the promotion, loses no charge the sidecar admitted; 0 sends no WAIT (faster; a failover can lose up to about a second of counting)")
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", config.DefaultRedisBreakerFailures, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")

@@ -179,6 +179,9 @@ func checkRedisLimits(c *options, p *problems) {
 	if r.breakerFailures < 0 {
 		p.add("-redis-breaker-failures %d: want 0 (off) or more", r.breakerFailures)
 	}
+	if r.waitReplicas < 0 {
+		p.add("-redis-sentinel-wait-replicas %d: want 0 (off) or more", r.waitReplicas)
+	}
 	if r.breakerFailures > 0 && r.breakerOpenFor <= 0 {
 		p.add("-redis-breaker-open-for %v: want more than 0", r.breakerOpenFor)
 	}
@@ -342,6 +345,9 @@ func (r *redisConfig) batchOptions() redisstore.BatchOptions {
 func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tracer trace.Tracer) *redisStore {
 	rs := &redisStore{}
 	ro := redisstore.Options{Timeout: c.redisTimeout, MaxTimeout: c.redisTimeoutCap, Tracer: tracer}
+	if c.redis.mode == "sentinel" {
+		ro.WaitReplicas = c.redis.waitReplicas
+	}
 	if c.redis.batchWorkers > 0 {
 		// Batched on every topology; on a cluster each batch is one script
 		// call per node, every node's at once (per hash slot, pipelined per

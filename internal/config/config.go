@@ -64,6 +64,10 @@ const (
 	DefaultRedisTimeout = 15 * time.Millisecond
 	// DefaultRedisMode is -redis-mode's.
 	DefaultRedisMode = "single"
+	// DefaultRedisSentinelWaitReplicas is -redis-sentinel-wait-replicas':
+	// behind Sentinel a charge counts only once a replica has it, so that a
+	// failover cannot drop it.
+	DefaultRedisSentinelWaitReplicas = 1
 	// DefaultRedisBreakerFailures is -redis-breaker-failures'.
 	DefaultRedisBreakerFailures = 5
 	// DefaultRedisBreakerFailFor is -redis-breaker-fail-for's.
