@@ -179,6 +179,9 @@ func checkRedisLimits(c *options, p *problems) {
 	if r.breakerFailures < 0 {
 		p.add("-redis-breaker-failures %d: want 0 (off) or more", r.breakerFailures)
 	}
+	if r.breakerBudget < 0 {
+		p.add("-redis-breaker-min-budget %v: want 0 (every timeout counts) or more", r.breakerBudget)
+	}
 	if r.waitReplicas < 0 {
 		p.add("-redis-sentinel-wait-replicas %d: want 0 (off) or more", r.waitReplicas)
 	}
@@ -369,6 +372,8 @@ func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tr
 			FailureThreshold: c.redis.breakerFailures,
 			FailFor:          c.redis.breakerFailFor,
 			OpenFor:          c.redis.breakerOpenFor,
+			MinBudget:        c.redis.breakerBudget,
+			Budget:           rs.redis.Budget,
 			OnStateChange: func(open bool) {
 				if open {
 					log.Warn("redis circuit breaker open: failing store calls at once",

@@ -146,6 +146,13 @@ func takeDeadline(ctx context.Context, start time.Time, timeout, maxTimeout time
 	return dl
 }
 
+// Budget returns how long a Take under ctx that starts at start may wait
+// for Redis (see Store): for a circuit breaker to tell a call that had
+// little time from a Redis that does not answer (window.BreakerOptions).
+func (s *Store) Budget(ctx context.Context, start time.Time) time.Duration {
+	return takeDeadline(ctx, start, s.timeout, s.maxTimeout).Sub(start)
+}
+
 // answerMargin is how much of left, the time to a caller's deadline, a Take
 // leaves the caller: a tenth, but at least 5 ms (a quarter of a deadline
 // shorter than 20 ms). The margin pays for answering and for the answer's
