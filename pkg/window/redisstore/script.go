@@ -155,10 +155,16 @@ func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
 	if err != nil {
 		return fmt.Errorf("%w: WAIT: %w", ErrUnconfirmed, err)
 	}
-	if n < int64(s.wait) {
-		return fmt.Errorf("%w: %d of %d acknowledged", ErrUnconfirmed, n, s.wait)
+	if n >= int64(s.wait) {
+		return nil
 	}
-	return nil
+	if s.promotable != nil {
+		p, err := s.promotable(ctx)
+		if err == nil && n >= int64(min(p, s.wait)) {
+			return nil // no replica a failover could promote lacks it
+		}
+	}
+	return fmt.Errorf("%w: %d of %d acknowledged", ErrUnconfirmed, n, s.wait)
 }
 
 // waitCmd returns the WAIT that follows a script call under ctx: for

@@ -18,7 +18,10 @@ import (
 
 // TestSentinelFailover: limits are exact through Sentinel, and after the
 // master is killed and a replica promoted, the same client and store resume
-// limiting exactly without a restart.
+// limiting exactly without a restart. The store waits for a replica's
+// acknowledgement, as the sidecar's does behind Sentinel: the promoted
+// replica has none after its master died, and must count all the same,
+// since no failover could drop its writes (Promotable).
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	sen := redistest.StartSentinel(t)
@@ -29,7 +32,8 @@ func TestSentinelFailover(t *testing.T) {
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = client.Close() })
-	s := New(client, Options{})
+	p := sentinelPromotable(t, sen)
+	s := New(client, Options{WaitReplicas: 1, Promotable: p.Count})
 	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("before", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d before failover, want 50", got)
 	}
@@ -66,7 +70,8 @@ func TestSentinelFailover(t *testing.T) {
 // taking writes between the replica's promotion and its own demotion, then
 // drops them when it resyncs from the new master; with WaitReplicas each
 // script call waits for a replica's acknowledgement, so a charge on a master
-// whose replica is gone is reported unconfirmed (an error), not counted.
+// whose replica was promoted (the sentinels list it, up: Promotable) is
+// reported unconfirmed (an error), not counted.
 // After the failover Redis must hold every admitted hit, and at most one
 // more per failed call (a failed call may have run).
 func TestSentinelFailoverKeepsCharges(t *testing.T) {
@@ -79,7 +84,7 @@ func TestSentinelFailoverKeepsCharges(t *testing.T) {
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = client.Close() })
-	s := mustBatched(t, client, Options{Timeout: 2 * time.Second, WaitReplicas: 1}, BatchOptions{})
+	s := mustBatched(t, client, Options{Timeout: 2 * time.Second, WaitReplicas: 1, Promotable: sentinelPromotable(t, sen).Count}, BatchOptions{})
 	t.Cleanup(func() { s.Close() })
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
@@ -189,4 +194,17 @@ func TestWaitReplicasWithoutReplica(t *testing.T) {
 			t.Errorf("batched %v: Take returned after its deadline", batched)
 		}
 	}
+}
+
+// sentinelPromotable returns a Promotable through sen's sentinels, closed
+// when t ends.
+func sentinelPromotable(t *testing.T, sen *redistest.Sentinel) *Promotable {
+	t.Helper()
+	var opts []*redis.Options
+	for _, a := range sen.SentinelAddrs {
+		opts = append(opts, &redis.Options{Addr: a, Protocol: 2})
+	}
+	p := NewPromotable(opts, sen.MasterName, 0)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }

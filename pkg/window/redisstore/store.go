@@ -71,6 +71,7 @@ type Store struct {
 	tracer     trace.Tracer // nil: no spans
 	wait       int          // replicas to WAIT for after each script call; 0: none
 	pipe       pipeliner    // the client, to send a script call and its WAIT at once; nil: one after the other
+	promotable func(ctx context.Context) (int, error)
 }
 
 // pipeliner is the part of a go-redis client that sends a script call and
@@ -104,9 +105,17 @@ type Options struct {
 	// no longer acknowledges them, so they are never reported counted. The
 	// price: Redis waits for the replica's acknowledgement (a round trip
 	// from master to replica) before it answers, and with no replica up
-	// every call fails. Ignored on a cluster. Zero (the default) sends no
-	// WAIT.
+	// every call fails unless Promotable says no failover could drop it.
+	// Ignored on a cluster. Zero (the default) sends no WAIT.
 	WaitReplicas int
+	// Promotable, with WaitReplicas, is asked after a call whose writes
+	// fewer replicas acknowledged than WaitReplicas: how many replicas a
+	// failover could promote now (see Promotable.Count). The call counts as
+	// confirmed when as many acknowledged as that number, so a master left
+	// without a replica it could fail over to (its replica died, or it is
+	// the replica promoted when its master died) keeps counting. Nil, or an
+	// error: the call is unconfirmed.
+	Promotable func(ctx context.Context) (int, error)
 	// Tracer makes a span of each Take (see trace.go), the child of any
 	// span its ctx carries. Nil (the default) makes none and costs nothing.
 	Tracer trace.Tracer
@@ -124,7 +133,7 @@ func New(client scripter, o Options) *Store {
 	s := &Store{client: client, timeout: o.Timeout, maxTimeout: max(o.MaxTimeout, 0), tracer: o.Tracer}
 	s.shards, _ = client.(sharded)
 	if o.WaitReplicas > 0 && s.shards == nil {
-		s.wait = o.WaitReplicas
+		s.wait, s.promotable = o.WaitReplicas, o.Promotable
 		s.pipe, _ = client.(pipeliner)
 	}
 	return s
