@@ -25,13 +25,7 @@ import (
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	sen := redistest.StartSentinel(t)
-	client := redis.NewUniversalClient(&redis.UniversalOptions{
-		MasterName:            sen.MasterName,
-		Addrs:                 sen.SentinelAddrs,
-		MaxRetries:            -1,
-		ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { _ = client.Close() })
+	client := sentinelClient(t, sen)
 	p := sentinelPromotable(t, sen)
 	s := New(client, Options{WaitReplicas: 1, Promotable: p.Count})
 	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("before", 50, 1)}, s)); got != 50 {
@@ -77,13 +71,7 @@ func TestSentinelFailover(t *testing.T) {
 func TestSentinelFailoverKeepsCharges(t *testing.T) {
 	t.Parallel()
 	sen := redistest.StartSentinel(t)
-	client := redis.NewUniversalClient(&redis.UniversalOptions{
-		MasterName:            sen.MasterName,
-		Addrs:                 sen.SentinelAddrs,
-		MaxRetries:            -1,
-		ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { _ = client.Close() })
+	client := sentinelClient(t, sen)
 	s := mustBatched(t, client, Options{Timeout: 2 * time.Second, WaitReplicas: 1, Promotable: sentinelPromotable(t, sen).Count}, BatchOptions{})
 	t.Cleanup(func() { s.Close() })
 	if err := s.Ping(t.Context()); err != nil {
@@ -196,6 +184,21 @@ func TestWaitReplicasWithoutReplica(t *testing.T) {
 	}
 }
 
+// sentinelClient returns a failover client through sen's sentinels, set as
+// the sidecar sets its own (no retries, deadlines bound calls), closed when
+// t ends.
+func sentinelClient(t *testing.T, sen *redistest.Sentinel) redis.UniversalClient {
+	t.Helper()
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		MasterName:            sen.MasterName,
+		Addrs:                 sen.SentinelAddrs,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
 // sentinelPromotable returns a Promotable through sen's sentinels, closed
 // when t ends.
 func sentinelPromotable(t *testing.T, sen *redistest.Sentinel) *Promotable {
@@ -207,4 +210,34 @@ func sentinelPromotable(t *testing.T, sen *redistest.Sentinel) *Promotable {
 	p := NewPromotable(opts, sen.MasterName, 0)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
+}
+
+// TestPromotable: the sentinels' count of replicas a failover could
+// promote is 1 with the replica up and falls to 0 once they mark it down;
+// an answer is kept for Every; with no sentinel answering, Count fails.
+func TestPromotable(t *testing.T) {
+	t.Parallel()
+	sen := redistest.StartSentinel(t)
+	var opts []*redis.Options
+	for _, a := range sen.SentinelAddrs {
+		opts = append(opts, &redis.Options{Addr: a, Protocol: 2})
+	}
+	p := NewPromotable(opts, sen.MasterName, time.Hour)
+	t.Cleanup(func() { _ = p.Close() })
+	if n, err := p.Count(t.Context()); n != 1 || err != nil {
+		t.Fatalf("Count = %d, %v with the replica up, want 1", n, err)
+	}
+	sen.Replica.Stop()
+	if n, err := p.Count(t.Context()); n != 1 || err != nil {
+		t.Errorf("Count = %d, %v within Every of the last answer, want that answer, 1", n, err)
+	}
+	fresh := sentinelPromotable(t, sen) // keeps answers 250 ms
+	if err := pollUntil(20*time.Second, func() bool { n, err := fresh.Count(t.Context()); return n == 0 && err == nil }); err != nil {
+		t.Errorf("Count never fell to 0 after the replica was stopped: %v", err)
+	}
+	none := NewPromotable([]*redis.Options{{Addr: sen.Replica.Addr, Protocol: 2, MaxRetries: -1}}, sen.MasterName, 0)
+	t.Cleanup(func() { _ = none.Close() })
+	if _, err := none.Count(t.Context()); err == nil {
+		t.Error("Count through no sentinel: no error")
+	}
 }
