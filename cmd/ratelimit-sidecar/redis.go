@@ -376,7 +376,7 @@ func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tr
 	if c.redis.mode == "sentinel" && c.redis.waitReplicas > 0 {
 		ro.WaitReplicas = c.redis.waitReplicas
 		rs.promotable = newPromotable(c)
-		ro.Promotable = rs.promotable.Count
+		ro.Promotable = rs.promotable
 	}
 	if c.redis.batchWorkers > 0 {
 		// Batched on every topology; on a cluster each batch is one script

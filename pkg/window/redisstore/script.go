@@ -136,7 +136,7 @@ var ErrUnconfirmed = errors.New("redisstore: writes not acknowledged by a replic
 // client can. It returns cmd's error, or, once the script ran, an error
 // wrapping ErrUnconfirmed when the WAIT did not confirm its writes.
 func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
-	if s.wait == 0 {
+	if s.wait == 0 || s.promotable != nil && s.promotable.None() {
 		return s.client.Process(ctx, cmd)
 	}
 	wait := s.waitCmd(ctx)
@@ -152,17 +152,18 @@ func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
 		return err
 	}
 	n, err := wait.Result()
-	if err != nil {
-		return fmt.Errorf("%w: WAIT: %w", ErrUnconfirmed, err)
-	}
-	if n >= int64(s.wait) {
+	if err == nil && n >= int64(s.wait) {
 		return nil
 	}
 	if s.promotable != nil {
-		p, err := s.promotable(ctx)
-		if err == nil && n >= int64(min(p, s.wait)) {
+		// A WAIT that ran out of time (its own timeout, or the deadline)
+		// had no more acknowledgements than 0.
+		if p, ok := s.promotable.Count(); ok && n >= int64(min(p, s.wait)) {
 			return nil // no replica a failover could promote lacks it
 		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: WAIT: %w", ErrUnconfirmed, err)
 	}
 	return fmt.Errorf("%w: %d of %d acknowledged", ErrUnconfirmed, n, s.wait)
 }

@@ -27,7 +27,7 @@ func TestSentinelFailover(t *testing.T) {
 	sen := redistest.StartSentinel(t)
 	client := sentinelClient(t, sen)
 	p := sentinelPromotable(t, sen)
-	s := New(client, Options{WaitReplicas: 1, Promotable: p.Count})
+	s := New(client, Options{WaitReplicas: 1, Promotable: p})
 	if got := storetest.AdmitConcurrently(t, 8, 10, storetest.Taking(storetest.T0, []window.Counter{storetest.Req("before", 50, 1)}, s)); got != 50 {
 		t.Errorf("admitted %d before failover, want 50", got)
 	}
@@ -39,10 +39,12 @@ func TestSentinelFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Calls fail until the client has found the new master; then they work.
+	// Calls fail until the client has found the new master; then they work,
+	// within Envoy's default 20 ms: the promoted replica has no replica, so
+	// a WAIT would wait out the deadline; none is sent (Promotable.None).
 	var last error
 	for ctx.Err() == nil {
-		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		cctx, ccancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		_, last = s.Take(cctx, storetest.T0, []window.Counter{storetest.Req("probe", 1000, 1)}, make([]window.Result, 1))
 		ccancel()
 		if last == nil {
@@ -72,7 +74,7 @@ func TestSentinelFailoverKeepsCharges(t *testing.T) {
 	t.Parallel()
 	sen := redistest.StartSentinel(t)
 	client := sentinelClient(t, sen)
-	s := mustBatched(t, client, Options{Timeout: 2 * time.Second, WaitReplicas: 1, Promotable: sentinelPromotable(t, sen).Count}, BatchOptions{})
+	s := mustBatched(t, client, Options{Timeout: 2 * time.Second, WaitReplicas: 1, Promotable: sentinelPromotable(t, sen)}, BatchOptions{})
 	t.Cleanup(func() { s.Close() })
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
@@ -214,30 +216,42 @@ func sentinelPromotable(t *testing.T, sen *redistest.Sentinel) *Promotable {
 
 // TestPromotable: the sentinels' count of replicas a failover could
 // promote is 1 with the replica up and falls to 0 once they mark it down;
-// an answer is kept for Every; with no sentinel answering, Count fails.
+// Count and None give the last count while it is recent, and keep it fresh
+// in the background while it is 0; with no sentinel answering, Ask fails
+// and Count is not ok.
 func TestPromotable(t *testing.T) {
 	t.Parallel()
 	sen := redistest.StartSentinel(t)
-	var opts []*redis.Options
-	for _, a := range sen.SentinelAddrs {
-		opts = append(opts, &redis.Options{Addr: a, Protocol: 2})
+	p := sentinelPromotable(t, sen) // every 250 ms
+	if _, ok := p.Count(); ok {
+		t.Error("Count ok before any answer")
 	}
-	p := NewPromotable(opts, sen.MasterName, time.Hour)
-	t.Cleanup(func() { _ = p.Close() })
-	if n, err := p.Count(t.Context()); n != 1 || err != nil {
-		t.Fatalf("Count = %d, %v with the replica up, want 1", n, err)
+	if n, err := p.Ask(t.Context()); n != 1 || err != nil {
+		t.Fatalf("Ask = %d, %v with the replica up, want 1", n, err)
+	}
+	if n, ok := p.Count(); n != 1 || !ok {
+		t.Errorf("Count = %d, %v after Ask, want 1, true", n, ok)
+	}
+	if p.None() {
+		t.Error("None with a replica up")
 	}
 	sen.Replica.Stop()
-	if n, err := p.Count(t.Context()); n != 1 || err != nil {
-		t.Errorf("Count = %d, %v within Every of the last answer, want that answer, 1", n, err)
+	if err := pollUntil(20*time.Second, func() bool { n, err := p.Ask(t.Context()); return n == 0 && err == nil }); err != nil {
+		t.Fatalf("Ask never fell to 0 after the replica was stopped: %v", err)
 	}
-	fresh := sentinelPromotable(t, sen) // keeps answers 250 ms
-	if err := pollUntil(20*time.Second, func() bool { n, err := fresh.Count(t.Context()); return n == 0 && err == nil }); err != nil {
-		t.Errorf("Count never fell to 0 after the replica was stopped: %v", err)
+	// None stays true well past the 500 ms a count is recent for: it keeps
+	// asking in the background.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if !p.None() {
+			t.Fatal("None turned false with no replica up")
+		}
 	}
 	none := NewPromotable([]*redis.Options{{Addr: sen.Replica.Addr, Protocol: 2, MaxRetries: -1}}, sen.MasterName, 0)
 	t.Cleanup(func() { _ = none.Close() })
-	if _, err := none.Count(t.Context()); err == nil {
-		t.Error("Count through no sentinel: no error")
+	if _, err := none.Ask(t.Context()); err == nil {
+		t.Error("Ask through no sentinel: no error")
+	}
+	if _, ok := none.Count(); ok {
+		t.Error("Count ok after a failed Ask")
 	}
 }

@@ -71,7 +71,7 @@ type Store struct {
 	tracer     trace.Tracer // nil: no spans
 	wait       int          // replicas to WAIT for after each script call; 0: none
 	pipe       pipeliner    // the client, to send a script call and its WAIT at once; nil: one after the other
-	promotable func(ctx context.Context) (int, error)
+	promotable ReplicaCount // nil: none
 }
 
 // pipeliner is the part of a go-redis client that sends a script call and
@@ -108,14 +108,15 @@ type Options struct {
 	// every call fails unless Promotable says no failover could drop it.
 	// Ignored on a cluster. Zero (the default) sends no WAIT.
 	WaitReplicas int
-	// Promotable, with WaitReplicas, is asked after a call whose writes
-	// fewer replicas acknowledged than WaitReplicas: how many replicas a
-	// failover could promote now (see Promotable.Count). The call counts as
-	// confirmed when as many acknowledged as that number, so a master left
+	// Promotable, with WaitReplicas, tells how many replicas a failover
+	// could promote now (a *Promotable). A call whose writes fewer replicas
+	// acknowledged than WaitReplicas counts as confirmed when as many
+	// acknowledged as that recent count, and while the count is 0 calls
+	// send no WAIT, which would only wait out its timeout: so a master left
 	// without a replica it could fail over to (its replica died, or it is
-	// the replica promoted when its master died) keeps counting. Nil, or an
-	// error: the call is unconfirmed.
-	Promotable func(ctx context.Context) (int, error)
+	// the replica promoted when its master died) keeps counting. Nil, or no
+	// recent count: the call is unconfirmed.
+	Promotable ReplicaCount
 	// Tracer makes a span of each Take (see trace.go), the child of any
 	// span its ctx carries. Nil (the default) makes none and costs nothing.
 	Tracer trace.Tracer
