@@ -35,8 +35,10 @@ type ReplicaCount interface {
 // replica comes back.
 //
 // One goroutine, stopped by Close, asks the sentinels when a count is
-// wanted and the last is older than Every; a count is recent for twice
-// Every. It is safe for concurrent use.
+// wanted and the last is older than Every, and, while the last count is 0,
+// every Every on its own: a master without replicas may see a call only
+// once a second (a circuit breaker's probe), and must find a recent count
+// then. A count is recent for twice Every. It is safe for concurrent use.
 type Promotable struct {
 	sentinels []*redis.SentinelClient
 	master    string
@@ -66,18 +68,29 @@ func NewPromotable(opts []*redis.Options, master string, every time.Duration) *P
 	return p
 }
 
-// run asks the sentinels whenever a count is wanted, until Close.
+// run asks the sentinels whenever a count is wanted, and every p.every
+// while the last count is 0, until Close.
 func (p *Promotable) run() {
 	defer close(p.done)
+	poll := time.NewTimer(p.every)
+	poll.Stop()
+	defer poll.Stop()
 	for {
 		select {
 		case <-p.stop:
 			return
 		case <-p.want:
+		case <-poll.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 4*p.every)
-		_, _ = p.Ask(ctx)
+		n, err := p.query(ctx)
 		cancel()
+		p.keep(n, err)
+		if err == nil && n == 0 {
+			poll.Reset(p.every)
+		} else {
+			poll.Stop()
+		}
 	}
 }
 
@@ -115,13 +128,21 @@ func (p *Promotable) ask() {
 }
 
 // Ask asks the sentinels in turn until one answers, keeps the answer for
-// Count and None, and returns it.
+// Count and None, and returns it. A count of 0 starts the polling.
 func (p *Promotable) Ask(ctx context.Context) (int, error) {
 	n, err := p.query(ctx)
+	p.keep(n, err)
+	if err == nil && n == 0 {
+		p.ask()
+	}
+	return n, err
+}
+
+// keep keeps an answer for Count and None.
+func (p *Promotable) keep(n int, err error) {
 	p.mu.Lock()
 	p.n, p.err, p.at = n, err, time.Now()
 	p.mu.Unlock()
-	return n, err
 }
 
 // query asks the sentinels in turn; see Ask.
