@@ -17,13 +17,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/faultproxy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/racetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/reftest"
 )
 
 var (
 	full        = flag.Bool("faults.full", false, "run every fault against the sidecar and envoyproxy/ratelimit (bench/faults.sh); without it, the short CI run: a few faults, the sidecar alone")
 	out         = flag.String("faults.out", "", "directory for results.json and tables.md (default: none written)")
-	reference   = flag.String("faults.reference", "", "prebuilt envoyproxy/ratelimit binary (default: go install "+referencePkg+")")
+	reference   = flag.String("faults.reference", "", "prebuilt envoyproxy/ratelimit binary (default: go install "+reftest.Pkg+")")
 	rate        = flag.Float64("faults.rate", 0, "calls per second offered to each server; 0: half the measured capacity of the slowest, split between the servers, which run at once (full); 200 (short)")
 	only        = flag.String("faults.only", "", "comma-separated fault names to run (default: all of the mode's)")
 	phase       = flag.Duration("faults.phase", 0, "length of the fault and of the time after it (default 10s full, 3s short)")
@@ -32,9 +34,6 @@ var (
 	also        = flag.String("faults.also", "", `more sidecars, each with its own flags: "name=flags;name=flags", e.g. "1 in flight=-redis-batch-workers 1;cap 15ms=-redis-timeout-cap 15ms"`)
 	sidecarArgs = flag.String("faults.sidecar-args", "", "extra flags for the sidecar, space-separated (e.g. -redis-timeout-cap 15ms)")
 )
-
-// referencePkg is the envoyproxy/ratelimit build the harness (bench/harness) runs as scenario ref.
-const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
 
 // side is one server under test with its own Redis behind its own fault
 // proxy, and its load.
@@ -494,9 +493,11 @@ func checkPromises(t *testing.T, f fault, r Result) {
 	}
 }
 
+// buildSidecar builds the sidecar into dir, with the race detector when the
+// test runs with it (racetest), so the CI runs check the sidecar's races too.
 func buildSidecar(t *testing.T, dir string) string {
 	bin := filepath.Join(dir, "ratelimit-sidecar")
-	cmd := exec.Command("go", "build", "-tags", "vtprotobuf", "-o", bin, "./cmd/ratelimit-sidecar")
+	cmd := exec.Command("go", racetest.BuildArgs("-tags", "vtprotobuf", "-o", bin, "./cmd/ratelimit-sidecar")...)
 	cmd.Dir = filepath.Join("..", "..")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)
@@ -505,12 +506,11 @@ func buildSidecar(t *testing.T, dir string) string {
 }
 
 func installReference(t *testing.T, dir string) string {
-	cmd := exec.Command("go", "install", referencePkg)
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOBIN="+dir)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go install %s: %v\n%s", referencePkg, err, b)
+	bin, err := reftest.Install(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(dir, "service_cmd")
+	return bin
 }
 
 func write(t *testing.T, results []Result, lead, d time.Duration) {

@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/reftest"
 )
 
 func main() {
@@ -421,8 +423,11 @@ func (b *bench) build(ctx context.Context) error {
 		}
 	}
 	if serves("reference") {
-		if b.reference, err = b.install(ctx, b.o.reference, referencePkg); err != nil {
-			return err
+		if b.reference = b.o.reference; b.reference == "" {
+			fmt.Fprintf(b.progress, "go install %s\n", referencePkg)
+			if b.reference, err = reftest.Install(ctx, b.tmp); err != nil {
+				return err
+			}
 		}
 		// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/*.yaml are its rules.
 		b.referenceRoot = filepath.Join(b.tmp, "reference-runtime")
@@ -457,9 +462,8 @@ func (b *bench) install(ctx context.Context, prebuilt, pkg string) (string, erro
 	return filepath.Join(b.tmp, filepath.Base(path)), nil
 }
 
-// referencePkg is the envoyproxy/ratelimit build scenario ref runs: its main package at the newest commit the
-// Go module proxy serves (3fb7025 of 2026-01-22; the project tags no releases since v1.4.0 of 2020).
-const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
+// referencePkg is the envoyproxy/ratelimit build scenario ref runs (see reftest.Pkg).
+const referencePkg = reftest.Pkg
 
 // rulesFor returns the rules file sc's sidecar reads: the bench rules, or for a scenario with an Algorithm a
 // copy of them that makes it the default (written once; see algorithmRules).

@@ -190,9 +190,11 @@ type redisConfig struct {
 	sentinelUser    string
 	sentinelPass    string
 	poolSize        int
+	waitReplicas    int // with -redis-mode sentinel
 	breakerFailures int
 	breakerOpenFor  time.Duration
 	breakerFailFor  time.Duration
+	breakerBudget   time.Duration // -redis-breaker-min-budget
 	batchWorkers    int
 	batchSpacing    time.Duration
 	batchLinger     time.Duration
@@ -217,8 +219,10 @@ func (c *redisConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.sentinelUser, "redis-sentinel-username", "", "ACL user name for the sentinels (not the master)")
 	fs.StringVar(&c.sentinelPass, "redis-sentinel-password", "", "password for the sentinels (not the master); prefer RLS_REDIS_SENTINEL_PASSWORD")
 	fs.IntVar(&c.poolSize, "redis-pool-size", 0, "connections per Redis node; 0 is go-redis's default, 10 per CPU")
+	fs.IntVar(&c.waitReplicas, "redis-sentinel-wait-replicas", config.DefaultRedisSentinelWaitReplicas, "with -redis-mode sentinel, how many replicas must acknowledge a counting call's writes (WAIT, in the same round trip) before its answer counts; a call they do not confirm within its deadline gets the failure mode, so a failover, whose old master drops what it took after the promotion, loses no charge the sidecar admitted; 0 sends no WAIT (faster; a failover can lose up to about a second of counting)")
 	fs.IntVar(&c.breakerFailures, "redis-breaker-failures", config.DefaultRedisBreakerFailures, "consecutive failed Redis calls that open the circuit breaker; 0 disables it")
 	fs.DurationVar(&c.breakerFailFor, "redis-breaker-fail-for", config.DefaultRedisBreakerFailFor, "how long failures must go on before they open the circuit breaker, so one stall that fails every call in flight does not")
+	fs.DurationVar(&c.breakerBudget, "redis-breaker-min-budget", config.DefaultRedisBreakerMinBudget, "a Redis call that ran out of time counts towards the circuit breaker only if it had at least this long (its request's deadline less the answering margin, or -redis-timeout, capped by -redis-timeout-cap): a shorter budget that runs out, as under a starved CPU, does not open it; refused or lost connections always count; 0 counts every timeout")
 	fs.DurationVar(&c.breakerOpenFor, "redis-breaker-open-for", config.DefaultRedisBreakerOpenFor, "how long the open circuit fails calls at once before it lets one probe through")
 	fs.IntVar(&c.batchWorkers, "redis-batch-workers", config.DefaultRedisBatchWorkers, "the most batched script calls in flight; each carries every request waiting when it is sent, so while one is out the next batch gathers (one round trip for many decisions), and another leaves beside it once it has been out -redis-batch-spacing: how many are out follows the round trip; 0 sends each request on its own; on a cluster one call per node")
 	fs.DurationVar(&c.batchSpacing, "redis-batch-spacing", config.DefaultRedisBatchSpacing, "while a batched call is out, the next batch leaves when it comes back or once it has been out this long, whichever is first: a request waits at most about this long for its batch to leave however far Redis is, and a Redis answering within it keeps one call in flight (the largest batches)")

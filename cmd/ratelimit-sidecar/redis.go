@@ -179,6 +179,12 @@ func checkRedisLimits(c *options, p *problems) {
 	if r.breakerFailures < 0 {
 		p.add("-redis-breaker-failures %d: want 0 (off) or more", r.breakerFailures)
 	}
+	if r.breakerBudget < 0 {
+		p.add("-redis-breaker-min-budget %v: want 0 (every timeout counts) or more", r.breakerBudget)
+	}
+	if r.waitReplicas < 0 {
+		p.add("-redis-sentinel-wait-replicas %d: want 0 (off) or more", r.waitReplicas)
+	}
 	if r.breakerFailures > 0 && r.breakerOpenFor <= 0 {
 		p.add("-redis-breaker-open-for %v: want more than 0", r.breakerOpenFor)
 	}
@@ -318,6 +324,24 @@ type redisStore struct {
 	redis   *redisstore.Store
 	batched bool            // Takes are coalesced: -redis-batch-workers > 0
 	breaker *window.Breaker // nil without -redis-breaker-failures
+	// promotable asks the sentinels whether a replica could take writes
+	// the master's replicas did not acknowledge; nil unless behind Sentinel
+	// with -redis-sentinel-wait-replicas.
+	promotable *redisstore.Promotable
+}
+
+// newPromotable returns a redisstore.Promotable through the sentinels of
+// the flags (validated), with their credentials, TLS and timeouts, as the
+// Sentinel failover client reaches them.
+func newPromotable(c *options) *redisstore.Promotable {
+	o, _ := redisOptions(c) // validated before the client was made
+	opts := make([]*redis.Options, 0, len(o.Addrs))
+	for _, a := range o.Addrs {
+		opts = append(opts, &redis.Options{Addr: a, Username: o.SentinelUsername, Password: o.SentinelPassword,
+			TLSConfig: o.TLSConfig, Dialer: o.Dialer, DialTimeout: o.DialTimeout, MaxRetries: -1,
+			ContextTimeoutEnabled: true, PoolSize: 2})
+	}
+	return redisstore.NewPromotable(opts, o.MasterName, 0)
 }
 
 // RoundTrips returns the round trips (script calls) sent to Redis.
@@ -328,8 +352,15 @@ func (s *redisStore) BreakerOpen() bool {
 	return s.breaker != nil && s.breaker.State() != window.BreakerClosed
 }
 
-// Close stops the batch workers; the client is closed by its owner.
-func (s *redisStore) Close() error { return s.redis.Close() }
+// Close stops the batch workers and closes the sentinel clients; the
+// counting client is closed by its owner.
+func (s *redisStore) Close() error {
+	err := s.redis.Close()
+	if s.promotable != nil {
+		err = errors.Join(err, s.promotable.Close())
+	}
+	return err
+}
 
 // batchOptions are the batched store's options from the flags.
 func (r *redisConfig) batchOptions() redisstore.BatchOptions {
@@ -342,6 +373,11 @@ func (r *redisConfig) batchOptions() redisstore.BatchOptions {
 func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tracer trace.Tracer) *redisStore {
 	rs := &redisStore{}
 	ro := redisstore.Options{Timeout: c.redisTimeout, MaxTimeout: c.redisTimeoutCap, Tracer: tracer}
+	if c.redis.mode == "sentinel" && c.redis.waitReplicas > 0 {
+		ro.WaitReplicas = c.redis.waitReplicas
+		rs.promotable = newPromotable(c)
+		ro.Promotable = rs.promotable
+	}
 	if c.redis.batchWorkers > 0 {
 		// Batched on every topology; on a cluster each batch is one script
 		// call per node, every node's at once (per hash slot, pipelined per
@@ -363,6 +399,8 @@ func newRedisStore(c *options, client redis.UniversalClient, log *zap.Logger, tr
 			FailureThreshold: c.redis.breakerFailures,
 			FailFor:          c.redis.breakerFailFor,
 			OpenFor:          c.redis.breakerOpenFor,
+			MinBudget:        c.redis.breakerBudget,
+			Budget:           rs.redis.Budget,
 			OnStateChange: func(open bool) {
 				if open {
 					log.Warn("redis circuit breaker open: failing store calls at once",

@@ -75,10 +75,18 @@ const (
 	DefaultRedisTimeout = 15 * time.Millisecond
 	// DefaultRedisMode is -redis-mode's.
 	DefaultRedisMode = "single"
+	// DefaultRedisSentinelWaitReplicas is -redis-sentinel-wait-replicas':
+	// behind Sentinel a charge counts only once a replica has it, so that a
+	// failover cannot drop it.
+	DefaultRedisSentinelWaitReplicas = 1
 	// DefaultRedisBreakerFailures is -redis-breaker-failures'.
 	DefaultRedisBreakerFailures = 5
 	// DefaultRedisBreakerFailFor is -redis-breaker-fail-for's.
 	DefaultRedisBreakerFailFor = 250 * time.Millisecond
+	// DefaultRedisBreakerMinBudget is -redis-breaker-min-budget's: a call
+	// that had less time than this and ran out of it says more about its
+	// budget (Envoy's 20 ms, a starved CPU) than about Redis.
+	DefaultRedisBreakerMinBudget = 100 * time.Millisecond
 	// DefaultRedisBreakerOpenFor is -redis-breaker-open-for's.
 	DefaultRedisBreakerOpenFor = time.Second
 	// DefaultRedisBatchWorkers is -redis-batch-workers': the most batched

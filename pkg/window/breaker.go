@@ -57,6 +57,20 @@ type BreakerOptions struct {
 	OpenFor time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// MinBudget: a Take that ran out of time (a deadline or a network
+	// timeout) counts as a failure only if it had at least this long (see
+	// Budget); a shorter one counts as neither success nor failure, since
+	// its budget, not the store, may be what failed: a caller that waits
+	// 15 ms on a machine starved of CPU runs out of time against a store
+	// that answers every other call. Every other failure (a refused or
+	// lost connection, an error from the store) counts whatever the budget.
+	// Zero: every timeout counts.
+	MinBudget time.Duration
+	// Budget returns how long the store gives a Take under ctx that starts
+	// at start (a real time, like ctx's deadline), for MinBudget; a store
+	// that caps its calls (redisstore.Store.Budget) says so here. Default:
+	// the time left to ctx's deadline, unbounded without one.
+	Budget func(ctx context.Context, start time.Time) time.Duration
 	// OnStateChange, if set, is called with true when the circuit opens
 	// and false when it closes again (not on the moves between open and
 	// half-open). It runs synchronously inside the Take that caused the
@@ -76,8 +90,9 @@ type BreakerOptions struct {
 // the others are still refused; if the probe succeeds the circuit closes, if
 // it fails it opens for another OpenFor. A *PartialError counts as a success
 // (part of the store answered; the failed part is left to the caller's
-// failure modes); a Take whose context was cancelled by the caller, or that
-// failed with an error not wrapping ErrStore, counts as neither. Ping always goes through and never changes the state,
+// failure modes); a Take whose context was cancelled by the caller, that ran
+// out of a budget shorter than MinBudget, or that failed with an error not
+// wrapping ErrStore, counts as neither. Ping always goes through and never changes the state,
 // so health checks see the store itself.
 //
 // A Breaker is safe for concurrent use.
@@ -88,6 +103,8 @@ type Breaker struct {
 	openFor   time.Duration
 	now       func() time.Time
 	onChange  func(open bool)
+	minBudget time.Duration
+	budget    func(ctx context.Context, start time.Time) time.Duration
 
 	state    atomic.Int32 // BreakerState, read without the lock on the fast path
 	failures atomic.Int32 // consecutive failures while closed
@@ -100,7 +117,8 @@ type Breaker struct {
 
 // NewBreaker returns a closed Breaker around store.
 func NewBreaker(store Store, opts BreakerOptions) *Breaker {
-	b := &Breaker{store: store, threshold: opts.FailureThreshold, failFor: opts.FailFor, openFor: opts.OpenFor, now: opts.Now, onChange: opts.OnStateChange}
+	b := &Breaker{store: store, threshold: opts.FailureThreshold, failFor: opts.FailFor, openFor: opts.OpenFor, now: opts.Now, onChange: opts.OnStateChange,
+		minBudget: opts.MinBudget, budget: opts.Budget}
 	if b.threshold <= 0 {
 		b.threshold = 5
 	}
@@ -128,9 +146,30 @@ func (b *Breaker) Take(ctx context.Context, now time.Time, reqs []Counter, res [
 	if err != nil {
 		return false, err
 	}
+	var start time.Time
+	if b.minBudget > 0 {
+		start = time.Now() // real time, as ctx's deadline; not b.now
+	}
 	ok, err := b.store.Take(ctx, now, reqs, res)
-	b.record(ctx, probe, err)
+	b.record(ctx, probe, err, start)
 	return ok, err
+}
+
+// shortOfTime reports whether err says a Take that started at start under
+// ctx ran out of a budget shorter than MinBudget: not the store's fault
+// for certain (see BreakerOptions.MinBudget).
+func (b *Breaker) shortOfTime(ctx context.Context, err error, start time.Time) bool {
+	var te interface{ Timeout() bool }
+	if b.minBudget <= 0 || !errors.As(err, &te) || !te.Timeout() {
+		return false
+	}
+	budget := time.Duration(1<<63 - 1)
+	if b.budget != nil {
+		budget = b.budget(ctx, start)
+	} else if dl, ok := ctx.Deadline(); ok {
+		budget = dl.Sub(start)
+	}
+	return budget < b.minBudget
 }
 
 // admit decides whether a call may go to the store, and whether it is the
@@ -166,11 +205,12 @@ func storeFailed(err error) bool {
 }
 
 // record updates the state with the outcome of a call that went through.
-func (b *Breaker) record(ctx context.Context, probe bool, err error) {
+func (b *Breaker) record(ctx context.Context, probe bool, err error, start time.Time) {
 	failed := err != nil && storeFailed(err)
 	// Neither success nor failure: the caller gave up (Envoy went away),
-	// or an error that is not the store's.
-	neutral := failed && errors.Is(ctx.Err(), context.Canceled) ||
+	// the call ran out of a budget too short to blame the store, or an
+	// error that is not the store's.
+	neutral := failed && (errors.Is(ctx.Err(), context.Canceled) || b.shortOfTime(ctx, err, start)) ||
 		err != nil && !errors.Is(err, ErrStore)
 	if !probe {
 		switch {

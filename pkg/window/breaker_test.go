@@ -283,3 +283,55 @@ func TestBreakerIgnoresShortStalls(t *testing.T) {
 		t.Fatalf("State after failures over 250ms = %v, want open", got)
 	}
 }
+
+// timeoutErr is a network timeout, as a read past its deadline returns.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string { return "i/o timeout" }
+func (timeoutErr) Timeout() bool { return true }
+
+// TestBreakerMinBudget: with MinBudget, a Take that ran out of time opens
+// the circuit only if its budget (Budget, or the time left to its
+// deadline) was at least MinBudget; any other store failure opens it
+// whatever the budget.
+func TestBreakerMinBudget(t *testing.T) {
+	t.Parallel()
+	deadline := errors.Join(window.ErrStore, context.DeadlineExceeded)
+	for _, tc := range []struct {
+		name      string
+		err       error
+		deadline  time.Duration // the caller's; 0: none
+		minBudget time.Duration
+		budget    func(ctx context.Context, start time.Time) time.Duration
+		wantOpen  bool
+	}{
+		{name: "deadline, 20ms caller", err: deadline, deadline: 20 * time.Millisecond, minBudget: 100 * time.Millisecond},
+		{name: "network timeout, 20ms caller", err: errors.Join(window.ErrStore, timeoutErr{}), deadline: 20 * time.Millisecond, minBudget: 100 * time.Millisecond},
+		{name: "deadline, 1s caller", err: deadline, deadline: time.Second, minBudget: 100 * time.Millisecond, wantOpen: true},
+		{name: "deadline, 1s caller, store capped at 15ms", err: deadline, deadline: time.Second, minBudget: 100 * time.Millisecond,
+			budget: func(context.Context, time.Time) time.Duration { return 15 * time.Millisecond }},
+		{name: "deadline, no caller deadline", err: deadline, minBudget: 100 * time.Millisecond, wantOpen: true},
+		{name: "refused, 20ms caller", err: errDown("connect: connection refused"), deadline: 20 * time.Millisecond, minBudget: 100 * time.Millisecond, wantOpen: true},
+		{name: "deadline, 20ms caller, MinBudget 0", err: deadline, deadline: 20 * time.Millisecond, wantOpen: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, clk := &fakeStore{}, newClock()
+			f.set(tc.err)
+			b := window.NewBreaker(f, window.BreakerOptions{FailureThreshold: 3, FailFor: 250 * time.Millisecond, OpenFor: time.Hour,
+				Now: clk.Now, MinBudget: tc.minBudget, Budget: tc.budget})
+			for range 10 {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if tc.deadline > 0 {
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				}
+				_, _ = b.Take(ctx, storetest.T0, nil, nil)
+				cancel()
+				clk.Add(100 * time.Millisecond)
+			}
+			if open := b.State() == window.BreakerOpen; open != tc.wantOpen {
+				t.Errorf("open = %v after 10 failed Takes over 1s, want %v", open, tc.wantOpen)
+			}
+		})
+	}
+}

@@ -3,25 +3,24 @@
 package e2e
 
 import (
-	"fmt"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
+	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/reftest"
 )
 
-// referencePkg is envoyproxy/ratelimit's main package at 3fb7025
-// (2026-01-22), the newest commit the Go module proxy serves; the bench
-// harness runs the same build. Its key layout and counting
-// (src/limiter/cache_key.go, src/redis/fixed_cache_impl.go) are those of
-// its main at f2fb157: the commits between only fix typos, add
-// parallelism and retries at start, and pass contexts.
-const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
+// statOK reports whether path exists.
+func statOK(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
 
 var (
 	referenceOnce sync.Once
@@ -29,9 +28,8 @@ var (
 	referenceErr  error
 )
 
-// referenceBinary returns envoyproxy/ratelimit's binary, built once with go
-// install from the module proxy into the user's cache directory, where
-// later runs find it (and Go's build cache keeps a rebuild cheap).
+// referenceBinary returns envoyproxy/ratelimit's binary (reftest.Pkg), built
+// once into the user's cache directory, where later runs find it.
 func referenceBinary(t *testing.T) string {
 	t.Helper()
 	referenceOnce.Do(func() {
@@ -40,24 +38,12 @@ func referenceBinary(t *testing.T) string {
 			referenceErr = err
 			return
 		}
-		dir := filepath.Join(cache, "ratelimit-sidecar", "reference", strings.ReplaceAll(referencePkg[strings.LastIndexByte(referencePkg, '@')+1:], "/", "_"))
-		bin := filepath.Join(dir, "service_cmd")
-		if _, err := os.Stat(bin); err == nil {
+		dir := filepath.Join(cache, "ratelimit-sidecar", "reference", strings.ReplaceAll(reftest.Version(), "/", "_"))
+		if bin := filepath.Join(dir, "service_cmd"); statOK(bin) {
 			referenceBin = bin
 			return
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			referenceErr = err
-			return
-		}
-		cmd := exec.Command("go", "install", referencePkg)
-		// Outside this module, without its build tags: the reference's own module decides.
-		cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOBIN="+dir, "GOFLAGS=")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			referenceErr = fmt.Errorf("go install %s: %w\n%s", referencePkg, err, out)
-			return
-		}
-		referenceBin = bin
+		referenceBin, referenceErr = reftest.Install(context.Background(), dir)
 	})
 	if referenceErr != nil {
 		t.Fatal(referenceErr)

@@ -53,7 +53,10 @@ func StartSentinel(tb testing.TB) *Sentinel {
 	// replicas (repl-diskless-sync-delay); one replica needs no wait.
 	s.Master = StartWith(tb, Options{Args: []string{"--repl-diskless-sync-delay", "0"}})
 	_, masterPort, _ := net.SplitHostPort(s.Master.Addr)
-	s.Replica = StartWith(tb, Options{Args: []string{"--replicaof", "127.0.0.1", masterPort}})
+	// The replica too: it is the master after a failover, and the old
+	// master, demoted, syncs from it; until then it has no replica to
+	// acknowledge writes (see redisstore.Options.WaitReplicas).
+	s.Replica = StartWith(tb, Options{Args: []string{"--replicaof", "127.0.0.1", masterPort, "--repl-diskless-sync-delay", "0"}})
 
 	ctx, cancel := context.WithTimeout(tb.Context(), sentinelTimeout)
 	defer cancel()

@@ -27,7 +27,7 @@ func BenchmarkAlgorithms(b *testing.B) {
 }
 
 func benchAlgorithm(b *testing.B, a window.Algorithm) {
-	_, client, s := benchBatched(b)
+	_, client, s := benchBatched(b, redistest.Start(b), 0)
 	ctx := context.Background()
 	const keys = 1000
 	names := make([]string, keys)

@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,18 +31,51 @@ func BenchmarkHotKeys(b *testing.B) {
 		hot  int // of every 10 requests, how many go to the hot keys
 	}{{"hot50", 5}, {"hot100", 10}, {"cold", 0}} {
 		b.Run(sc.name, func(b *testing.B) {
-			benchHotKeys(b, sc.hot)
+			srv, client, s := benchBatched(b, redistest.Start(b), 0)
+			benchHotKeys(b, srv, client, s, sc.hot)
 		})
 	}
 }
 
-// benchBatched starts a Redis and returns it, its client and a batched
-// store on it with the script loaded, closed when b ends. Its timeout is
-// generous: a busy machine must not fail a benchmark.
-func benchBatched(b *testing.B) (*redistest.Server, *redis.Client, *Store) {
-	srv := redistest.Start(b)
+// BenchmarkWaitReplicas measures what Options.WaitReplicas costs, as
+// BenchmarkHotKeys's "cold" case measures a store: a master with one
+// replica, the batched store without WAIT ("off") and with a WAIT for the
+// replica after every script call ("wait1", what the sidecar does behind
+// Sentinel by default).
+func BenchmarkWaitReplicas(b *testing.B) {
+	for _, wait := range []int{0, 1} {
+		name := "off"
+		if wait > 0 {
+			name = "wait" + strconv.Itoa(wait)
+		}
+		b.Run(name, func(b *testing.B) {
+			// Redis 7 waits 5 s for more replicas before a diskless full
+			// sync (repl-diskless-sync-delay); one replica needs no wait.
+			master := redistest.StartWith(b, redistest.Options{Args: []string{"--repl-diskless-sync-delay", "0"}})
+			host, port, _ := net.SplitHostPort(master.Addr)
+			redistest.StartWith(b, redistest.Options{Args: []string{"--replicaof", host, port}})
+			mc := master.Client(b)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				info, err := mc.Info(context.Background(), "replication").Result()
+				if err == nil && strings.Contains(info, "state=online") {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("replica not in sync: %v %s", err, info)
+				}
+			}
+			srv, client, s := benchBatched(b, master, wait)
+			benchHotKeys(b, srv, client, s, 0)
+		})
+	}
+}
+
+// benchBatched returns srv, its client and a batched store on it (WAIT for
+// wait replicas after each script call) with the script loaded, closed when
+// b ends. Its timeout is generous: a busy machine must not fail a benchmark.
+func benchBatched(b *testing.B, srv *redistest.Server, wait int) (*redistest.Server, *redis.Client, *Store) {
 	client := srv.Client(b)
-	s := mustBatched(b, client, Options{Timeout: 5 * time.Second}, BatchOptions{})
+	s := mustBatched(b, client, Options{Timeout: 5 * time.Second, WaitReplicas: wait}, BatchOptions{})
 	b.Cleanup(func() { s.Close() })
 	if err := s.Ping(context.Background()); err != nil {
 		b.Fatal(err)
@@ -59,8 +94,7 @@ func redisCPU(b *testing.B, client *redis.Client) float64 {
 	return user + sys
 }
 
-func benchHotKeys(b *testing.B, hotOf10 int) {
-	srv, client, s := benchBatched(b)
+func benchHotKeys(b *testing.B, srv *redistest.Server, client *redis.Client, s *Store, hotOf10 int) {
 	ctx := context.Background()
 	const hotKeys, coldKeys = 10, 1000
 	hot := make([]string, hotKeys)

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -74,7 +75,7 @@ func (s *Store) script(ctx context.Context, args []any) (any, error) {
 // trips that took: 1, or 2 when a node had lost the script.
 func (s *Store) eval(ctx context.Context, args []any) (v any, trips int, err error) {
 	cmd := scriptCmd(ctx, false, args)
-	if err = s.client.Process(ctx, cmd); err != nil {
+	if err = s.process(ctx, cmd); err != nil {
 		v, trips, err = s.redo(ctx, args, err)
 		return v, trips + 1, err
 	}
@@ -115,12 +116,69 @@ func (s *Store) redo(ctx context.Context, args []any, err error) (v any, trips i
 			return nil, trips, err
 		}
 		cmd := scriptCmd(ctx, source, args)
-		err = s.client.Process(ctx, cmd)
+		err = s.process(ctx, cmd)
 		trips++
 		if err == nil {
 			return cmd.Val(), trips, nil
 		}
 	}
+}
+
+// ErrUnconfirmed reports a script call that ran but whose writes fewer
+// replicas acknowledged than Options.WaitReplicas asks, within its deadline:
+// what it counted may be dropped by a failover. It is not sent again (it may
+// also survive, and would then count twice); errors that wrap it also wrap
+// window.ErrStore, so the caller applies its failure mode.
+var ErrUnconfirmed = errors.New("redisstore: writes not acknowledged by a replica")
+
+// process sends cmd, a script call, and with Options.WaitReplicas a WAIT
+// behind it on the same connection, pipelined (one round trip) when the
+// client can. It returns cmd's error, or, once the script ran, an error
+// wrapping ErrUnconfirmed when the WAIT did not confirm its writes.
+func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
+	if s.wait == 0 || s.promotable != nil && s.promotable.None() {
+		return s.client.Process(ctx, cmd)
+	}
+	wait := s.waitCmd(ctx)
+	if s.pipe != nil {
+		p := s.pipe.Pipeline()
+		_ = p.Process(ctx, cmd)
+		_ = p.Process(ctx, wait)
+		_, _ = p.Exec(ctx) // the commands carry their errors
+	} else if err := s.client.Process(ctx, cmd); err == nil {
+		_ = s.client.Process(ctx, wait)
+	}
+	if err := cmd.Err(); err != nil {
+		return err
+	}
+	n, err := wait.Result()
+	if err == nil && n >= int64(s.wait) {
+		return nil
+	}
+	if s.promotable != nil {
+		// A WAIT that ran out of time (its own timeout, or the deadline)
+		// had no more acknowledgements than 0.
+		if p, ok := s.promotable.Count(); ok && n >= int64(min(p, s.wait)) {
+			return nil // no replica a failover could promote lacks it
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: WAIT: %w", ErrUnconfirmed, err)
+	}
+	return fmt.Errorf("%w: %d of %d acknowledged", ErrUnconfirmed, n, s.wait)
+}
+
+// waitCmd returns the WAIT that follows a script call under ctx: for
+// Options.WaitReplicas replicas, for at most three quarters of the time left
+// to ctx's deadline (or of Options.Timeout without one), so that its answer
+// comes back before the deadline cuts the connection; at least 1 ms, since
+// WAIT 0 would wait for ever.
+func (s *Store) waitCmd(ctx context.Context) *redis.IntCmd {
+	left := s.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	return redis.NewIntCmd(ctx, "wait", s.wait, max(int64(left*3/4/time.Millisecond), 1))
 }
 
 // notRun reports whether err, the answer of a cluster node to a script

@@ -69,6 +69,15 @@ type Store struct {
 	noCross    atomic.Bool  // a node refused crossSource: no cross-slot calls (see pipeline.go)
 	batch      *batcher     // nil unless made by NewBatched
 	tracer     trace.Tracer // nil: no spans
+	wait       int          // replicas to WAIT for after each script call; 0: none
+	pipe       pipeliner    // the client, to send a script call and its WAIT at once; nil: one after the other
+	promotable ReplicaCount // nil: none
+}
+
+// pipeliner is the part of a go-redis client that sends a script call and
+// its WAIT in one round trip.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
 }
 
 // Options configure a Store. Zero fields take their defaults.
@@ -85,6 +94,29 @@ type Options struct {
 	// a slow Redis as long as its callers allow. Zero (the default) sets no
 	// cap.
 	MaxTimeout time.Duration
+	// WaitReplicas, when positive, sends a WAIT for that many replicas in
+	// the same round trip as every script call, and a call whose writes
+	// fewer replicas acknowledged within its deadline fails with an error
+	// wrapping ErrUnconfirmed (and window.ErrStore): the caller applies its
+	// failure mode instead of admitting on a count the next failover may
+	// drop. Behind Sentinel this is what keeps a failover from losing
+	// charges: the old master keeps taking writes between the replica's
+	// promotion and its own demotion, and drops them; its promoted replica
+	// no longer acknowledges them, so they are never reported counted. The
+	// price: Redis waits for the replica's acknowledgement (a round trip
+	// from master to replica) before it answers, and with no replica up
+	// every call fails unless Promotable says no failover could drop it.
+	// Ignored on a cluster. Zero (the default) sends no WAIT.
+	WaitReplicas int
+	// Promotable, with WaitReplicas, tells how many replicas a failover
+	// could promote now (a *Promotable). A call whose writes fewer replicas
+	// acknowledged than WaitReplicas counts as confirmed when as many
+	// acknowledged as that recent count, and while the count is 0 calls
+	// send no WAIT, which would only wait out its timeout: so a master left
+	// without a replica it could fail over to (its replica died, or it is
+	// the replica promoted when its master died) keeps counting. Nil, or no
+	// recent count: the call is unconfirmed.
+	Promotable ReplicaCount
 	// Tracer makes a span of each Take (see trace.go), the child of any
 	// span its ctx carries. Nil (the default) makes none and costs nothing.
 	Tracer trace.Tracer
@@ -101,6 +133,10 @@ func New(client scripter, o Options) *Store {
 	}
 	s := &Store{client: client, timeout: o.Timeout, maxTimeout: max(o.MaxTimeout, 0), tracer: o.Tracer}
 	s.shards, _ = client.(sharded)
+	if o.WaitReplicas > 0 && s.shards == nil {
+		s.wait, s.promotable = o.WaitReplicas, o.Promotable
+		s.pipe, _ = client.(pipeliner)
+	}
 	return s
 }
 
@@ -118,6 +154,13 @@ func takeDeadline(ctx context.Context, start time.Time, timeout, maxTimeout time
 		dl = start.Add(maxTimeout)
 	}
 	return dl
+}
+
+// Budget returns how long a Take under ctx that starts at start may wait
+// for Redis (see Store): for a circuit breaker to tell a call that had
+// little time from a Redis that does not answer (window.BreakerOptions).
+func (s *Store) Budget(ctx context.Context, start time.Time) time.Duration {
+	return takeDeadline(ctx, start, s.timeout, s.maxTimeout).Sub(start)
 }
 
 // answerMargin is how much of left, the time to a caller's deadline, a Take
