@@ -3,6 +3,7 @@ package redisledger
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,5 +57,62 @@ func BenchmarkAssign(b *testing.B) {
 				b.ReportMetric(float64(end-start)/float64(i), "roundtrips/op")
 			})
 		}
+	}
+}
+
+// BenchmarkAssignContended is a fleet of clients reporting one bucket
+// through two replicas at once (parallel callers, half on each), each
+// client every 5 s of the clock the Assigns are given: the round trips per
+// Assign, the share of writes the commit script capped because the other
+// replica had written the bucket since, and the Go side's cost.
+func BenchmarkAssignContended(b *testing.B) {
+	for _, clients := range []int{40, 400} {
+		b.Run(fmt.Sprintf("replicas=2/clients=%d", clients), func(b *testing.B) {
+			srv := redistest.Start(b)
+			ls := []*Ledger{New(srv.BoundedClient(b), Options{}), New(srv.BoundedClient(b), Options{})}
+			ctx := context.Background()
+			f := rlqs.WindowFleet(2000, 20*time.Second)
+			start := time.Now()
+			step := 5 * time.Second / time.Duration(clients) // each client every 5 s
+			ids := make([]string, clients)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("envoy-%d", i)
+			}
+			var n atomic.Int64
+			assign := func(i int) error {
+				r := rlqs.Report{Client: ids[i%clients], Allowed: uint64(i % 7), Denied: 1, Elapsed: 5 * time.Second}
+				_, err := ls[i%2].Assign(ctx, start.Add(time.Duration(i)*step), "bucket", f, r, 15*time.Second)
+				return err
+			}
+			for i := range clients {
+				if err := assign(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			n.Store(int64(clients))
+			counts := func() (trips, capped uint64) {
+				for _, l := range ls {
+					trips += l.RoundTrips()
+					capped += l.Recomputed()
+				}
+				return trips, capped
+			}
+			trips0, capped0 := counts()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := assign(int(n.Add(1))); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			trips, capped := counts()
+			ops := float64(n.Load() - int64(clients))
+			b.ReportMetric(float64(trips-trips0)/ops, "roundtrips/op")
+			b.ReportMetric(float64(capped-capped0)/ops, "capped/op")
+		})
 	}
 }

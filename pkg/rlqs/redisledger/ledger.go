@@ -77,12 +77,12 @@ const (
 // client. Its errors wrap window.ErrStore.
 //
 // It keeps each bucket's state as of its last write or read, and divides on
-// that. Every Assign is one round trip, the commit script, which always
-// writes: when no other replica wrote the bucket meanwhile, the division
-// saw the current state and is written as is; when one did, the script caps
-// the grant by what the bucket's other clients hold in Redis, so the
-// invariant of the division holds across replicas however many write at
-// once. Assigns of one bucket in one process take turns.
+// that. The commit script always writes: when no other replica wrote the
+// bucket meanwhile, the division saw the current state and is written as
+// is; when one did, the script caps the grant by what the bucket's other
+// clients count in Redis, so the invariant of the division holds across
+// replicas however many write at once. Assigns of one bucket in one process
+// take turns.
 type Ledger struct {
 	c          client
 	prefix     string
