@@ -5,11 +5,12 @@
 -- When the bucket is still at the version the caller divided on, the
 -- caller's division saw exactly this state and its grant keeps the
 -- invariant: the state is written as given (O(1)). Otherwise, unless the
--- caller asks for the hash to divide again on (reread), the script
--- recomputes, from the hash at the caller's now, what the other unexpired
--- clients count, and grants min(the caller's grant, what they leave of the
--- fleet's rate and burst): Σ counted ≤ the fleet's rate holds whatever the
--- caller computed from its stale copy (O(clients), in Redis).
+-- caller asks for the hash to divide again on (reread), the script caps
+-- the grant itself: a grant no larger than what the client counts now is
+-- written as is (O(1)); a raise gets min(the caller's grant, what the other
+-- unexpired clients leave of the fleet's rate and burst at the caller's
+-- now), O(clients). Σ counted ≤ the fleet's rate holds whatever the caller
+-- computed from its stale copy.
 --
 -- KEYS[1]   the bucket's hash
 -- ARGV[1]   expected   the version the caller divided on ("" for no hash)
@@ -28,14 +29,18 @@
 -- ARGV[13]  demand     the state's first field, verbatim
 -- ARGV[14]  tail       its last three, "expires_ms,reported_ms,estimated"
 -- ARGV[15]  prev_ms    until when a decrease's old share counts (now + grace)
--- ARGV[16..] fields of clients the caller found expired (deleted on the
+-- ARGV[16]  short      "1": the grant is below an even split of the rate,
+--                      so the caller wants the others' decreases in flight
+--                      (freed_ms) even for a grant that is no raise
+-- ARGV[17..] fields of clients the caller found expired (deleted on the
 --            current version only)
 --
 -- Returns 1 when written as given, else
--- {0, rate, burst, old_rate, old_burst, old_live, freed_ms, live, state
--- }: the share written, the client's share before (old_live 1 when it had
--- not expired), the first moment another client's decrease stops counting
--- (0: none), the unexpired clients with this one, and the state written;
+-- {0, rate, burst, old_rate, old_burst, old_live, freed_ms, live, state}:
+-- the share written, the client's share before (old_live 1 when it had not
+-- expired), the first moment another client's decrease stops counting and
+-- the unexpired clients with this one (both 0 when the grant was neither a
+-- raise nor short, so the others were not read), and the state written;
 -- or, when reread is "1" and the version differs, the hash as HGETALL
 -- returns it, having written nothing.
 local key = KEYS[1]
@@ -53,7 +58,7 @@ end
 local current = redis.call('HGET', key, 'v') or ''
 if current == expected then
   redis.call('HSET', key, 'v', next_version, field, ARGV[5])
-  for i = 16, #ARGV do
+  for i = 17, #ARGV do
     redis.call('HDEL', key, ARGV[i])
   end
   extend()
@@ -95,40 +100,54 @@ local function counted(v)
   return r, b, false, 0, r, b
 end
 
-local used_rate, used_burst, freed, live = 0, 0, 0, 1
 local held_rate, held_burst, old_rate, old_burst, old_live = 0, 0, 0, 0, 0
-local dead = {}
-local all = redis.call('HGETALL', key)
-for i = 1, #all, 2 do
-  local f = all[i]
-  if f ~= 'v' then
-    local r, b, expired, pu, share_rate, share_burst = counted(all[i + 1])
-    if r == nil then
-      return redis.error_reply('bad client state in ' .. key .. ' ' .. f)
-    end
-    if f == field then
-      if not expired then
-        held_rate, held_burst = r, b
-        old_rate, old_burst, old_live = share_rate, share_burst, 1
-      end
-    elseif expired then
-      dead[#dead + 1] = f
-    else
-      used_rate, used_burst, live = used_rate + r, used_burst + b, live + 1
-      if pu > 0 and (freed == 0 or pu < freed) then
-        freed = pu
-      end
-    end
+local own = redis.call('HGET', key, field)
+if own then
+  local r, b, expired, _, share_rate, share_burst = counted(own)
+  if r == nil then
+    return redis.error_reply('bad client state in ' .. key .. ' ' .. field)
+  end
+  if not expired then
+    held_rate, held_burst = r, b
+    old_rate, old_burst, old_live = share_rate, share_burst, 1
   end
 end
 
-rate = math.min(rate, math.max(rate_cap - used_rate, 0))
-if rate == 0 then
-  burst = 0
-else
-  -- As the division: a burst within what the others leave, but never below
-  -- the floor the caller gave (an error term of the guarantee).
-  burst = math.max(math.min(burst, math.max(burst_cap - used_burst, 0)), math.min(burst, min_burst))
+-- A grant no larger than what the client counts now cannot take the sum
+-- above what it is (the others' counted shares only fall until they
+-- write): only a raise needs the others' sum, O(clients), and a short
+-- grant the moment it may grow.
+local freed, live = 0, 0
+local dead = {}
+if rate > held_rate or burst > held_burst or ARGV[16] == '1' then
+  local used_rate, used_burst = 0, 0
+  live = 1
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f ~= 'v' and f ~= field then
+      local r, b, expired, pu = counted(all[i + 1])
+      if r == nil then
+        return redis.error_reply('bad client state in ' .. key .. ' ' .. f)
+      end
+      if expired then
+        dead[#dead + 1] = f
+      else
+        used_rate, used_burst, live = used_rate + r, used_burst + b, live + 1
+        if pu > 0 and (freed == 0 or pu < freed) then
+          freed = pu
+        end
+      end
+    end
+  end
+  rate = math.min(rate, math.max(rate_cap - used_rate, 0))
+  if rate == 0 then
+    burst = 0
+  else
+    -- As the division: a burst within what the others leave, but never
+    -- below the floor the caller gave (an error term of the guarantee).
+    burst = math.max(math.min(burst, math.max(burst_cap - used_burst, 0)), math.min(burst, min_burst))
+  end
 end
 
 -- A decrease from what the client counted: Envoy runs the old bucket until

@@ -174,7 +174,10 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 			delete(snap.clients, id)
 		}
 		next := strconv.FormatUint(rand.Uint64(), 36)
-		v, err := l.commit(ctx, hkey, l.commitArgs(now, f, r.Client, share, cur, expired, snap.version, next, reread))
+		// Short: below an even split of the rate among the clients the
+		// copy knows, so the answer's Recheck matters.
+		short := share.MilliRate < rlqs.FleetMilliRate(f)/uint64(len(snap.clients)+1)
+		v, err := l.commit(ctx, hkey, l.commitArgs(now, f, r.Client, share, cur, expired, snap.version, next, reread, short))
 		if err != nil {
 			return rlqs.Share{}, err
 		}
@@ -200,20 +203,16 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 
 // commitArgs are commit.lua's arguments for writing cur, the state of
 // client's share, divided on version.
-func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version, next string, reread bool) []any {
+func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version, next string, reread, short bool) []any {
 	enc := appendState(nil, cur)
 	head, tail := splitState(enc)
-	flag := "0"
-	if reread {
-		flag = "1"
-	}
-	args := make([]any, 15, 15+len(expired))
+	args := make([]any, 16, 16+len(expired))
 	args[0], args[1], args[2], args[3] = version, next, max(cur.Expires.Sub(now).Milliseconds()+1, 1), clientPrefix+client
 	// now rounds down: a share the script finds expired has expired.
-	args[4], args[5], args[6] = string(enc), flag, msDown(now)
+	args[4], args[5], args[6] = string(enc), flag(reread), msDown(now)
 	args[7], args[8], args[9] = min(rlqs.FleetMilliRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst
 	args[10], args[11], args[12], args[13] = share.MilliRate, share.Burst, head, tail
-	args[14] = msUp(now.Add(l.grace()))
+	args[14], args[15] = msUp(now.Add(l.grace())), flag(short)
 	for _, id := range expired {
 		args = append(args, clientPrefix+id)
 	}
@@ -242,10 +241,17 @@ func (l *Ledger) capped(b *bucket, f rlqs.Fleet, client string, share rlqs.Share
 	// another replica made: a share capped here, or below an even split
 	// of the rate, is checked again when the first decrease in flight
 	// stops counting.
-	if !c.freed.IsZero() && (got.MilliRate < share.MilliRate || got.MilliRate < rlqs.FleetMilliRate(f)/c.live) {
+	if !c.freed.IsZero() && (got.MilliRate < share.MilliRate || got.MilliRate < rlqs.FleetMilliRate(f)/max(c.live, 1)) {
 		got.Recheck = c.freed
 	}
 	return got, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func isInt(v any) bool {

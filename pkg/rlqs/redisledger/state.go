@@ -161,7 +161,7 @@ type capped struct {
 	oldBurst uint64
 	oldLive  bool      // it held an unexpired share
 	freed    time.Time // the first moment another client's decrease stops counting
-	live     uint64    // the bucket's unexpired clients, this one included
+	live     uint64    // the bucket's unexpired clients, this one included; 0: not read
 }
 
 // parseCapped reads {0, rate, burst, old_rate, old_burst, old_live,
@@ -180,7 +180,7 @@ func parseCapped(reply []any) (capped, error) {
 		n[i] = uint64(x)
 	}
 	st, ok := reply[8].(string)
-	if !ok || n[0] != 0 || n[5] > 1 || n[6] > maxMs || n[7] == 0 {
+	if !ok || n[0] != 0 || n[5] > 1 || n[6] > maxMs {
 		return c, fmt.Errorf("%w: commit answered %v", errState, reply)
 	}
 	state, err := parseState(st)
