@@ -3,9 +3,13 @@ package redisledger
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
@@ -66,10 +70,17 @@ func BenchmarkAssign(b *testing.B) {
 // Assign, the share of writes the commit script capped because the other
 // replica had written the bucket since, and the Go side's cost.
 func BenchmarkAssignContended(b *testing.B) {
-	for _, clients := range []int{40, 400} {
-		b.Run(fmt.Sprintf("replicas=2/clients=%d", clients), func(b *testing.B) {
+	for _, tc := range []struct{ clients, tries int }{{40, 0}, {400, 0}, {400, 1}} {
+		clients := tc.clients
+		tries := tc.tries
+		if tries == 0 {
+			tries = defaultTries
+		}
+		b.Run(fmt.Sprintf("replicas=2/clients=%d/tries=%d", clients, tries), func(b *testing.B) {
 			srv := redistest.Start(b)
-			ls := []*Ledger{New(srv.BoundedClient(b), Options{}), New(srv.BoundedClient(b), Options{})}
+			rc := srv.BoundedClient(b)
+			o := Options{Tries: tc.tries}
+			ls := []*Ledger{New(srv.BoundedClient(b), o), New(srv.BoundedClient(b), o)}
 			ctx := context.Background()
 			f := rlqs.WindowFleet(2000, 20*time.Second)
 			start := time.Now()
@@ -98,6 +109,9 @@ func BenchmarkAssignContended(b *testing.B) {
 				return trips, capped
 			}
 			trips0, capped0 := counts()
+			if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -113,6 +127,33 @@ func BenchmarkAssignContended(b *testing.B) {
 			ops := float64(n.Load() - int64(clients))
 			b.ReportMetric(float64(trips-trips0)/ops, "roundtrips/op")
 			b.ReportMetric(float64(capped-capped0)/ops, "capped/op")
+			b.ReportMetric(redisUsec(b, rc)/ops, "redis-µs/op")
 		})
 	}
+}
+
+// redisUsec is the CPU time Redis spent on commands since the last CONFIG
+// RESETSTAT, in µs, from INFO commandstats.
+func redisUsec(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		i := strings.Index(line, "usec=")
+		if !strings.HasPrefix(line, "cmdstat_") || i < 0 {
+			continue
+		}
+		v := line[i+len("usec="):]
+		if j := strings.IndexByte(v, ','); j >= 0 {
+			v = v[:j]
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += n
+	}
+	return total
 }

@@ -40,13 +40,15 @@ type Options struct {
 	Prefix string
 	// Policy divides each bucket (see rlqs.Policy).
 	Policy rlqs.Policy
-	// Refresh is how old, on the clock Assign is given, a bucket's cached
-	// state may be for a write that finds another replica wrote the bucket
-	// to be capped in Redis rather than divided again on the hash it then
-	// reads; default 1 s. A stale division costs fairness only (the commit
-	// script caps every grant on Redis's current state); reading the hash
-	// costs O(clients).
-	Refresh time.Duration
+	// Tries bounds the writes of one Assign; default 2. A write that
+	// finds the bucket at another version than the one divided on answers
+	// the current hash (O(clients)), and the Ledger divides again on it,
+	// except the last: that one is capped in Redis (O(1) but for a scan
+	// now and then), so contention never fails an Assign, and the division
+	// it caps is at most one write behind. 1 caps every write that finds
+	// another version: cheaper, but the Ledger's copy of the bucket then
+	// learns nothing of other replicas' clients, and divides unfairly.
+	Tries int
 }
 
 const (
@@ -57,8 +59,14 @@ const (
 	maxCached = 1 << 16
 	// defaultGrace is rlqs.Policy's default Grace.
 	defaultGrace = time.Second
-	// defaultRefresh is Options.Refresh's default.
-	defaultRefresh = time.Second
+	// scanGap is the least time, on the clock Assign is given, between
+	// two scans of one bucket's clients by the commit script (O(clients)
+	// in Redis); between them a capped raise gets what the bucket's bound
+	// leaves. Half the default Grace: room a decrease frees is counted
+	// within a second.
+	scanGap = 500 * time.Millisecond
+	// defaultTries is Options.Tries's default.
+	defaultTries = 2
 	// maxScriptValue bounds the rate and burst the commit script caps
 	// with: Lua's numbers are doubles, exact up to 2^53. A fleet above it
 	// (4.5·10^12 tokens/s) is capped at it when the script recomputes.
@@ -77,17 +85,18 @@ const (
 // client. Its errors wrap window.ErrStore.
 //
 // It keeps each bucket's state as of its last write or read, and divides on
-// that. The commit script always writes: when no other replica wrote the
-// bucket meanwhile, the division saw the current state and is written as
-// is; when one did, the script caps the grant by what the bucket's other
-// clients count in Redis, so the invariant of the division holds across
-// replicas however many write at once. Assigns of one bucket in one process
-// take turns.
+// that: when no other replica wrote the bucket meanwhile, the division saw
+// the current state and is written as is, in one round trip; when one did,
+// the write answers the current state and the Ledger divides again on it,
+// up to Options.Tries writes, the last of which the commit script caps by
+// what the bucket's other clients count in Redis. So the invariant of the
+// division holds across replicas however many write at once, and no Assign
+// fails for contention. Assigns of one bucket in one process take turns.
 type Ledger struct {
 	c          client
 	prefix     string
 	policy     rlqs.Policy
-	refresh    time.Duration
+	tries      int
 	roundTrips atomic.Uint64
 	capCount   atomic.Uint64
 
@@ -100,7 +109,6 @@ type Ledger struct {
 type bucket struct {
 	mu   sync.Mutex
 	snap *snapshot // nil: not known, read it
-	read time.Time // when snap was last known to equal the hash
 }
 
 // New returns a Ledger over c.
@@ -108,10 +116,10 @@ func New(c client, o Options) *Ledger {
 	if o.Prefix == "" {
 		o.Prefix = "rlqs:"
 	}
-	if o.Refresh <= 0 {
-		o.Refresh = defaultRefresh
+	if o.Tries <= 0 {
+		o.Tries = defaultTries
 	}
-	return &Ledger{c: c, prefix: o.Prefix, policy: o.Policy, refresh: o.Refresh, buckets: make(map[string]*bucket)}
+	return &Ledger{c: c, prefix: o.Prefix, policy: o.Policy, tries: o.Tries, buckets: make(map[string]*bucket)}
 }
 
 // grace is rlqs.Policy's Grace with its default (1 s), which the commit
@@ -158,14 +166,13 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 		if err != nil {
 			return rlqs.Share{}, err
 		}
-		b.snap, b.read = &snap, now
+		b.snap = &snap
 	}
-	// A first write that finds another version answers the hash when the
-	// cache is older than the refresh, and the Ledger divides again on it;
-	// every other write that finds another version is capped in Redis. So
-	// an Assign makes at most two writes and never fails for contention.
-	reread := now.Sub(b.read) >= l.refresh
-	for {
+	// A write that finds another version answers the hash, and the Ledger
+	// divides again on it, but the last, which is capped in Redis: an
+	// Assign never fails for contention.
+	for try := 1; ; try++ {
+		reread := try < l.tries
 		snap := b.snap
 		prev, known := snap.clients[r.Client]
 		delete(snap.clients, r.Client)
@@ -174,16 +181,13 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 			delete(snap.clients, id)
 		}
 		next := strconv.FormatUint(rand.Uint64(), 36)
-		// Short: below an even split of the rate among the clients the
-		// copy knows, so the answer's Recheck matters.
-		short := share.MilliRate < rlqs.FleetMilliRate(f)/uint64(len(snap.clients)+1)
-		v, err := l.commit(ctx, hkey, l.commitArgs(now, f, r.Client, share, cur, expired, snap.version, next, reread, short))
+		v, err := l.commit(ctx, hkey, l.commitArgs(now, f, r.Client, share, cur, expired, snap.version, next, reread))
 		if err != nil {
 			return rlqs.Share{}, err
 		}
 		if n, ok := v.(int64); ok && n == 1 {
 			snap.clients[r.Client] = cur
-			snap.version, b.read = next, now // the division saw the hash as it was
+			snap.version = next
 			return share, nil
 		}
 		reply, ok := v.([]any)
@@ -197,13 +201,13 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 		if err != nil {
 			return rlqs.Share{}, err
 		}
-		*snap, b.read, reread = fresh, now, false
+		*snap = fresh
 	}
 }
 
 // commitArgs are commit.lua's arguments for writing cur, the state of
 // client's share, divided on version.
-func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version, next string, reread, short bool) []any {
+func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version, next string, reread bool) []any {
 	enc := appendState(nil, cur)
 	head, tail := splitState(enc)
 	args := make([]any, 16, 16+len(expired))
@@ -212,7 +216,7 @@ func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rl
 	args[4], args[5], args[6] = string(enc), flag(reread), msDown(now)
 	args[7], args[8], args[9] = min(rlqs.FleetMilliRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst
 	args[10], args[11], args[12], args[13] = share.MilliRate, share.Burst, head, tail
-	args[14], args[15] = msUp(now.Add(l.grace())), flag(short)
+	args[14], args[15] = msUp(now.Add(l.grace())), scanGap.Milliseconds()
 	for _, id := range expired {
 		args = append(args, clientPrefix+id)
 	}
@@ -238,10 +242,10 @@ func (l *Ledger) capped(b *bucket, f rlqs.Fleet, client string, share rlqs.Share
 		Recheck:   share.Recheck,
 	}
 	// The division saw a stale state, so its Recheck may miss a decrease
-	// another replica made: a share capped here, or below an even split
-	// of the rate, is checked again when the first decrease in flight
-	// stops counting.
-	if !c.freed.IsZero() && (got.MilliRate < share.MilliRate || got.MilliRate < rlqs.FleetMilliRate(f)/max(c.live, 1)) {
+	// another replica made: a share capped here, or one below an even
+	// split of the rate when the script counted the clients, is checked
+	// again when the script says it may get more.
+	if !c.freed.IsZero() && (got.MilliRate < share.MilliRate || c.live > 0 && got.MilliRate < rlqs.FleetMilliRate(f)/c.live) {
 		got.Recheck = c.freed
 	}
 	return got, nil

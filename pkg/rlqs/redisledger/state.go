@@ -21,7 +21,10 @@ import (
 const (
 	clientPrefix = "c:"
 	versionField = "v"
-	stateFields  = 9
+	// boundField holds the commit script's bound on the clients' counted
+	// sums (see commit.lua); the Ledger does not read it.
+	boundField  = "u"
+	stateFields = 9
 )
 
 // errState marks a client's value the ledger cannot read.
@@ -126,6 +129,7 @@ func parseSnapshot(reply []any) (snapshot, error) {
 				return s, fmt.Errorf("%w: empty version", errState)
 			}
 			s.version = v
+		case f == boundField:
 		case strings.HasPrefix(f, clientPrefix):
 			c, err := parseState(v)
 			if err != nil {
