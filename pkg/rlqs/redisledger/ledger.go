@@ -43,12 +43,19 @@ type Options struct {
 	// Tries bounds the writes of one Assign; default 2. A write that
 	// finds the bucket at another version than the one divided on answers
 	// the current hash (O(clients)), and the Ledger divides again on it,
-	// except the last: that one is capped in Redis (O(1) but for a scan
-	// now and then), so contention never fails an Assign, and the division
-	// it caps is at most one write behind. 1 caps every write that finds
-	// another version: cheaper, but the Ledger's copy of the bucket then
-	// learns nothing of other replicas' clients, and divides unfairly.
+	// except the last, and except when the Ledger's copy of the bucket is
+	// younger than Refresh: that write is capped in Redis (O(1) but for a
+	// scan now and then). So contention never fails an Assign. 1 caps
+	// every write that finds another version, and the copy then learns
+	// nothing of other replicas' clients.
 	Tries int
+	// Refresh is how old, on the clock Assign is given, the copy of a
+	// bucket must be for a write that finds another version to read the
+	// hash and divide again rather than be capped; default 1 s. A capped
+	// write is cheap (O(1)) but divided on the copy, which knows other
+	// replicas' clients only as of its last read: the refresh bounds how
+	// stale the division's picture of the fleet is.
+	Refresh time.Duration
 }
 
 const (
@@ -65,6 +72,8 @@ const (
 	// leaves. Half the default Grace: room a decrease frees is counted
 	// within a second.
 	scanGap = 500 * time.Millisecond
+	// defaultRefresh is Options.Refresh's default.
+	defaultRefresh = time.Second
 	// defaultTries is Options.Tries's default.
 	defaultTries = 2
 	// maxScriptValue bounds the rate and burst the commit script caps
@@ -97,6 +106,7 @@ type Ledger struct {
 	prefix     string
 	policy     rlqs.Policy
 	tries      int
+	refresh    time.Duration
 	roundTrips atomic.Uint64
 	capCount   atomic.Uint64
 
@@ -109,6 +119,7 @@ type Ledger struct {
 type bucket struct {
 	mu   sync.Mutex
 	snap *snapshot // nil: not known, read it
+	read time.Time // when snap last equalled the hash
 }
 
 // New returns a Ledger over c.
@@ -119,7 +130,10 @@ func New(c client, o Options) *Ledger {
 	if o.Tries <= 0 {
 		o.Tries = defaultTries
 	}
-	return &Ledger{c: c, prefix: o.Prefix, policy: o.Policy, tries: o.Tries, buckets: make(map[string]*bucket)}
+	if o.Refresh <= 0 {
+		o.Refresh = defaultRefresh
+	}
+	return &Ledger{c: c, prefix: o.Prefix, policy: o.Policy, tries: o.Tries, refresh: o.Refresh, buckets: make(map[string]*bucket)}
 }
 
 // grace is rlqs.Policy's Grace with its default (1 s), which the commit
@@ -166,13 +180,14 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 		if err != nil {
 			return rlqs.Share{}, err
 		}
-		b.snap = &snap
+		b.snap, b.read = &snap, now
 	}
 	// A write that finds another version answers the hash, and the Ledger
-	// divides again on it, but the last, which is capped in Redis: an
-	// Assign never fails for contention.
+	// divides again on it, but the last, or one from a copy younger than
+	// the refresh, which is capped in Redis: an Assign never fails for
+	// contention.
 	for try := 1; ; try++ {
-		reread := try < l.tries
+		reread := try < l.tries && now.Sub(b.read) >= l.refresh
 		snap := b.snap
 		prev, known := snap.clients[r.Client]
 		delete(snap.clients, r.Client)
@@ -187,7 +202,7 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 		}
 		if n, ok := v.(int64); ok && n == 1 {
 			snap.clients[r.Client] = cur
-			snap.version = next
+			snap.version, b.read = next, now // the division saw the hash as it was
 			return share, nil
 		}
 		reply, ok := v.([]any)
@@ -201,7 +216,7 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 		if err != nil {
 			return rlqs.Share{}, err
 		}
-		*snap = fresh
+		*snap, b.read = fresh, now
 	}
 }
 

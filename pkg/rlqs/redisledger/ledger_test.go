@@ -76,30 +76,37 @@ func TestRoundTrips(t *testing.T) {
 	c := New(srv.BoundedClient(t), Options{Tries: 1})
 	ctx := context.Background()
 	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
-	now := time.Now()
+	start := time.Now()
 	for _, step := range []struct {
 		l      *Ledger
 		client string
+		at     time.Duration
 		trips  uint64 // the ledger's total after the step
 		capped uint64 // and its writes capped in Redis
 	}{
-		{a, "x", 3, 0}, // read, then the write: NOSCRIPT and EVAL
-		{a, "x", 4, 0}, // the state it wrote is current: the write alone
-		{a, "y", 5, 0},
-		{b, "z", 2, 0}, // b reads and writes (a loaded the script)
-		{a, "x", 7, 0}, // b wrote: a's write answers the state, and a writes again
-		{c, "w", 2, 0}, // c reads and writes
-		{a, "x", 9, 0}, // c wrote: a divides again
-		// a wrote since: c's one try is capped in Redis, still one trip
-		{c, "w", 3, 1},
-		{c, "w", 4, 2}, // c's copy is stale since: capped again
+		{a, "x", 0, 3, 0}, // read, then the write: NOSCRIPT and EVAL
+		{a, "x", 0, 4, 0}, // the state it wrote is current: the write alone
+		{a, "y", 0, 5, 0},
+		{b, "z", 0, 2, 0}, // b reads and writes (a loaded the script)
+		// b wrote, and a's copy is younger than the refresh: the write is
+		// capped in Redis, one trip.
+		{a, "x", 0, 6, 1},
+		// a's copy is stale and older than the refresh: the write answers
+		// the hash, and a divides again and writes.
+		{a, "x", 2 * time.Second, 8, 1},
+		{a, "x", 2 * time.Second, 9, 1}, // current again: the write alone
+		{c, "w", 2 * time.Second, 2, 0}, // c reads and writes
+		// With one try, c's write is capped however old its copy.
+		{a, "x", 2 * time.Second, 10, 2},
+		{c, "w", 5 * time.Second, 3, 1},
 	} {
 		r := rlqs.Report{Client: step.client, Allowed: 5, Elapsed: time.Second}
-		if _, err := step.l.Assign(ctx, now, "k", f, r, time.Minute); err != nil {
+		if _, err := step.l.Assign(ctx, start.Add(step.at), "k", f, r, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if got, capped := step.l.RoundTrips(), step.l.Recomputed(); got != step.trips || capped != step.capped {
-			t.Fatalf("after %s's Assign: RoundTrips() = %d, Recomputed() = %d, want %d, %d", step.client, got, capped, step.trips, step.capped)
+			t.Fatalf("after %s's Assign at %v: RoundTrips() = %d, Recomputed() = %d, want %d, %d",
+				step.client, step.at, got, capped, step.trips, step.capped)
 		}
 	}
 }
