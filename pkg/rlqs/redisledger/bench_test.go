@@ -17,8 +17,10 @@ import (
 
 // BenchmarkAssign is one report of one bucket among clients others of the
 // same bucket, against a local redis-server, through one replica's Ledger
-// or through two in turn: the round trips per Assign (1 when no other
-// replica wrote the bucket since, 2 when one did) and the Go side's cost.
+// or through two in turn, all at one instant: the round trips per Assign
+// (1: the write, as is when no other replica wrote the bucket since, capped
+// in Redis when one did, the copy being younger than the refresh) and the
+// Go side's cost.
 func BenchmarkAssign(b *testing.B) {
 	for _, replicas := range []int{1, 2} {
 		for _, clients := range []int{1, 10, 100} {
