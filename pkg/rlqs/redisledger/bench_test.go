@@ -3,8 +3,13 @@ package redisledger
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
@@ -12,8 +17,10 @@ import (
 
 // BenchmarkAssign is one report of one bucket among clients others of the
 // same bucket, against a local redis-server, through one replica's Ledger
-// or through two in turn: the round trips per Assign (1 when no other
-// replica wrote the bucket since, 2 when one did) and the Go side's cost.
+// or through two in turn, all at one instant: the round trips per Assign
+// (1: the write, as is when no other replica wrote the bucket since, capped
+// in Redis when one did, the copy being younger than the refresh) and the
+// Go side's cost.
 func BenchmarkAssign(b *testing.B) {
 	for _, replicas := range []int{1, 2} {
 		for _, clients := range []int{1, 10, 100} {
@@ -57,4 +64,98 @@ func BenchmarkAssign(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAssignContended is a fleet of clients reporting one bucket
+// through two replicas at once (parallel callers, half on each), each
+// client every 5 s of the clock the Assigns are given: the round trips per
+// Assign, the share of writes the commit script capped because the other
+// replica had written the bucket since, and the Go side's cost.
+func BenchmarkAssignContended(b *testing.B) {
+	for _, tc := range []struct{ clients, tries int }{{40, 0}, {400, 0}, {400, 1}} {
+		clients := tc.clients
+		tries := tc.tries
+		if tries == 0 {
+			tries = defaultTries
+		}
+		b.Run(fmt.Sprintf("replicas=2/clients=%d/tries=%d", clients, tries), func(b *testing.B) {
+			srv := redistest.Start(b)
+			rc := srv.BoundedClient(b)
+			o := Options{Tries: tc.tries}
+			ls := []*Ledger{New(srv.BoundedClient(b), o), New(srv.BoundedClient(b), o)}
+			ctx := context.Background()
+			f := rlqs.WindowFleet(2000, 20*time.Second)
+			start := time.Now()
+			step := 5 * time.Second / time.Duration(clients) // each client every 5 s
+			ids := make([]string, clients)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("envoy-%d", i)
+			}
+			var n atomic.Int64
+			assign := func(i int) error {
+				r := rlqs.Report{Client: ids[i%clients], Allowed: uint64(i % 7), Denied: 1, Elapsed: 5 * time.Second}
+				_, err := ls[i%2].Assign(ctx, start.Add(time.Duration(i)*step), "bucket", f, r, 15*time.Second)
+				return err
+			}
+			for i := range clients {
+				if err := assign(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			n.Store(int64(clients))
+			counts := func() (trips, capped uint64) {
+				for _, l := range ls {
+					trips += l.RoundTrips()
+					capped += l.Recomputed()
+				}
+				return trips, capped
+			}
+			trips0, capped0 := counts()
+			if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := assign(int(n.Add(1))); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			trips, capped := counts()
+			ops := float64(n.Load() - int64(clients))
+			b.ReportMetric(float64(trips-trips0)/ops, "roundtrips/op")
+			b.ReportMetric(float64(capped-capped0)/ops, "capped/op")
+			b.ReportMetric(redisUsec(b, rc)/ops, "redis-µs/op")
+		})
+	}
+}
+
+// redisUsec is the CPU time Redis spent on commands since the last CONFIG
+// RESETSTAT, in µs, from INFO commandstats.
+func redisUsec(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		i := strings.Index(line, "usec=")
+		if !strings.HasPrefix(line, "cmdstat_") || i < 0 {
+			continue
+		}
+		v := line[i+len("usec="):]
+		if j := strings.IndexByte(v, ','); j >= 0 {
+			v = v[:j]
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += n
+	}
+	return total
 }

@@ -3,7 +3,6 @@ package redisledger
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -41,15 +40,23 @@ type Options struct {
 	Prefix string
 	// Policy divides each bucket (see rlqs.Policy).
 	Policy rlqs.Policy
-	// Tries bounds the compare-and-set attempts of one Assign when other
-	// replicas write the same bucket meanwhile; default 5. Reports of one
-	// bucket arrive a few per second at most, so a conflict is rare and a
-	// run of them means Redis is overloaded: Assign then fails.
+	// Tries bounds the writes of one Assign; default 2. A write that
+	// finds the bucket at another version than the one divided on answers
+	// the current hash (O(clients)), and the Ledger divides again on it,
+	// except the last, and except when the Ledger's copy of the bucket is
+	// younger than Refresh: that write is capped in Redis (O(1) but for a
+	// scan now and then). So contention never fails an Assign. 1 caps
+	// every write that finds another version, and the copy then learns
+	// nothing of other replicas' clients.
 	Tries int
+	// Refresh is how old, on the clock Assign is given, the copy of a
+	// bucket must be for a write that finds another version to read the
+	// hash and divide again rather than be capped; default 1 s. A capped
+	// write is cheap (O(1)) but divided on the copy, which knows other
+	// replicas' clients only as of its last read: the refresh bounds how
+	// stale the division's picture of the fleet is.
+	Refresh time.Duration
 }
-
-// errContention is the failure of an Assign that lost every attempt.
-var errContention = errors.New("redisledger: bucket written by others on every attempt")
 
 const (
 	// sweepEvery is how many Assigns pass between sweeps of the cache.
@@ -57,6 +64,29 @@ const (
 	// maxCached bounds the buckets whose state a Ledger keeps; past it the
 	// cache starts over (each bucket is read again on its next Assign).
 	maxCached = 1 << 16
+	// defaultGrace is rlqs.Policy's default Grace.
+	defaultGrace = time.Second
+	// scanGap is the least time, on the clock Assign is given, between
+	// two scans of one bucket's clients by the commit script (O(clients)
+	// in Redis); between them a capped raise gets what the bucket's bound
+	// leaves. Half the default Grace: room a decrease frees is counted
+	// within a second.
+	scanGap = 500 * time.Millisecond
+	// defaultRefresh is Options.Refresh's default.
+	defaultRefresh = time.Second
+	// defaultTries is Options.Tries's default.
+	defaultTries = 2
+	// maxScriptValue bounds the rate and burst the commit script caps
+	// with: Lua's numbers are doubles, exact up to 2^53. A fleet above it
+	// (4.5·10^12 tokens/s) is capped at it when the script recomputes.
+	maxScriptValue = 1 << 52
+	// minBurst is the least burst of a share with a rate in the division
+	// (rlqs.Policy.Divide's floor); the script keeps it when it caps.
+	minBurst = 2
+	// staleVersion marks a cache that may differ from Redis: it never
+	// matches a version (those are base 36), so the next write is capped
+	// in Redis.
+	staleVersion = "-"
 )
 
 // Ledger is an rlqs.Ledger in Redis, shared by every replica that uses the
@@ -64,16 +94,21 @@ const (
 // client. Its errors wrap window.ErrStore.
 //
 // It keeps each bucket's state as of its last write or read, and divides on
-// that: when no other replica wrote the bucket meanwhile, an Assign is one
-// round trip (the version-checked write); when one did, the write answers
-// the current state and the Assign divides again on it. Assigns of one
-// bucket in one process take turns, so they do not make each other retry.
+// that: when no other replica wrote the bucket meanwhile, the division saw
+// the current state and is written as is, in one round trip; when one did,
+// the write answers the current state and the Ledger divides again on it,
+// up to Options.Tries writes, the last of which the commit script caps by
+// what the bucket's other clients count in Redis. So the invariant of the
+// division holds across replicas however many write at once, and no Assign
+// fails for contention. Assigns of one bucket in one process take turns.
 type Ledger struct {
 	c          client
 	prefix     string
 	policy     rlqs.Policy
 	tries      int
+	refresh    time.Duration
 	roundTrips atomic.Uint64
+	capCount   atomic.Uint64
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -84,6 +119,7 @@ type Ledger struct {
 type bucket struct {
 	mu   sync.Mutex
 	snap *snapshot // nil: not known, read it
+	read time.Time // when snap last equalled the hash
 }
 
 // New returns a Ledger over c.
@@ -92,17 +128,34 @@ func New(c client, o Options) *Ledger {
 		o.Prefix = "rlqs:"
 	}
 	if o.Tries <= 0 {
-		o.Tries = 5
+		o.Tries = defaultTries
 	}
-	return &Ledger{c: c, prefix: o.Prefix, policy: o.Policy, tries: o.Tries, buckets: make(map[string]*bucket)}
+	if o.Refresh <= 0 {
+		o.Refresh = defaultRefresh
+	}
+	return &Ledger{c: c, prefix: o.Prefix, policy: o.Policy, tries: o.Tries, refresh: o.Refresh, buckets: make(map[string]*bucket)}
+}
+
+// grace is rlqs.Policy's Grace with its default (1 s), which the commit
+// script needs for a decrease it makes itself.
+func (l *Ledger) grace() time.Duration {
+	if l.policy.Grace <= 0 {
+		return defaultGrace
+	}
+	return l.policy.Grace
 }
 
 // RoundTrips returns how many round trips the ledger has made to Redis.
 func (l *Ledger) RoundTrips() uint64 { return l.roundTrips.Load() }
 
-// Assign implements rlqs.Ledger: it divides in Go on the bucket's state and
-// writes the client's new state if the bucket is still at that state's
-// version, else divides again on the state Redis answers.
+// Recomputed returns how many writes the commit script capped on Redis's
+// state because another replica had written the bucket since this one
+// divided.
+func (l *Ledger) Recomputed() uint64 { return l.capCount.Load() }
+
+// Assign implements rlqs.Ledger: it divides in Go on the bucket's cached
+// state and writes the client's new state with the commit script, which
+// caps the grant on the bucket's current state when the cache is stale.
 func (l *Ledger) Assign(ctx context.Context, now time.Time, key string, f rlqs.Fleet, r rlqs.Report, ttl time.Duration) (rlqs.Share, error) {
 	hkey := l.prefix + key
 	b := l.bucket(hkey, now)
@@ -127,10 +180,14 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 		if err != nil {
 			return rlqs.Share{}, err
 		}
-		b.snap = &snap
+		b.snap, b.read = &snap, now
 	}
-	field := clientPrefix + r.Client
-	for range l.tries {
+	// A write that finds another version answers the hash, and the Ledger
+	// divides again on it, but the last, or one from a copy younger than
+	// the refresh, which is capped in Redis: an Assign never fails for
+	// contention.
+	for try := 1; ; try++ {
+		reread := try < l.tries && now.Sub(b.read) >= l.refresh
 		snap := b.snap
 		prev, known := snap.clients[r.Client]
 		delete(snap.clients, r.Client)
@@ -138,37 +195,87 @@ func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey stri
 		for _, id := range expired {
 			delete(snap.clients, id)
 		}
-		last := cur.Expires
-		for _, c := range snap.clients {
-			last = maxTime(last, c.Expires)
-		}
 		next := strconv.FormatUint(rand.Uint64(), 36)
-		args := make([]any, 5, 5+len(expired))
-		args[0], args[1], args[2], args[3] = snap.version, next, max(last.Sub(now).Milliseconds()+1, 1), field
-		args[4] = string(appendState(nil, cur))
-		for _, id := range expired {
-			args = append(args, clientPrefix+id)
-		}
-		v, err := l.commit(ctx, hkey, args)
+		v, err := l.commit(ctx, hkey, l.commitArgs(now, f, r.Client, share, cur, expired, snap.version, next, reread))
 		if err != nil {
 			return rlqs.Share{}, err
 		}
 		if n, ok := v.(int64); ok && n == 1 {
 			snap.clients[r.Client] = cur
-			snap.version = next
+			snap.version, b.read = next, now // the division saw the hash as it was
 			return share, nil
 		}
 		reply, ok := v.([]any)
 		if !ok {
-			return rlqs.Share{}, fmt.Errorf("commit answered %T", v)
+			return rlqs.Share{}, fmt.Errorf("%w: commit answered %T", errState, v)
+		}
+		if !reread || len(reply) > 0 && isInt(reply[0]) {
+			return l.capped(b, f, r.Client, share, reply)
 		}
 		fresh, err := parseSnapshot(reply)
 		if err != nil {
 			return rlqs.Share{}, err
 		}
-		b.snap = &fresh
+		*snap, b.read = fresh, now
 	}
-	return rlqs.Share{}, errContention
+}
+
+// commitArgs are commit.lua's arguments for writing cur, the state of
+// client's share, divided on version.
+func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version, next string, reread bool) []any {
+	enc := appendState(nil, cur)
+	head, tail := splitState(enc)
+	args := make([]any, 16, 16+len(expired))
+	args[0], args[1], args[2], args[3] = version, next, max(cur.Expires.Sub(now).Milliseconds()+1, 1), clientPrefix+client
+	// now rounds down: a share the script finds expired has expired.
+	args[4], args[5], args[6] = string(enc), flag(reread), msDown(now)
+	args[7], args[8], args[9] = min(rlqs.FleetMilliRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst
+	args[10], args[11], args[12], args[13] = share.MilliRate, share.Burst, head, tail
+	args[14], args[15] = msUp(now.Add(l.grace())), scanGap.Milliseconds()
+	for _, id := range expired {
+		args = append(args, clientPrefix+id)
+	}
+	return args
+}
+
+// capped reads the commit script's answer to a write it capped on the
+// bucket's current state, which the cache may not hold: the cache keeps
+// the client's state as written and is marked stale.
+func (l *Ledger) capped(b *bucket, f rlqs.Fleet, client string, share rlqs.Share, reply []any) (rlqs.Share, error) {
+	c, err := parseCapped(reply)
+	if err != nil {
+		return rlqs.Share{}, err
+	}
+	l.capCount.Add(1)
+	b.snap.clients[client] = c.state
+	b.snap.version = staleVersion
+	got := rlqs.Share{
+		MilliRate: c.state.Rate,
+		Burst:     c.state.Burst,
+		Expires:   share.Expires,
+		Changed:   !c.oldLive || c.state.Rate != c.oldRate || c.state.Burst != c.oldBurst,
+		Recheck:   share.Recheck,
+	}
+	// The division saw a stale state, so its Recheck may miss a decrease
+	// another replica made: a share capped here, or one below an even
+	// split of the rate when the script counted the clients, is checked
+	// again when the script says it may get more.
+	if !c.freed.IsZero() && (got.MilliRate < share.MilliRate || c.live > 0 && got.MilliRate < rlqs.FleetMilliRate(f)/c.live) {
+		got.Recheck = c.freed
+	}
+	return got, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func isInt(v any) bool {
+	_, ok := v.(int64)
+	return ok
 }
 
 // bucket returns the cache entry of hkey, sweeping the cache now and then:

@@ -21,7 +21,10 @@ import (
 const (
 	clientPrefix = "c:"
 	versionField = "v"
-	stateFields  = 9
+	// boundField holds the commit script's bound on the clients' counted
+	// sums (see commit.lua); the Ledger does not read it.
+	boundField  = "u"
+	stateFields = 9
 )
 
 // errState marks a client's value the ledger cannot read.
@@ -126,6 +129,7 @@ func parseSnapshot(reply []any) (snapshot, error) {
 				return s, fmt.Errorf("%w: empty version", errState)
 			}
 			s.version = v
+		case f == boundField:
 		case strings.HasPrefix(f, clientPrefix):
 			c, err := parseState(v)
 			if err != nil {
@@ -137,4 +141,58 @@ func parseSnapshot(reply []any) (snapshot, error) {
 		}
 	}
 	return s, nil
+}
+
+// splitState splits an encoded state around its share fields: the demand
+// before them, and expires, reported and estimated after. The commit
+// script writes the share fields itself when it caps a grant.
+func splitState(enc []byte) (head, tail string) {
+	s := string(enc)
+	i := strings.IndexByte(s, ',')
+	j := len(s)
+	for range 3 {
+		j = strings.LastIndexByte(s[:j], ',')
+	}
+	// The share fields are the five between.
+	return s[:i], s[j+1:]
+}
+
+// capped is the commit script's answer when it capped a grant on the
+// bucket's current state.
+type capped struct {
+	state    rlqs.ClientState // the client's state as written
+	oldRate  uint64           // its share before, if oldLive
+	oldBurst uint64
+	oldLive  bool      // it held an unexpired share
+	freed    time.Time // the first moment another client's decrease stops counting
+	live     uint64    // the bucket's unexpired clients, this one included; 0: not read
+}
+
+// parseCapped reads {0, rate, burst, old_rate, old_burst, old_live,
+// freed_ms, live, state}.
+func parseCapped(reply []any) (capped, error) {
+	var c capped
+	if len(reply) != 9 {
+		return c, fmt.Errorf("%w: commit answered %v", errState, reply)
+	}
+	var n [8]uint64
+	for i := range n {
+		x, ok := reply[i].(int64)
+		if !ok || x < 0 {
+			return c, fmt.Errorf("%w: commit answered %v at %d", errState, reply[i], i)
+		}
+		n[i] = uint64(x)
+	}
+	st, ok := reply[8].(string)
+	if !ok || n[0] != 0 || n[5] > 1 || n[6] > maxMs {
+		return c, fmt.Errorf("%w: commit answered %v", errState, reply)
+	}
+	state, err := parseState(st)
+	if err != nil {
+		return c, err
+	}
+	if state.Rate != n[1] || state.Burst != n[2] {
+		return c, fmt.Errorf("%w: commit wrote %q but answered %d, %d", errState, st, n[1], n[2])
+	}
+	return capped{state: state, oldRate: n[3], oldBurst: n[4], oldLive: n[5] == 1, freed: fromMs(n[6]), live: n[7]}, nil
 }
