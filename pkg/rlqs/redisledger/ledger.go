@@ -229,8 +229,8 @@ func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rl
 	args[0], args[1], args[2], args[3] = version, next, max(cur.Expires.Sub(now).Milliseconds()+1, 1), clientPrefix+client
 	// now rounds down: a share the script finds expired has expired.
 	args[4], args[5], args[6] = string(enc), flag(reread), msDown(now)
-	args[7], args[8], args[9] = min(rlqs.FleetMilliRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst
-	args[10], args[11], args[12], args[13] = share.MilliRate, share.Burst, head, tail
+	args[7], args[8], args[9] = min(rlqs.FleetRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst
+	args[10], args[11], args[12], args[13] = share.Rate, share.Burst, head, tail
 	args[14], args[15] = msUp(now.Add(l.grace())), scanGap.Milliseconds()
 	for _, id := range expired {
 		args = append(args, clientPrefix+id)
@@ -250,17 +250,17 @@ func (l *Ledger) capped(b *bucket, f rlqs.Fleet, client string, share rlqs.Share
 	b.snap.clients[client] = c.state
 	b.snap.version = staleVersion
 	got := rlqs.Share{
-		MilliRate: c.state.Rate,
-		Burst:     c.state.Burst,
-		Expires:   share.Expires,
-		Changed:   !c.oldLive || c.state.Rate != c.oldRate || c.state.Burst != c.oldBurst,
-		Recheck:   share.Recheck,
+		Rate:    c.state.Rate,
+		Burst:   c.state.Burst,
+		Expires: share.Expires,
+		Changed: !c.oldLive || c.state.Rate != c.oldRate || c.state.Burst != c.oldBurst,
+		Recheck: share.Recheck,
 	}
 	// The division saw a stale state, so its Recheck may miss a decrease
 	// another replica made: a share capped here, or one below an even
 	// split of the rate when the script counted the clients, is checked
 	// again when the script says it may get more.
-	if !c.freed.IsZero() && (got.MilliRate < share.MilliRate || c.live > 0 && got.MilliRate < rlqs.FleetMilliRate(f)/c.live) {
+	if !c.freed.IsZero() && (got.Rate < share.Rate || c.live > 0 && got.Rate < rlqs.FleetRate(f)/c.live) {
 		got.Recheck = c.freed
 	}
 	return got, nil

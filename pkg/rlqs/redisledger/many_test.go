@@ -3,7 +3,6 @@ package redisledger
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -39,7 +38,7 @@ func manyClientsTwoReplicas(t *testing.T, o Options) {
 	srv := redistest.Start(t)
 	ls := []*Ledger{New(srv.BoundedClient(t), o), New(srv.BoundedClient(t), o)}
 	f := rlqs.WindowFleet(2000, 20*time.Second) // bench/rlqsload's rule: 100/s
-	rTot := rlqs.FleetMilliRate(f)
+	rTot := rlqs.FleetRate(f)
 	const ttl = 15 * time.Second
 	start := time.UnixMilli(1_764_190_800_000)
 	shares := make([]rlqs.Share, manyClients)
@@ -65,7 +64,7 @@ func manyClientsTwoReplicas(t *testing.T, o Options) {
 		}
 		var rate, burst uint64
 		for _, s := range shares {
-			rate += s.MilliRate
+			rate += s.Rate
 			burst += s.Burst
 		}
 		if rate > rTot {
@@ -108,7 +107,7 @@ func manyClientsTwoReplicas(t *testing.T, o Options) {
 	// re-check); a report later every client holds its target.
 	var rate uint64
 	for _, s := range shares {
-		rate += s.MilliRate
+		rate += s.Rate
 	}
 	if rate < rTot*9/10 {
 		t.Fatalf("two rounds of reports in, the shares use %d of the fleet's %d thousandths/s, want at least 90%%", rate, rTot)
@@ -141,12 +140,19 @@ func TestCappedRaise(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ms := func(d time.Duration) string { return strconv.FormatInt(t0.Add(d).UnixMilli(), 10) }
+	// u is one token a second in the ledger's rate unit; the comments
+	// below count in thousandths of u.
+	const u = rlqs.PerSecond
+	// bound is the hash's bound field: tokens a second, burst, and when
+	// it was last scanned.
+	bound := func(rate, burst uint64, at time.Duration) string {
+		return fmt.Sprintf("%d,%d,%d", rate*u, burst, t0.Add(at).UnixMilli())
+	}
 	// x holds 5000, down from 10000 until t0+1s; the bound still counts
 	// the 10000 (decreases leave it be).
-	x := rlqs.ClientState{Demand: 1000, Rate: 5000, Burst: 5, PrevRate: 10000, PrevBurst: 10,
+	x := rlqs.ClientState{Demand: 1 * u, Rate: 5 * u, Burst: 5, PrevRate: 10 * u, PrevBurst: 10,
 		PrevUntil: t0.Add(time.Second), Expires: t0.Add(time.Minute), Reported: t0}
-	other("a", "x", x, "10000,10,"+ms(0))
+	other("a", "x", x, bound(10, 10, 0))
 	assign := func(at time.Duration) rlqs.Share {
 		t.Helper()
 		s, err := l.Assign(ctx, t0.Add(at), "k", f, rlqs.Report{Client: "y", Allowed: 100, Elapsed: time.Second}, time.Minute)
@@ -156,28 +162,28 @@ func TestCappedRaise(t *testing.T) {
 		return s
 	}
 	// l reads the bucket: x's decrease is in flight, y gets nothing yet.
-	if s := assign(0); s.MilliRate != 0 || !s.Recheck.Equal(x.PrevUntil) {
+	if s := assign(0); s.Rate != 0 || !s.Recheck.Equal(x.PrevUntil) {
 		t.Fatalf("y beside x's decrease in flight: %+v", s)
 	}
 	// Another replica adds z with 3000 (the bound now 13000). l's copy
 	// misses z: it asks for x's room, 5000, which the bound does not
 	// leave; the last scan is 3 s old, so the script scans: x 5000 and
 	// z 3000 leave 2000.
-	z := rlqs.ClientState{Demand: 3000, Rate: 3000, Burst: 3, Expires: t0.Add(time.Minute), Reported: t0}
-	other("b", "z", z, "13000,13,"+ms(0))
-	if s := assign(3 * time.Second); s.MilliRate != 2000 || l.Recomputed() != 1 {
+	z := rlqs.ClientState{Demand: 3 * u, Rate: 3 * u, Burst: 3, Expires: t0.Add(time.Minute), Reported: t0}
+	other("b", "z", z, bound(13, 13, 0))
+	if s := assign(3 * time.Second); s.Rate != 2*u || l.Recomputed() != 1 {
 		t.Fatalf("y capped by a scan: %+v, %d capped; want 2000", s, l.Recomputed())
 	}
 	// z lowers its share to 1000. l asks again under scanGap after the
 	// scan: the bound (10000 with y's 2000) leaves nothing, y keeps 2000
 	// and is told to ask again at the next scan.
-	z.Rate, z.Burst = 1000, 1
-	other("c", "z", z, "10000,10,"+ms(3*time.Second))
-	if s := assign(3*time.Second + 200*time.Millisecond); s.MilliRate != 2000 || !s.Recheck.Equal(t0.Add(3*time.Second+scanGap)) {
+	z.Rate, z.Burst = 1*u, 1
+	other("c", "z", z, bound(10, 10, 3*time.Second))
+	if s := assign(3*time.Second + 200*time.Millisecond); s.Rate != 2*u || !s.Recheck.Equal(t0.Add(3*time.Second+scanGap)) {
 		t.Fatalf("y held back by the bound: %+v; want 2000 and a recheck at the next scan", s)
 	}
 	// At the next scan z's decrease is seen: y gets 4000.
-	if s := assign(3*time.Second + scanGap); s.MilliRate != 4000 || l.Recomputed() != 3 {
+	if s := assign(3*time.Second + scanGap); s.Rate != 4*u || l.Recomputed() != 3 {
 		t.Fatalf("y at the next scan: %+v, %d capped; want 4000", s, l.Recomputed())
 	}
 }
