@@ -78,7 +78,7 @@ const (
 	defaultTries = 2
 	// maxScriptValue bounds the rate and burst the commit script caps
 	// with: Lua's numbers are doubles, exact up to 2^53. A fleet above it
-	// (4.5·10^12 tokens/s) is capped at it when the script recomputes.
+	// (about 5.2·10^7 tokens/s in rlqs.PerSecond units) is capped at it when the script recomputes.
 	maxScriptValue = 1 << 52
 	// minBurst is the least burst of a share with a rate in the division
 	// (rlqs.Policy.Divide's floor); the script keeps it when it caps.
