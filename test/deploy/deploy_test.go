@@ -122,7 +122,7 @@ func load(t *testing.T) *bundle {
 
 	b.envoyRaw = readFile(t, root, envoyFile)
 	b.rulesRaw = readFile(t, root, rulesFile)
-	for _, f := range []string{envoyFile, envoyUDSFile, envoyComposeFile} {
+	for _, f := range []string{envoyFile, envoyUDSFile, envoyComposeFile, envoyRLQSFile} {
 		bs, err := decodeEnvoy(readFile(t, root, f))
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
@@ -173,6 +173,7 @@ var checks = []struct {
 	{"ratelimit filter", checkRateLimitFilter},
 	{"descriptor shapes", checkDescriptorShapes},
 	{"envoy variants", checkEnvoyVariants},
+	{"rlqs filter", checkRLQSFilter},
 	{"compose", checkCompose},
 }
 

@@ -1,0 +1,215 @@
+package deploy_test
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
+	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3" // the matcher inputs, for decoding
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
+)
+
+// Checks of deploy/envoy-rlqs.yaml, the bootstrap with the rate_limit_quota (RLQS) filter. `envoy --mode
+// validate` (TestEnvoyValidates) accepts it; these catch what Envoy accepts but gets wrong at run time.
+
+const envoyRLQSFile = "deploy/envoy-rlqs.yaml"
+
+// rlqsFilter is the ingress listener's only rate_limit_quota filter config.
+func (b *bundle) rlqsFilter() (*rlqsfilterv3.RateLimitQuotaFilterConfig, error) {
+	var found []*rlqsfilterv3.RateLimitQuotaFilterConfig
+	l, err := b.listener(envoyRLQSFile, "ingress")
+	if err != nil {
+		return nil, err
+	}
+	h, err := hcm(l)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", envoyRLQSFile, err)
+	}
+	for _, f := range h.GetHttpFilters() {
+		c := &rlqsfilterv3.RateLimitQuotaFilterConfig{}
+		if f.GetTypedConfig().MessageIs(c) {
+			if err := f.GetTypedConfig().UnmarshalTo(c); err != nil {
+				return nil, err
+			}
+			found = append(found, c)
+		}
+	}
+	if names := filterNames(h); len(names) == 0 || names[len(names)-1] != "envoy.filters.http.router" {
+		return nil, fmt.Errorf("%s: http_filters %v, want the router last", envoyRLQSFile, names)
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("%s: %d rate_limit_quota filters on the ingress listener, want 1", envoyRLQSFile, len(found))
+	}
+	return found[0], nil
+}
+
+// bucketSettings lists the actions of every branch of m, in order (matcher_list, nested matchers,
+// on_no_match).
+func bucketSettings(m *xdsmatcherv3.Matcher) ([]*rlqsfilterv3.RateLimitQuotaBucketSettings, error) {
+	if m == nil {
+		return nil, nil
+	}
+	if m.GetMatcherTree() != nil {
+		return nil, errors.New("bucket_matchers: bucketSettings does not walk a matcher_tree yet")
+	}
+	var out []*rlqsfilterv3.RateLimitQuotaBucketSettings
+	onMatch := func(om *xdsmatcherv3.Matcher_OnMatch) error {
+		if om == nil {
+			return nil
+		}
+		if om.GetMatcher() != nil {
+			s, err := bucketSettings(om.GetMatcher())
+			out = append(out, s...)
+			return err
+		}
+		s := &rlqsfilterv3.RateLimitQuotaBucketSettings{}
+		if err := om.GetAction().GetTypedConfig().UnmarshalTo(s); err != nil {
+			return fmt.Errorf("bucket_matchers action %q: %w", om.GetAction().GetName(), err)
+		}
+		out = append(out, s)
+		return nil
+	}
+	for _, fm := range m.GetMatcherList().GetMatchers() {
+		if err := onMatch(fm.GetOnMatch()); err != nil {
+			return out, err
+		}
+	}
+	return out, onMatch(m.GetOnNoMatch())
+}
+
+// limitedBucket reports whether a bucket with keys gets a limit from the rules of domain: the sidecar walks
+// the rules tree taking at each level the bucket entry whose key is the node's key, so the bucket matches when
+// some order of its keys is a limited descriptor.
+func limitedBucket(b *bundle, domain string, keys []string) (bool, error) {
+	var try func(prefix, rest []string) (bool, error)
+	try = func(prefix, rest []string) (bool, error) {
+		if len(rest) == 0 {
+			return limited(b.rules, domain, prefix)
+		}
+		for i := range rest {
+			others := slices.Concat(rest[:i], rest[i+1:])
+			if ok, err := try(append(slices.Clone(prefix), rest[i]), others); ok || err != nil {
+				return ok, err
+			}
+		}
+		return false, nil
+	}
+	return try(nil, keys)
+}
+
+// checkTokenBucket: what Envoy 1.40 does with a token bucket it is given. Its rate is tokens_per_fill over the
+// fill interval's whole seconds, so a sub-second interval divides by zero and allows everything; and its
+// "unchanged" test compares only the interval's nanos.
+func checkTokenBucket(where string, s *typev3.RateLimitStrategy) error {
+	tb := s.GetTokenBucket()
+	if tb == nil {
+		return nil
+	}
+	fi := tb.GetFillInterval()
+	if fi.GetSeconds() < 1 || fi.GetNanos() != 0 {
+		return fmt.Errorf("%s: token_bucket fill_interval %v, want whole seconds >= 1s (Envoy 1.40 divides by the seconds alone)", where, fi.AsDuration())
+	}
+	if tb.GetTokensPerFill().GetValue() == 0 || tb.GetMaxTokens() == 0 {
+		return fmt.Errorf("%s: token_bucket %v admits nothing", where, tb)
+	}
+	return nil
+}
+
+// checkRLQSFilter: the RLQS bootstrap is deploy/envoy.yaml with the rate_limit_quota filter in place of the
+// ratelimit filter; its domain and every bucket it builds land on a limit in deploy/rules/edge.yaml; its
+// cluster is the sidecar's gRPC port over HTTP/2; and its fallbacks are ones Envoy 1.40 applies as meant.
+func checkRLQSFilter(b *bundle) error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(envoyRLQSFile+": "+format, args...)) }
+	f, err := b.rlqsFilter()
+	if err != nil {
+		return err
+	}
+	if b.rules.Domain(f.GetDomain()) == nil {
+		add("domain %q, want one of %s's %q", f.GetDomain(), rulesFile, b.rules.Domains())
+	}
+
+	// The cluster: the same sidecar and port as deploy/envoy.yaml's ShouldRateLimit cluster.
+	name := f.GetRlqsServer().GetEnvoyGrpc().GetClusterName()
+	if c, err := b.cluster(envoyRLQSFile, name); err != nil {
+		add("rlqs_server: %v", err)
+	} else {
+		if err := checkHTTP2(c); err != nil {
+			add("%v", err)
+		}
+		port, _ := addrPort(config.DefaultGRPCAddr)
+		if a, err := endpoint(envoyRLQSFile, c); err != nil {
+			add("%v", err)
+		} else if sa := a.GetSocketAddress(); sa.GetAddress() != "127.0.0.1" || int32(sa.GetPortValue()) != port {
+			add("cluster %s at %v, want the sidecar's gRPC port 127.0.0.1:%d", name, a, port)
+		}
+	}
+
+	settings, err := bucketSettings(f.GetBucketMatchers())
+	if err != nil {
+		add("%v", err)
+	}
+	if len(settings) == 0 {
+		add("no bucket_matchers action: no request would be limited")
+	}
+	for i, s := range settings {
+		keys := slices.Sorted(maps.Keys(s.GetBucketIdBuilder().GetBucketIdBuilder()))
+		if len(keys) == 0 {
+			add("bucket %d: empty bucket_id_builder", i)
+		} else if ok, err := limitedBucket(b, f.GetDomain(), keys); err != nil {
+			add("bucket %d, keys %v: %v", i, keys, err)
+		} else if !ok {
+			add("bucket %d has keys %v, which no rule in %s limits", i, keys, rulesFile)
+		}
+		// Fail open before the first assignment, as deploy/envoy.yaml's failure_mode_deny: false.
+		if s.GetNoAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+			add("bucket %d: no_assignment_behavior %v, want ALLOW_ALL: DENY_ALL refuses each new key's first request and everything while no sidecar answers", i, s.GetNoAssignmentBehavior())
+		}
+		if err := checkTokenBucket(fmt.Sprintf("bucket %d no_assignment_behavior", i), s.GetNoAssignmentBehavior().GetFallbackRateLimit()); err != nil {
+			add("%v", err)
+		}
+		eb := s.GetExpiredAssignmentBehavior()
+		if eb.GetReuseLastAssignment() != nil {
+			add("bucket %d: reuse_last_assignment, which Envoy 1.40 does not implement (the bucket falls back to no_assignment_behavior)", i)
+		}
+		if fb := eb.GetFallbackRateLimit(); fb != nil {
+			if err := checkTokenBucket(fmt.Sprintf("bucket %d expired_assignment_behavior", i), fb); err != nil {
+				add("%v", err)
+			}
+			if eb.GetExpiredAssignmentBehaviorTimeout().AsDuration() <= 0 {
+				add("bucket %d: expired_assignment_behavior without expired_assignment_behavior_timeout: Envoy 1.40 ends the fallback at once", i)
+			}
+		}
+	}
+
+	// A drop-in for deploy/envoy.yaml: the same admin, health listener, app cluster and ingress address.
+	base := b.envoy[envoyFile]
+	if !proto.Equal(b.envoy[envoyRLQSFile].GetAdmin(), base.GetAdmin()) {
+		add("admin differs from %s", envoyFile)
+	}
+	for _, ln := range []string{"ingress", "health"} {
+		l, err1 := b.listener(envoyRLQSFile, ln)
+		bl, err2 := b.listener(envoyFile, ln)
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ln == "health" && !proto.Equal(l, bl) || !proto.Equal(l.GetAddress(), bl.GetAddress()) {
+			add("listener %s differs from %s's", ln, envoyFile)
+		}
+	}
+	c, err1 := b.cluster(envoyRLQSFile, "app")
+	bc, err2 := b.cluster(envoyFile, "app")
+	if err := errors.Join(err1, err2); err != nil {
+		errs = append(errs, err)
+	} else if !proto.Equal(c, bc) {
+		add("cluster app differs from %s's", envoyFile)
+	}
+	return errors.Join(errs...)
+}
