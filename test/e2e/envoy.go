@@ -64,7 +64,13 @@ func writeEnvoyTemplate(t *testing.T, envoyBin, dir string, tmpl *template.Templ
 	if err := tmpl.Execute(&b, p); err != nil {
 		t.Fatalf("render envoy config: %v", err)
 	}
-	cfg := b.Bytes()
+	return writeEnvoyFile(t, envoyBin, dir, b.Bytes())
+}
+
+// writeEnvoyFile writes cfg to dir/envoy.yaml and checks it with
+// `envoy --mode validate`.
+func writeEnvoyFile(t *testing.T, envoyBin, dir string, cfg []byte) string {
+	t.Helper()
 	path := filepath.Join(dir, "envoy.yaml")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		t.Fatal(err)
