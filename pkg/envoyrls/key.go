@@ -50,6 +50,33 @@ func (s *Server) setKeys(req *rlsv3.RateLimitRequest, c *scratch) {
 	c.keysFrom(first)
 }
 
+// counterOf returns l's counter as every decision on it asks the store:
+// its window, algorithm and burst, and envoyproxy/ratelimit's layout where
+// referenceLayout says so; without a key or hits, which belong to the
+// request.
+func (s *Server) counterOf(l *rules.Limit) window.Counter {
+	r := window.Counter{Limit: uint64(l.RequestsPerUnit), Size: l.Size, Algorithm: l.Algorithm, Burst: uint64(l.Burst)}
+	if s.referenceLayout(l) {
+		r.Reference, r.Jitter = true, s.referenceJitter()
+	}
+	return r
+}
+
+// Counter returns the counter that ShouldRateLimit keeps for limit l of a
+// descriptor with entries in domain (l is a limit that Match gave for
+// them): its key, window, algorithm and burst, without hits. Another
+// protocol that charges the same rules (RLQS) takes its counters from here,
+// so both count in one counter. l must not be an override.
+func (s *Server) Counter(domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *rules.Limit) window.Counter {
+	r := s.counterOf(l)
+	if r.Reference {
+		r.Key = string(s.appendReferenceKey(nil, domain, entries, l))
+		return r
+	}
+	r.Key = string(window.AppendKeyCounter(s.appendKeyHead(nil, domain, entries, l), l.Index(), l.Algorithm))
+	return r
+}
+
 // keysFrom sets the keys of the counters from c.reqs[first] on: the keys
 // that c.key holds end to end, ending at c.keyEnds.
 func (c *scratch) keysFrom(first int) {

@@ -331,22 +331,13 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		c.slot = append(c.slot, len(c.reqs))
 		d := req.Descriptors[c.owner[k]]
 		hits, refund := hitsOf(req, d)
-		c.reqs = append(c.reqs, window.Counter{
-			Limit:  uint64(l.RequestsPerUnit),
-			Size:   l.Size,
-			Hits:   hits,
-			Refund: refund,
-			// Global shadow and quota-mode limits never deny, so the store
-			// counts them, over or not, whenever the request is allowed.
-			Shadow:    l.Shadow || s.shadow || s.quotaMode(l),
-			Charge:    l.OverLimit == rules.OverLimitCharge && statesCost(req, d),
-			Algorithm: l.Algorithm,
-			Burst:     uint64(l.Burst),
-		})
-		if s.referenceLayout(l) {
-			r := &c.reqs[len(c.reqs)-1]
-			r.Reference, r.Jitter = true, s.referenceJitter()
-		}
+		r := s.counterOf(l)
+		r.Hits, r.Refund = hits, refund
+		// Global shadow and quota-mode limits never deny, so the store
+		// counts them, over or not, whenever the request is allowed.
+		r.Shadow = l.Shadow || s.shadow || s.quotaMode(l)
+		r.Charge = l.OverLimit == rules.OverLimitCharge && statesCost(req, d)
+		c.reqs = append(c.reqs, r)
 	}
 	if len(c.reqs) == 0 {
 		return s.response(req, c, now), nil

@@ -1,0 +1,374 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"math/bits"
+	"slices"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// bucket is what a stream keeps of one bucket between reports.
+type bucket struct {
+	id *rlqsv3.BucketId // as Envoy sent it first, for the answers
+	// ruled: the last report matched limits, so a report that matches
+	// none means the rule went away: abandon_action.
+	ruled bool
+	// pushAt is when the windows that deny the bucket have all reset, and
+	// next the assignment to send then; pushAt is zero when none is due.
+	pushAt time.Time
+	next   verdict
+	// held is the token bucket last sent, which Strategy compares with
+	// as Envoy does; nil when none.
+	held *typev3.RateLimitStrategy
+}
+
+// usage is one accepted BucketQuotaUsage being handled.
+type usage struct {
+	b               *bucket
+	allowed, denied uint64
+	elapsed         time.Duration // > 0
+	limits          []*rules.Limit
+	entries         []*rlv3.RateLimitDescriptor_Entry
+	first           int // the index of its first counter in the report's store call
+}
+
+// accepted is the Refusal-typed "no refusal" of accept.
+const accepted Refusal = numRefusals
+
+// accept checks u against the sanity caps and returns its usage, with its
+// bucket (new buckets join the stream here), or why it is refused.
+// seen holds the buckets of the report so far.
+func (st *stream) accept(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, seen map[string]bool) (*usage, Refusal) {
+	lim := &st.s.limits
+	entries := u.GetBucketId().GetBucket()
+	if len(entries) == 0 {
+		return nil, RefusedEmptyBucket
+	}
+	if len(entries) > lim.MaxEntries {
+		return nil, RefusedBadBucket
+	}
+	for k, v := range entries {
+		if len(k) > lim.MaxEntryBytes || len(v) > lim.MaxEntryBytes {
+			return nil, RefusedBadBucket
+		}
+	}
+	elapsed, ok := elapsedOf(u.GetTimeElapsed(), lim.MaxElapsed)
+	if !ok {
+		return nil, RefusedBadElapsed
+	}
+	total, carry := bits.Add64(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), 0)
+	// elapsed ≤ MaxElapsed, so the product cannot overflow for any sane
+	// MaxRate; bits.Mul64 makes sure for any.
+	hi, most := bits.Mul64(lim.MaxRate, uint64((elapsed+time.Second-1)/time.Second))
+	if carry != 0 || hi == 0 && total > most {
+		return nil, RefusedAbsurdCounts
+	}
+	key := bucketKey(entries)
+	if seen[key] {
+		return nil, RefusedDuplicate
+	}
+	b := st.buckets[key]
+	if b == nil {
+		if len(st.buckets) >= st.s.maxBuckets {
+			return nil, RefusedMaxBuckets
+		}
+		b = &bucket{id: u.GetBucketId()}
+		st.buckets[key] = b
+		st.s.obs.Buckets(1)
+	}
+	seen[key] = true
+	return &usage{b: b, allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(), elapsed: elapsed}, accepted
+}
+
+// elapsedOf returns a usage's time_elapsed as the ledger takes it: > 0.
+// Envoy 1.40 truncates it to whole seconds, and its first report of a new
+// bucket (the subscription, sent at the bucket's first request) says 0, so
+// 0 or missing is read as the 1 s it is less than. Negative, malformed and
+// longer than most is not believed.
+func elapsedOf(d *durationpb.Duration, most time.Duration) (time.Duration, bool) {
+	if d == nil {
+		return time.Second, true
+	}
+	if d.CheckValid() != nil || d.GetSeconds() < 0 || d.GetNanos() < 0 {
+		return 0, false
+	}
+	e := d.AsDuration()
+	switch {
+	case e > most:
+		return 0, false
+	case e == 0:
+		return time.Second, true
+	}
+	return e, true
+}
+
+// bucketKey names a bucket_id on its stream: its entries in key order,
+// escaped as counter keys are, so distinct buckets never share a name.
+func bucketKey(entries map[string]string) string {
+	var b []byte
+	for _, k := range slices.Sorted(maps.Keys(entries)) {
+		b = window.AppendKeyEntry(b, k, entries[k])
+	}
+	return string(b)
+}
+
+// takeResult is the answer of a report's store call.
+type takeResult struct {
+	reqs []window.Counter
+	res  []window.Result
+	err  error
+}
+
+// failed reports whether the store failed for counter i.
+func (t *takeResult) failed(i int) bool {
+	if t.err == nil {
+		return false
+	}
+	var pe *window.PartialError
+	if errors.As(t.err, &pe) {
+		_, found := slices.BinarySearch(pe.Failed, i)
+		return found
+	}
+	return true
+}
+
+// verdict is what a bucket gets: a kind, and for a token bucket its
+// strategy; keep (send nothing) when a limit whose failure mode is error
+// could not be decided, so Envoy keeps its last assignment until its TTL.
+type verdict struct {
+	kind     Kind
+	keep     bool
+	strategy *typev3.RateLimitStrategy // for KindTokenBucket
+	rate     uint64                    // the share's MilliRate, for KindTokenBucket: the lower is more restrictive
+	burst    uint64
+	ttl      time.Duration // for a quota assignment
+	expires  time.Time     // when the assignment lapses, for a push
+}
+
+// rank orders verdicts by how restrictive they are; the most restrictive
+// of a bucket's limits applies.
+func (v *verdict) rank() int {
+	switch {
+	case v.kind == KindDenyAll:
+		return 3
+	case v.keep:
+		return 2
+	case v.kind == KindTokenBucket:
+		return 1
+	}
+	return 0
+}
+
+// stricter reports whether v restricts more than w.
+func (v *verdict) stricter(w *verdict) bool {
+	if v.rank() != w.rank() {
+		return v.rank() > w.rank()
+	}
+	if v.kind == KindTokenBucket {
+		return v.rate < w.rate || v.rate == w.rate && v.burst < w.burst
+	}
+	return v.kind == KindDenyAll && v.ttl > w.ttl // the longer denial
+}
+
+// send returns v as b's bucket_action at now, and remembers the token
+// bucket it sends; nil to send nothing.
+func (b *bucket) send(v *verdict, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	a := v.action(b.id, now)
+	if a != nil && v.kind != KindAbandon {
+		b.held = v.strategy
+	}
+	return a
+}
+
+// action is v as Envoy's bucket_action at now; nil to send nothing.
+func (v *verdict) action(id *rlqsv3.BucketId, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	a := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id}
+	switch {
+	case v.keep:
+		return nil
+	case v.kind == KindAbandon:
+		a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+		return a
+	}
+	ttl := v.ttl
+	if !v.expires.IsZero() {
+		// A push: what is left of the assignment, in the whole seconds
+		// Envoy reads.
+		ttl = v.expires.Sub(now).Truncate(time.Second)
+		if ttl < time.Second {
+			return nil
+		}
+	}
+	s := v.strategy
+	if v.kind != KindTokenBucket {
+		rule := typev3.RateLimitStrategy_ALLOW_ALL
+		if v.kind == KindDenyAll {
+			rule = typev3.RateLimitStrategy_DENY_ALL
+		}
+		s = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
+	}
+	a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(ttl),
+			RateLimitStrategy:    s,
+		}}
+	return a
+}
+
+// decide returns the verdict of one usage, whose counters t answered:
+// abandon when its rule went away, ALLOW_ALL without limits, else the most
+// restrictive of its limits' verdicts (see limitVerdict). A bucket denied
+// because a window is spent gets, at the reset, the assignment it would
+// have had (bucket.next, pushed by the stream).
+func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeResult) verdict {
+	b := w.b
+	b.pushAt, b.next = time.Time{}, verdict{}
+	if len(w.limits) == 0 {
+		if b.ruled {
+			// Envoy drops the bucket; its next request subscribes again
+			// and finds no rule: ALLOW_ALL.
+			st.forget(b)
+			return verdict{kind: KindAbandon}
+		}
+		return verdict{kind: KindAllowAll, ttl: st.s.ttl}
+	}
+	b.ruled = true
+	out := verdict{kind: KindAllowAll, ttl: st.s.ttl}
+	held := out // the verdict without the spent windows' denials
+	var resetAt time.Time
+	slot := w.first
+	for _, l := range w.limits {
+		if l.Unlimited {
+			continue
+		}
+		v, reset := st.limitVerdict(ctx, now, w, l, t, slot)
+		slot++
+		if v.stricter(&held) {
+			held = v
+		}
+		if reset > 0 {
+			resetAt = later(resetAt, now.Add(reset))
+			v = verdict{kind: KindDenyAll, ttl: min(wholeSecondsUp(reset), st.s.ttl)}
+		}
+		if v.stricter(&out) {
+			out = v
+		}
+	}
+	if !resetAt.IsZero() && held.kind != KindDenyAll && !held.keep {
+		held.expires = now.Add(st.s.ttl)
+		if resetAt.Before(held.expires) {
+			b.pushAt, b.next = resetAt, held
+		}
+	}
+	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// forget drops b from the stream.
+func (st *stream) forget(b *bucket) {
+	for k, x := range st.buckets {
+		if x == b {
+			delete(st.buckets, k)
+			st.s.obs.Buckets(-1)
+			return
+		}
+	}
+}
+
+// limitVerdict returns what limit l, whose counter is t's slot, says of
+// usage w: its failure mode when the store or the ledger failed;
+// ALLOW_ALL in shadow mode (charged all the same); else the client's share
+// of the limit as a token bucket, and when the window's budget is spent,
+// reset > 0, the time until it admits again, during which the bucket is
+// denied instead (see decide).
+func (st *stream) limitVerdict(ctx context.Context, now time.Time, w *usage, l *rules.Limit, t *takeResult, slot int) (v verdict, reset time.Duration) {
+	if t.failed(slot) {
+		return st.failureVerdict(l), 0
+	}
+	if l.Shadow || st.s.shadow {
+		return verdict{kind: KindAllowAll, ttl: st.s.ttl}, 0
+	}
+	c, res := &t.reqs[slot], t.res[slot]
+	share, err := st.s.ledger.Assign(ctx, now, c.Key, fleetOf(l),
+		Report{Client: st.client, Allowed: w.allowed, Denied: w.denied, Elapsed: w.elapsed}, st.s.ttl)
+	if err != nil {
+		if ctx.Err() == nil {
+			st.s.log.Debug("rlqs: ledger failed; applying the failure mode", zap.String("rule", l.Rule), zap.Error(err))
+		}
+		return st.failureVerdict(l), 0
+	}
+	if c.Remaining(res, now) == 0 {
+		reset = spentFor(c, res, now)
+	}
+	s := Strategy(share, w.b.held)
+	if s.GetTokenBucket() == nil {
+		return verdict{kind: KindDenyAll, ttl: st.s.ttl}, reset
+	}
+	return verdict{kind: KindTokenBucket, strategy: s, rate: StrategyMilliRate(s), burst: uint64(s.GetTokenBucket().GetMaxTokens()), ttl: st.s.ttl}, reset
+}
+
+// fleetOf is what limit l allows the fleet: a token bucket rule's rate and
+// burst; for the windows and the sliding log, the window's rate with the
+// small burst WindowFleet gives (an error term of their guarantee).
+func fleetOf(l *rules.Limit) Fleet {
+	if l.Algorithm == window.TokenBucket {
+		f := Fleet{Tokens: uint64(l.RequestsPerUnit), Period: l.Size, Burst: uint64(l.Burst)}
+		if f.Tokens > 0 {
+			f.Burst = max(f.Burst, 1)
+		}
+		return f
+	}
+	return WindowFleet(uint64(l.RequestsPerUnit), l.Size)
+}
+
+// spentFor returns how long a counter with no room left denies: to the end
+// of its window for the windows, until one hit fits again for a token
+// bucket or a sliding log; at least 1 s, the least TTL Envoy applies.
+func spentFor(c *window.Counter, res window.Result, now time.Time) time.Duration {
+	wait := c.RetryAfter(res, now)
+	if c.Algorithm.Windowed() || wait <= 0 {
+		wait = max(wait, c.Reset(res, now))
+	}
+	if !c.Algorithm.Windowed() && c.Capacity() > 0 {
+		// Until one hit fits, not until the whole bucket or log is back.
+		wait = min(wait, c.Size/time.Duration(max(c.Limit, 1)))
+	}
+	return max(wait, time.Second)
+}
+
+// wholeSecondsUp rounds d up to whole seconds: Envoy 1.40 reads only the
+// seconds of a TTL.
+func wholeSecondsUp(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
+}
+
+// failureVerdict is l's failure mode as a verdict: allow → ALLOW_ALL, deny
+// → DENY_ALL, error → nothing sent, so Envoy keeps its last assignment
+// until its TTL and then applies expired_assignment_behavior.
+func (st *stream) failureVerdict(l *rules.Limit) verdict {
+	switch l.FailureMode {
+	case rules.FailAllow:
+		return verdict{kind: KindAllowAll, ttl: st.s.ttl}
+	case rules.FailDeny:
+		return verdict{kind: KindDenyAll, ttl: st.s.ttl}
+	}
+	return verdict{keep: true}
+}

@@ -1,0 +1,76 @@
+package rlqs
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// sweepEvery is how many Assigns pass between sweeps of a Memory's
+// buckets, which drop expired clients and empty buckets no report visits
+// any more.
+const sweepEvery = 4096
+
+// Memory is a Ledger for a single replica: the state lives in this
+// process. It is safe for concurrent use.
+type Memory struct {
+	policy Policy
+
+	mu      sync.Mutex
+	buckets map[string]map[string]ClientState
+	calls   int
+}
+
+// NewMemory returns an empty Memory dividing by p.
+func NewMemory(p Policy) *Memory {
+	return &Memory{policy: p, buckets: make(map[string]map[string]ClientState)}
+}
+
+// Assign implements Ledger. It never fails.
+func (m *Memory) Assign(_ context.Context, now time.Time, key string, f Fleet, r Report, ttl time.Duration) (Share, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.calls%sweepEvery == 0 {
+		m.sweep(now)
+	}
+	b := m.buckets[key]
+	if b == nil {
+		b = make(map[string]ClientState)
+		m.buckets[key] = b
+	}
+	prev, known := b[r.Client]
+	delete(b, r.Client)
+	share, cur, expired := m.policy.Divide(now, f, b, prev, known, r, ttl)
+	for _, id := range expired {
+		delete(b, id)
+	}
+	b[r.Client] = cur
+	return share, nil
+}
+
+// sweep drops every expired client and every bucket left empty.
+func (m *Memory) sweep(now time.Time) {
+	for key, b := range m.buckets {
+		for id, c := range b {
+			if !c.Expires.After(now) {
+				delete(b, id)
+			}
+		}
+		if len(b) == 0 {
+			delete(m.buckets, key)
+		}
+	}
+}
+
+// Clients returns a copy of the state of key's clients, for tests and
+// debugging.
+func (m *Memory) Clients(key string) map[string]ClientState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]ClientState, len(m.buckets[key]))
+	for id, c := range m.buckets[key] {
+		out[id] = c
+	}
+	return out
+}

@@ -1,0 +1,281 @@
+package rlqs_test
+
+import (
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
+)
+
+// isTokenBucket checks that a is a token bucket Envoy 1.40 applies as
+// meant: whole-second fill_interval, TTL ttl; it returns its rate in
+// thousandths of a token per second.
+func isTokenBucket(t *testing.T, name string, a *rlqsv3.RateLimitQuotaResponse_BucketAction, ttl time.Duration) uint64 {
+	t.Helper()
+	q := a.GetQuotaAssignmentAction()
+	tb := q.GetRateLimitStrategy().GetTokenBucket()
+	if tb == nil {
+		t.Fatalf("%s: %s, want a token bucket", name, describe(a))
+	}
+	if fi := tb.GetFillInterval(); fi.GetNanos() != 0 || fi.GetSeconds() < 1 || tb.GetMaxTokens() < 1 || tb.GetTokensPerFill().GetValue() < 1 {
+		t.Fatalf("%s: %s: not a token bucket Envoy 1.40 applies as meant", name, describe(a))
+	}
+	if got := q.GetAssignmentTimeToLive().AsDuration(); got != ttl {
+		t.Fatalf("%s: %s, want TTL %v", name, describe(a), ttl)
+	}
+	return rlqs.StrategyMilliRate(q.GetRateLimitStrategy())
+}
+
+// TestAssignments: what each kind of rule gives a bucket, and that the
+// reported admissions are charged to the counter ShouldRateLimit keeps.
+func TestAssignments(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	c := f.open(t)
+	got := c.report(use("user=alice", 0, 1, 0), use("user=trusted", 0, 7, 0), use("user=vip", 0, 7, 0),
+		use("other=x", 0, 7, 0), use("tier=shadow", 0, 30, 0), use("two=x", 0, 1, 0))
+	for bucket, want := range map[string]string{
+		"user=trusted": "allow@15s", // whitelisted
+		"user=vip":     "allow@15s", // unlimited
+		"other=x":      "allow@15s", // no rule
+		"tier=shadow":  "allow@15s", // over its 10, but shadow_mode never denies
+	} {
+		if d := describe(got[bucket]); d != want {
+			t.Errorf("%s: %s, want %s", bucket, d, want)
+		}
+	}
+	alice := isTokenBucket(t, "user=alice", got["user=alice"], 15*time.Second)
+	if most := uint64(100 * 1000 / 60); alice == 0 || alice > most {
+		t.Errorf("user=alice: %d milli-tokens/s, want 1 to %d (100 a minute)", alice, most)
+	}
+	// The most restrictive of 600 a minute and 600 an hour.
+	if two := isTokenBucket(t, "two=x", got["two=x"], 15*time.Second); two > 600*1000/3600 {
+		t.Errorf("two=x: %d milli-tokens/s, want at most 600 an hour's %d", two, 600*1000/3600)
+	}
+	for _, tt := range []struct {
+		kv   []string
+		want uint64
+	}{{[]string{"user", "alice"}, 1}, {[]string{"tier", "shadow"}, 30}, {[]string{"two", "x"}, 1}} {
+		if got := f.used(t, 0, tt.kv...); got != tt.want {
+			t.Errorf("counter of %v = %d, want %d charged", tt.kv, got, tt.want)
+		}
+	}
+	if got := f.used(t, 1, "two", "x"); got != 1 {
+		t.Errorf("hourly counter of two=x = %d, want 1", got)
+	}
+}
+
+// TestSpentWindowDeniesUntilReset: once the reported admissions spend a
+// window, the bucket is denied until the window ends, and at its end the
+// server pushes the token bucket without waiting for a report.
+func TestSpentWindowDeniesUntilReset(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	c := f.open(t)
+	f.set(t0.Add(10 * time.Second))
+	isTokenBucket(t, "first", c.report(use("user=a", 0, 40, 0))["user=a"], 15*time.Second)
+	// 50 s to the window's end: denied for the TTL; the next report denies again.
+	if d := describe(c.report(use("user=a", 5*time.Second, 60, 3))["user=a"]); d != "deny@15s" {
+		t.Fatalf("spent: %s, want deny@15s", d)
+	}
+	if got := f.used(t, 0, "user", "a"); got != 100 {
+		t.Fatalf("counter = %d, want 100", got)
+	}
+	// 100 ms before the end: denied for the least TTL, 1 s, and pushed
+	// a token bucket at the end.
+	f.set(t0.Add(59*time.Second + 900*time.Millisecond))
+	if d := describe(c.report(use("user=a", 5*time.Second, 0, 20))["user=a"]); d != "deny@1s" {
+		t.Fatalf("just before the reset: %s, want deny@1s", d)
+	}
+	f.advance(time.Second)
+	pushed := byBucket(c.recv())
+	isTokenBucket(t, "pushed", pushed["user=a"], 14*time.Second) // what is left of 15 s, in whole seconds
+	c.quiet()
+}
+
+// TestReconnectKeepsTheCount: a new stream (Envoy reconnecting, to this
+// replica or another) finds the window's count in the store.
+func TestReconnectKeepsTheCount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	c := f.open(t)
+	f.set(t0.Add(10 * time.Second))
+	isTokenBucket(t, "first stream", c.report(use("user=r", 5*time.Second, 70, 0))["user=r"], 15*time.Second)
+	c.cancel()
+	if code := c.end(); code != codes.Canceled {
+		t.Fatalf("cancelled stream ended with %v", code)
+	}
+	c2 := f.open(t)
+	if d := describe(c2.report(use("user=r", 5*time.Second, 30, 0))["user=r"]); d != "deny@15s" {
+		t.Fatalf("after reconnecting: %s, want deny@15s (70 + 30 spend the 100)", d)
+	}
+}
+
+// TestBadUsages: malformed usages are refused one by one, counted, and
+// charge nothing; the stream and its good usages go on. A report that
+// cannot be served at all ends the stream with InvalidArgument.
+func TestBadUsages(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory(), func(o *rlqs.Options) { o.Limits.MaxEntries = 2 })
+	c := f.open(t)
+	negative := use("user=neg", 0, 5, 0)
+	negative.TimeElapsed = &durationpb.Duration{Seconds: -1}
+	malformed := use("user=mal", 0, 5, 0)
+	malformed.TimeElapsed = &durationpb.Duration{Seconds: 1, Nanos: -5}
+	got := c.report(
+		use("", 5*time.Second, 5, 0),
+		negative, malformed,
+		use("user=long", 2*time.Hour, 5, 0),
+		use("user=absurd", 5*time.Second, 1<<40, 0),
+		use("user=overflow", 5*time.Second, 1<<63, 1<<63),
+		use("a=1,b=2,c=3", 5*time.Second, 5, 0),
+		use("user=ok", 5*time.Second, 5, 0),
+		use("user=ok", 5*time.Second, 5, 0),
+	)
+	if len(got) != 1 || got["user=ok"] == nil {
+		t.Fatalf("answered %v, want user=ok alone", got)
+	}
+	for _, tt := range []struct {
+		why  rlqs.Refusal
+		want int
+	}{{rlqs.RefusedEmptyBucket, 1}, {rlqs.RefusedBadElapsed, 3}, {rlqs.RefusedAbsurdCounts, 2}, {rlqs.RefusedBadBucket, 1}, {rlqs.RefusedDuplicate, 1}} {
+		if n := f.obs.refusals(tt.why); n != tt.want {
+			t.Errorf("refused %s: %d, want %d", tt.why, n, tt.want)
+		}
+	}
+	for _, u := range []string{"neg", "mal", "long", "absurd", "overflow"} {
+		if n := f.used(t, 0, "user", u); n != 0 {
+			t.Errorf("user=%s charged %d, want nothing", u, n)
+		}
+	}
+	if n := f.used(t, 0, "user", "ok"); n != 5 {
+		t.Errorf("user=ok charged %d, want 5 (once)", n)
+	}
+	c.send("other")
+	if code := c.end(); code != codes.InvalidArgument {
+		t.Errorf("domain changed: %v, want InvalidArgument", code)
+	}
+	c2 := f.open(t)
+	c2.send("", use("user=x", 0, 1, 0))
+	if code := c2.end(); code != codes.InvalidArgument {
+		t.Errorf("no domain: %v, want InvalidArgument", code)
+	}
+	if n := f.obs.refusals(rlqs.RefusedNoDomain); n != 1 {
+		t.Errorf("refused no_domain: %d, want 1", n)
+	}
+}
+
+// TestCaps: streams beyond MaxStreams end with ResourceExhausted; buckets
+// beyond MaxBuckets on a stream are refused, the others served.
+func TestCaps(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory(), func(o *rlqs.Options) { o.MaxStreams, o.MaxBuckets = 1, 2 })
+	c := f.open(t)
+	got := c.report(use("user=1", 0, 1, 0), use("user=2", 0, 1, 0), use("user=3", 0, 1, 0))
+	if len(got) != 2 || got["user=3"] != nil {
+		t.Fatalf("answered %v, want user=1 and user=2", got)
+	}
+	if n := f.obs.refusals(rlqs.RefusedMaxBuckets); n != 1 {
+		t.Errorf("refused max_buckets: %d, want 1", n)
+	}
+	if _, buckets := f.obs.gauges(); buckets != 2 {
+		t.Errorf("buckets gauge %d, want 2", buckets)
+	}
+	c2 := f.open(t)
+	c2.send("edge", use("user=1", 0, 1, 0))
+	if code := c2.end(); code != codes.ResourceExhausted {
+		t.Errorf("second stream: %v, want ResourceExhausted", code)
+	}
+	// The first stream still reports its buckets.
+	if got := c.report(use("user=1", 5*time.Second, 1, 0)); got["user=1"] == nil {
+		t.Errorf("first stream after the refusal: %v", got)
+	}
+	c.cancel()
+	c.end()
+	waitFor(t, func() bool { s, b := f.obs.gauges(); return s == 0 && b == 0 }, "gauges back to 0")
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDrain: draining ends the streams with Unavailable, so a graceful
+// stop of the gRPC server returns at once instead of waiting for them.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	c := f.open(t)
+	c.report(use("user=d", 0, 1, 0))
+	stopped := make(chan struct{})
+	go func() { f.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("graceful stop waits for the stream")
+	}
+	if code := c.end(); code != codes.Unavailable {
+		t.Errorf("drained stream: %v, want Unavailable", code)
+	}
+}
+
+// TestReload: a reload that changes a rule's limit changes the assignment
+// at the next report; one that removes the rule abandons the bucket, which
+// Envoy then subscribes again and finds allowed.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	c := f.open(t)
+	before := isTokenBucket(t, "before", c.report(use("user=a", 0, 1, 0))["user=a"], 15*time.Second)
+	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
+	after := isTokenBucket(t, "raised", c.report(use("user=a", 5*time.Second, 5, 0))["user=a"], 15*time.Second)
+	if after <= before {
+		t.Errorf("limit raised 60-fold: %d milli-tokens/s, was %d", after, before)
+	}
+	f.setRules(t, "domain: edge\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
+	if d := describe(c.report(use("user=a", 5*time.Second, 5, 0))["user=a"]); d != "abandon" {
+		t.Errorf("rule removed: %s, want abandon", d)
+	}
+	if d := describe(c.report(use("user=a", 0, 1, 0))["user=a"]); d != "allow@15s" {
+		t.Errorf("subscribed again: %s, want allow@15s", d)
+	}
+}
+
+// TestFailureModesRedisDown: with Redis stopped, each rule's failure_mode
+// decides: allow → ALLOW_ALL, deny → DENY_ALL, error → nothing, so Envoy
+// keeps its last assignment.
+func TestFailureModesRedisDown(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	f := newFixture(t, redisstore.New(r.BoundedClient(t), redisstore.Options{}))
+	c := f.open(t)
+	all := []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use("open=a", 0, 1, 0), use("closed=a", 0, 1, 0), use("strict=a", 0, 1, 0)}
+	got := c.report(all...)
+	for _, b := range []string{"open=a", "closed=a", "strict=a"} {
+		isTokenBucket(t, b+" with Redis up", got[b], 15*time.Second)
+	}
+	r.Stop()
+	got = c.report(all...)
+	if d := describe(got["open=a"]); d != "allow@15s" {
+		t.Errorf("allow: %s, want allow@15s", d)
+	}
+	if d := describe(got["closed=a"]); d != "deny@15s" {
+		t.Errorf("deny: %s, want deny@15s", d)
+	}
+	if a := got["strict=a"]; a != nil {
+		t.Errorf("error: %s, want nothing sent", describe(a))
+	}
+}
