@@ -63,6 +63,7 @@ type bundle struct {
 	overlay       overlay // deploy/k8s-client-address
 
 	envoyRaw, rulesRaw []byte
+	rlqsDoc            []byte                            // docs/rlqs.md, which quotes deploy/envoy-rlqs.yaml
 	envoy              map[string]*bootstrapv3.Bootstrap // by file
 	rules              *rules.Set                        // rulesRaw, loaded
 	compose            compose
@@ -122,6 +123,7 @@ func load(t *testing.T) *bundle {
 
 	b.envoyRaw = readFile(t, root, envoyFile)
 	b.rulesRaw = readFile(t, root, rulesFile)
+	b.rlqsDoc = readFile(t, root, rlqsDocFile)
 	for _, f := range []string{envoyFile, envoyUDSFile, envoyComposeFile, envoyRLQSFile} {
 		bs, err := decodeEnvoy(readFile(t, root, f))
 		if err != nil {
@@ -174,6 +176,7 @@ var checks = []struct {
 	{"descriptor shapes", checkDescriptorShapes},
 	{"envoy variants", checkEnvoyVariants},
 	{"rlqs filter", checkRLQSFilter},
+	{"rlqs doc quotes the file", checkRLQSDoc},
 	{"compose", checkCompose},
 }
 

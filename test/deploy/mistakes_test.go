@@ -263,6 +263,13 @@ func TestChecksCatchMistakes(t *testing.T) {
 			a, _ := endpoint(envoyRLQSFile, c)
 			a.GetSocketAddress().PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: 18081}
 		}},
+		{"rlqs doc drifts from the file", checkRLQSDoc, func(b *bundle) {
+			old := []byte("expired_assignment_behavior_timeout: 3600s")
+			if !bytes.Contains(b.rlqsDoc, old) {
+				t.Fatalf("%s has no %s to edit", rlqsDocFile, old)
+			}
+			b.rlqsDoc = bytes.Replace(b.rlqsDoc, old, []byte("expired_assignment_behavior_timeout: 600s"), 1)
+		}},
 		{"uds listener drifts", checkEnvoyVariants, func(b *bundle) {
 			b.envoy[envoyUDSFile].GetStaticResources().GetListeners()[0].Name = "other"
 		}},

@@ -1,16 +1,22 @@
 package deploy_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3" // the matcher inputs, for decoding
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 )
@@ -18,7 +24,10 @@ import (
 // Checks of deploy/envoy-rlqs.yaml, the bootstrap with the rate_limit_quota (RLQS) filter. `envoy --mode
 // validate` (TestEnvoyValidates) accepts it; these catch what Envoy accepts but gets wrong at run time.
 
-const envoyRLQSFile = "deploy/envoy-rlqs.yaml"
+const (
+	envoyRLQSFile = "deploy/envoy-rlqs.yaml"
+	rlqsDocFile   = "docs/rlqs.md"
+)
 
 // rlqsFilter is the ingress listener's only rate_limit_quota filter config.
 func (b *bundle) rlqsFilter() (*rlqsfilterv3.RateLimitQuotaFilterConfig, error) {
@@ -199,6 +208,69 @@ func checkRLQSFilter(b *bundle) error {
 		errs = append(errs, err)
 	} else if !proto.Equal(c, bc) {
 		add("cluster app differs from %s's", envoyFile)
+	}
+	return errors.Join(errs...)
+}
+
+// checkRLQSDoc: the YAML that docs/rlqs.md's "Envoy config" section explains is deploy/envoy-rlqs.yaml's, as
+// protos (the doc shortens the comments): its http_filters are the ingress listener's, its clusters the file's
+// clusters of the same names.
+func checkRLQSDoc(b *bundle) error {
+	_, section, ok := strings.Cut(string(b.rlqsDoc), "\n## Envoy config\n")
+	if !ok {
+		return fmt.Errorf("%s: no \"## Envoy config\" section", rlqsDocFile)
+	}
+	_, block, ok := strings.Cut(section, "\n```yaml\n")
+	block, _, closed := strings.Cut(block, "\n```\n")
+	if !ok || !closed {
+		return fmt.Errorf("%s: \"Envoy config\" has no ```yaml block", rlqsDocFile)
+	}
+	j, err := yaml.YAMLToJSONStrict([]byte(block))
+	if err != nil {
+		return fmt.Errorf("%s: Envoy config block: %w", rlqsDocFile, err)
+	}
+	var parts struct {
+		HTTPFilters json.RawMessage `json:"http_filters"`
+		Clusters    json.RawMessage `json:"clusters"`
+	}
+	if err := json.Unmarshal(j, &parts); err != nil {
+		return fmt.Errorf("%s: Envoy config block: %w", rlqsDocFile, err)
+	}
+	doc := &hcmv3.HttpConnectionManager{}
+	if err := protojson.Unmarshal([]byte(`{"http_filters":`+string(parts.HTTPFilters)+`}`), doc); err != nil {
+		return fmt.Errorf("%s: Envoy config block's http_filters: %w", rlqsDocFile, err)
+	}
+	docClusters := &bootstrapv3.Bootstrap_StaticResources{}
+	if err := protojson.Unmarshal([]byte(`{"clusters":`+string(parts.Clusters)+`}`), docClusters); err != nil {
+		return fmt.Errorf("%s: Envoy config block's clusters: %w", rlqsDocFile, err)
+	}
+	l, err := b.listener(envoyRLQSFile, "ingress")
+	if err != nil {
+		return err
+	}
+	h, err := hcm(l)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if len(doc.GetHttpFilters()) != len(h.GetHttpFilters()) {
+		errs = append(errs, fmt.Errorf("%s quotes %d http_filters, %s has %d", rlqsDocFile, len(doc.GetHttpFilters()), envoyRLQSFile, len(h.GetHttpFilters())))
+	} else {
+		for i, f := range doc.GetHttpFilters() {
+			if !proto.Equal(f, h.GetHttpFilters()[i]) {
+				errs = append(errs, fmt.Errorf("%s: http_filters[%d] (%s) differs from %s's", rlqsDocFile, i, f.GetName(), envoyRLQSFile))
+			}
+		}
+	}
+	if len(docClusters.GetClusters()) == 0 {
+		errs = append(errs, fmt.Errorf("%s quotes no cluster", rlqsDocFile))
+	}
+	for _, c := range docClusters.GetClusters() {
+		if fc, err := b.cluster(envoyRLQSFile, c.GetName()); err != nil {
+			errs = append(errs, err)
+		} else if !proto.Equal(c, fc) {
+			errs = append(errs, fmt.Errorf("%s: cluster %s differs from %s's", rlqsDocFile, c.GetName(), envoyRLQSFile))
+		}
 	}
 	return errors.Join(errs...)
 }
