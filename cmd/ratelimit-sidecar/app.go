@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +25,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 )
 
@@ -37,6 +39,7 @@ type app struct {
 	counters   *counters
 	reg        *prometheus.Registry
 	srv        *envoyrls.Server
+	rlqs       *rlqs.Server     // nil with -rlqs=false
 	calls      callObserver     // times the gRPC calls of srv
 	tracing    *tracing.Tracing // nil without -tracing
 	reloader   *reload.Watcher  // nil with -config-type grpc-xds-sotw
@@ -117,6 +120,9 @@ func (a *app) buildServer(ctx context.Context) error {
 		return err
 	}
 	a.calls = recorder
+	if err := a.buildRLQS(c, tracer); err != nil {
+		return err
+	}
 	if a.o.xds.configType == configXDS {
 		a.xds, err = newXDSClient(a.o, a.log, func(s *rules.Set) {
 			a.srv.SetRules(s)
@@ -200,6 +206,9 @@ func (a *app) buildListeners() error {
 	a.grpc = grpc.NewServer(opts...)
 	a.closers = append(a.closers, a.grpc.Stop)
 	rlsv3.RegisterRateLimitServiceServer(a.grpc, timedServer{a.srv, a.calls})
+	if a.rlqs != nil {
+		rlqsv3.RegisterRateLimitQuotaServiceServer(a.grpc, a.rlqs)
+	}
 	a.health = newHealthService(a.o.xds.rulesAtStart())
 	a.health.register(a.grpc)
 	a.closers = append(a.closers, a.http.stop)
@@ -368,6 +377,11 @@ func (a *app) shutdown() {
 	a.stopHealth()
 	a.log.Info("shutting down: draining in-flight calls", zap.Duration("timeout", a.o.shutdownTimeout))
 	deadline := time.Now().Add(a.o.shutdownTimeout)
+	if a.rlqs != nil {
+		// An RLQS stream never ends by itself: end them (Envoy reconnects
+		// elsewhere) so the graceful stop waits only for calls.
+		a.rlqs.Drain()
+	}
 	stopped := make(chan struct{})
 	go func() { a.grpc.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(a.o.shutdownTimeout)
@@ -378,6 +392,9 @@ func (a *app) shutdown() {
 		a.log.Warn("shutdown timeout: cancelling remaining calls")
 		a.grpc.Stop()
 		<-stopped
+	}
+	if a.rlqs != nil {
+		a.rlqs.Wait()
 	}
 	a.http.stop()
 	if a.tracing != nil {

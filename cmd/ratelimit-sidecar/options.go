@@ -45,6 +45,7 @@ type options struct {
 	mergeDomains    bool
 	limits          envoyrls.InputLimits
 	xds             xdsConfig // -config-type and the xDS client: see xds.go
+	rlqs            rlqsConfig
 	// refNotes are what the reference's environment asked that this
 	// project does differently, one log line each at start; see refenv.go.
 	refNotes []refNote
@@ -120,6 +121,7 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.grpcTLS.check()...)
+	errs = append(errs, c.rlqs.check()...)
 	if err := c.tracing.check(); err != nil {
 		errs = append(errs, err)
 	}
@@ -143,6 +145,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.grpcMaxAge, "grpc-max-connection-age", 0, "close gRPC connections after about this long (GOAWAY), so clients rebalance; 0 never")
 	fs.DurationVar(&c.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long calls in flight may finish before the connection is closed; 0 for ever")
 	c.grpcTLS.addFlags(fs)
+	c.rlqs.addFlags(fs)
 	fs.StringVar(&c.redisURL, "redis-url", "", "redis://[user:password@]host:port/db or rediss://...; empty uses the in-memory store (one replica only)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", config.DefaultRedisTimeout, "bound on a Redis counting call for a request that carries no deadline; a request with one (Envoy sends its filter timeout) gets the time left to it less a margin for answering (a tenth, at least 5ms) instead, longer or shorter, so its failure mode still answers in time; health pings and the in-memory store are not bound by it")
 	fs.DurationVar(&c.redisTimeoutCap, "redis-timeout-cap", 0, "when above 0, no Redis counting call waits longer, whatever the request's deadline: for failure modes fast rather than decisions from a slow Redis; 0 follows each request's deadline")

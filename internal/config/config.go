@@ -58,6 +58,17 @@ const (
 	DefaultMaxEntryBytes = 1024
 	// DefaultMaxHits is -max-hits'.
 	DefaultMaxHits uint64 = 1<<32 - 1
+	// DefaultRLQS is -rlqs': the Rate Limit Quota Service is served, so an
+	// Envoy pointed at the gRPC port needs nothing else.
+	DefaultRLQS = true
+	// DefaultRLQSAssignmentTTL is -rlqs-assignment-ttl's: three of Envoy
+	// 1.40's 5 s report intervals, so one lost report does not expire an
+	// assignment.
+	DefaultRLQSAssignmentTTL = 15 * time.Second
+	// DefaultRLQSMaxStreams is -rlqs-max-streams'.
+	DefaultRLQSMaxStreams = 10_000
+	// DefaultRLQSMaxBuckets is -rlqs-max-buckets'.
+	DefaultRLQSMaxBuckets = 1_000
 
 	// DefaultRedisTimeout is -redis-timeout's, below Envoy's 20ms filter
 	// timeout.

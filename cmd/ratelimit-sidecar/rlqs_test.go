@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func TestRLQSFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args    []string
+		env     map[string]string
+		wantErr string
+	}{
+		{nil, nil, ""},
+		{[]string{"-rlqs=false"}, nil, ""},
+		{[]string{"-rlqs-assignment-ttl", "20s"}, nil, ""},
+		{[]string{"-rlqs-assignment-ttl", "5s"}, nil, "-rlqs-assignment-ttl 5s: want whole seconds, more than Envoy's report interval of 5s"},
+		{[]string{"-rlqs-assignment-ttl", "7500ms"}, nil, "-rlqs-assignment-ttl 7.5s: want whole seconds"},
+		{nil, map[string]string{"RLS_RLQS_ASSIGNMENT_TTL": "1s"}, "-rlqs-assignment-ttl 1s"},
+		{[]string{"-rlqs-max-streams", "0"}, nil, "-rlqs-max-streams 0: want at least 1"},
+		{[]string{"-rlqs-max-buckets", "-1"}, nil, "-rlqs-max-buckets -1: want at least 1"},
+	}
+	for _, tt := range tests {
+		args := append([]string{"-config", "r.yaml"}, tt.args...)
+		_, err := parseOptions("test", args, env(tt.env), io.Discard)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("parseOptions(%q) = %v", args, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("parseOptions(%q) error = %v, want %q", args, err, tt.wantErr)
+		}
+	}
+}
+
+// TestRLQSServedBesideShouldRateLimit: by default the RLQS service answers
+// on the gRPC listener from the same rules; at shutdown its streams end
+// with Unavailable at once, so shutdown does not wait -shutdown-timeout for
+// them. With -rlqs=false the method is Unimplemented.
+func TestRLQSServedBesideShouldRateLimit(t *testing.T) {
+	t.Parallel()
+	for _, enabled := range []bool{true, false} {
+		o, err := parseOptions("test", []string{"-config", writeRules(t, goodRules(6000)), "-grpc-addr", "127.0.0.1:0", "-http-addr", "",
+			"-shutdown-timeout", "60s", "-rlqs=" + map[bool]string{true: "true", false: "false"}[enabled]}, env(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := newApp(context.Background(), o, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- a.serve(ctx, make(chan os.Signal)) }()
+
+		stream, err := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, a.grpcLis.Addr().String())).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"k": "v"}}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1,
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if !enabled {
+			if status.Code(err) != codes.Unimplemented {
+				t.Errorf("-rlqs=false: %v, %v; want Unimplemented", resp, err)
+			}
+			cancel()
+			<-done
+			continue
+		}
+		if err != nil || resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
+			t.Fatalf("first report: %v, %v; want a token bucket", resp, err)
+		}
+		start := time.Now()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve = %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("shutdown waits for the RLQS stream")
+		}
+		if _, err := stream.Recv(); status.Code(err) != codes.Unavailable && status.Code(err) != codes.Canceled {
+			t.Errorf("stream after shutdown: %v, want Unavailable", err)
+		}
+		t.Logf("shutdown took %v with an RLQS stream open", time.Since(start))
+	}
+}
