@@ -94,20 +94,21 @@ type envoy struct {
 	ledger map[string]int // stat suffix ("ok", "over_limit", ...) -> count
 }
 
-// startEnvoy starts Envoy on config and waits until the admin answers
-// /ready and the ingress listener accepts connections. The listener is
-// probed with a bare TCP connect, so no request reaches the filter.
-func startEnvoy(t *testing.T, envoyBin, name, config string) *envoy {
+// startEnvoy starts Envoy on config, with more command-line args if
+// given, and waits until the admin answers /ready and the ingress listener
+// accepts connections. The listener is probed with a bare TCP connect, so
+// no request reaches the filter.
+func startEnvoy(t *testing.T, envoyBin, name, config string, args ...string) *envoy {
 	t.Helper()
 	dir := filepath.Dir(config)
 	addrFile := filepath.Join(dir, "admin.addr")
-	p := startProc(t, name, envoyBin,
+	p := startProc(t, name, envoyBin, append([]string{
 		"-c", config,
 		"--use-dynamic-base-id",
 		"--concurrency", "1",
 		"-l", "warning",
 		"--admin-address-path", addrFile,
-	)
+	}, args...)...)
 	e := &envoy{proc: p, Name: name, ledger: map[string]int{}}
 	deadline := time.Now().Add(startTimeout)
 	for e.Admin == "" {

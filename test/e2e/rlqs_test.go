@@ -75,8 +75,10 @@ func TestRLQS(t *testing.T) {
 	servesRLQS(t, scB)
 	app := startUpstream(t)
 	// Each Envoy's cluster lists both replicas: its own first, the other as failover.
-	envoyA := startEnvoy(t, envoyBin, "envoy-a", writeRLQSEnvoyConfig(t, t.TempDir(), port(t, app.Listener.Addr().String()), scA, scB))
-	envoyB := startEnvoy(t, envoyBin, "envoy-b", writeRLQSEnvoyConfig(t, t.TempDir(), port(t, app.Listener.Addr().String()), scB, scA))
+	// The filter's debug log shows every report and assignment, in the output a failed test prints.
+	debug := []string{"--component-log-level", "rate_limit_quota:debug"}
+	envoyA := startEnvoy(t, envoyBin, "envoy-a", writeRLQSEnvoyConfig(t, t.TempDir(), port(t, app.Listener.Addr().String()), scA, scB), debug...)
+	envoyB := startEnvoy(t, envoyBin, "envoy-b", writeRLQSEnvoyConfig(t, t.TempDir(), port(t, app.Listener.Addr().String()), scB, scA), debug...)
 
 	off := redisOffset(t, rdb)
 	redisNow := func() time.Time { return time.Now().Add(off) }
@@ -136,6 +138,9 @@ func TestRLQS(t *testing.T) {
 
 	if sent, denied := load.denied("cold"); denied > 0 || sent == 0 {
 		t.Errorf("cold, under its limit: %d of %d requests denied, want 0 of > 0", denied, sent)
+	}
+	if t.Failed() {
+		t.Logf("per second on the Redis clock, admitted/denied:\n%s", load.timeline())
 	}
 }
 
@@ -474,4 +479,49 @@ func (l *rlqsLoad) denied(key string) (n, denied int) {
 		}
 	}
 	return n, denied
+}
+
+// timeline renders the outcomes per second (by the time of the answer) and per Envoy and key, one line a
+// second: "hh:mm:ss envoy-a hot 10/0 cold 1/0 | envoy-b ...".
+func (l *rlqsLoad) timeline() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	type cell struct{ ok, denied int }
+	counts := map[int64]map[string]*cell{}
+	var first, last int64
+	for i, r := range l.results {
+		sec := r.done / 1000
+		if i == 0 || sec < first {
+			first = sec
+		}
+		last = max(last, sec)
+		if counts[sec] == nil {
+			counts[sec] = map[string]*cell{}
+		}
+		k := r.envoy + " " + r.key
+		if counts[sec][k] == nil {
+			counts[sec][k] = &cell{}
+		}
+		if r.status == http.StatusOK {
+			counts[sec][k].ok++
+		} else {
+			counts[sec][k].denied++
+		}
+	}
+	var b strings.Builder
+	for sec := first; sec <= last && len(l.results) > 0; sec++ {
+		fmt.Fprintf(&b, "%s", time.Unix(sec, 0).UTC().Format(time.TimeOnly))
+		for _, e := range []string{"envoy-a", "envoy-b"} {
+			b.WriteString(" | " + e)
+			for _, k := range []string{"hot", "cold"} {
+				c := counts[sec][e+" "+k]
+				if c == nil {
+					c = &cell{}
+				}
+				fmt.Fprintf(&b, " %s %d/%d", k, c.ok, c.denied)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
