@@ -18,8 +18,8 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// bucket is what a stream keeps of one bucket between reports.
-type bucket struct {
+// streamBucket is what a stream keeps of one bucket between reports.
+type streamBucket struct {
 	id *rlqsv3.BucketId // as Envoy sent it first, for the answers
 	// ruled: the last report matched limits, so a report that matches
 	// none means the rule went away: abandon_action.
@@ -35,7 +35,7 @@ type bucket struct {
 
 // usage is one accepted BucketQuotaUsage being handled.
 type usage struct {
-	b               *bucket
+	b               *streamBucket
 	allowed, denied uint64
 	elapsed         time.Duration // > 0
 	limits          []*rules.Limit
@@ -83,7 +83,7 @@ func (st *stream) accept(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 
 		if len(st.buckets) >= st.s.maxBuckets {
 			return nil, RefusedMaxBuckets
 		}
-		b = &bucket{id: u.GetBucketId()}
+		b = &streamBucket{id: u.GetBucketId()}
 		st.buckets[key] = b
 		st.s.obs.Buckets(1)
 	}
@@ -183,7 +183,7 @@ func (v *verdict) stricter(w *verdict) bool {
 
 // send returns v as b's bucket_action at now, and remembers the token
 // bucket it sends; nil to send nothing.
-func (b *bucket) send(v *verdict, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func (b *streamBucket) send(v *verdict, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	a := v.action(b.id, now)
 	if a != nil && v.kind != KindAbandon {
 		b.held = v.strategy
@@ -231,7 +231,7 @@ func (v *verdict) action(id *rlqsv3.BucketId, now time.Time) *rlqsv3.RateLimitQu
 // abandon when its rule went away, ALLOW_ALL without limits, else the most
 // restrictive of its limits' verdicts (see limitVerdict). A bucket denied
 // because a window is spent gets, at the reset, the assignment it would
-// have had (bucket.next, pushed by the stream).
+// have had (streamBucket.next, pushed by the stream).
 func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeResult) verdict {
 	b := w.b
 	b.pushAt, b.next = time.Time{}, verdict{}
@@ -283,7 +283,7 @@ func later(a, b time.Time) time.Time {
 }
 
 // forget drops b from the stream.
-func (st *stream) forget(b *bucket) {
+func (st *stream) forget(b *streamBucket) {
 	for k, x := range st.buckets {
 		if x == b {
 			delete(st.buckets, k)
@@ -326,10 +326,11 @@ func (st *stream) limitVerdict(ctx context.Context, now time.Time, w *usage, l *
 }
 
 // fleetOf is what limit l allows the fleet: a token bucket rule's rate and
-// burst; for the windows and the sliding log, the window's rate with the
-// small burst WindowFleet gives (an error term of their guarantee).
+// burst (the algorithms that take a burst); for the windows and the
+// sliding log, the window's rate with the small burst WindowFleet gives (an
+// error term of their guarantee).
 func fleetOf(l *rules.Limit) Fleet {
-	if l.Algorithm == window.TokenBucket {
+	if l.Algorithm.TakesBurst() {
 		f := Fleet{Tokens: uint64(l.RequestsPerUnit), Period: l.Size, Burst: uint64(l.Burst)}
 		if f.Tokens > 0 {
 			f.Burst = max(f.Burst, 1)

@@ -26,8 +26,10 @@ type Report struct {
 	Client string
 	// Allowed and Denied are the requests the client decided over Elapsed.
 	Allowed, Denied uint64
-	// Elapsed is the time the usage covers; > 0 (Envoy 1.40 sends whole
-	// seconds).
+	// Elapsed is the time the usage covers (Envoy 1.40 sends whole
+	// seconds). 0 means no interval: the immediate report of a new bucket,
+	// or a re-check the server makes at Share.Recheck with no counts; the
+	// ledger then keeps the client's last demand estimate.
 	Elapsed time.Duration
 }
 
@@ -43,6 +45,12 @@ type Share struct {
 	// Changed reports whether the share differs from the one the client
 	// holds, so the server sends a new strategy (else only a longer TTL).
 	Changed bool
+	// Recheck, when not zero, is when the ledger expects room for a larger
+	// share: the client got less than its target because other clients'
+	// decreases may still be in flight. A server that calls Assign again
+	// then, with a Report of no counts and Elapsed 0, and sends the result,
+	// gives the client its share without waiting for its next report.
+	Recheck time.Time
 }
 
 // Ledger keeps, per bucket, every client's recent demand and held share,

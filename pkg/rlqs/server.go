@@ -68,6 +68,7 @@ const ReportInterval = 5 * time.Second
 // Defaults of Options.
 const (
 	DefaultTTL        = 15 * time.Second
+	DefaultTimeout    = time.Second
 	DefaultMaxStreams = 10_000
 	DefaultMaxBuckets = 1_000
 )
@@ -92,6 +93,11 @@ type Options struct {
 	// more than ReportInterval so the next report extends it before it
 	// expires; default DefaultTTL.
 	TTL time.Duration
+	// Timeout bounds the store and ledger calls of one report (a stream
+	// has no deadline of its own); default DefaultTimeout. A report is not
+	// on a request's path, so it may wait longer than a ShouldRateLimit
+	// call: what a late answer costs is at most its report interval.
+	Timeout time.Duration
 	// MaxStreams caps the streams served at once (ResourceExhausted
 	// beyond); default DefaultMaxStreams.
 	MaxStreams int
@@ -120,12 +126,14 @@ type Server struct {
 	obs        Observer
 	tracer     trace.Tracer
 	ttl        time.Duration
+	timeout    time.Duration
 	maxStreams int
 	maxBuckets int
 	limits     UsageLimits
 	shadow     bool
 	replica    string
 
+	failing   atomic.Bool   // the last charge failed; for transition logs
 	streams   atomic.Int64  // served now
 	seq       atomic.Uint64 // streams ever started: client names
 	drainOnce sync.Once
@@ -154,6 +162,9 @@ func New(o Options) (*Server, error) {
 	if err := CheckTTL(o.TTL); err != nil {
 		return nil, err
 	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
 	if o.MaxStreams == 0 {
 		o.MaxStreams = DefaultMaxStreams
 	}
@@ -179,7 +190,7 @@ func New(o Options) (*Server, error) {
 	}
 	return &Server{
 		counters: o.Counters, store: o.Store, ledger: o.Ledger, now: o.Now, log: o.Logger, obs: o.Observer,
-		tracer: o.Tracer, ttl: o.TTL, maxStreams: o.MaxStreams, maxBuckets: o.MaxBuckets,
+		tracer: o.Tracer, ttl: o.TTL, timeout: o.Timeout, maxStreams: o.MaxStreams, maxBuckets: o.MaxBuckets,
 		limits: o.Limits.withDefaults(), shadow: o.ShadowMode, replica: o.Replica,
 		drained: make(chan struct{}),
 	}, nil
@@ -235,3 +246,14 @@ func (s *Server) Streams() int { return int(s.streams.Load()) }
 // Checking the interface here keeps a change of the generated code a
 // compile error.
 var _ rlqsv3.RateLimitQuotaServiceServer = (*Server)(nil)
+
+// storeState logs the transitions between a store that charges and one
+// that fails, once each, as ShouldRateLimit's server does.
+func (s *Server) storeState(err error) {
+	switch {
+	case err != nil && s.failing.CompareAndSwap(false, true):
+		s.log.Warn("rlqs: charging reported admissions failed; applying failure modes", zap.Error(err))
+	case err == nil && s.failing.Load() && s.failing.CompareAndSwap(true, false):
+		s.log.Info("rlqs: store recovered")
+	}
+}

@@ -11,19 +11,23 @@ import (
 // and Redis ledgers only keep its state.
 type Policy struct {
 	// Hysteresis, in thousandths, is how far a client's target rate may
-	// move from the rate it holds before the ledger changes the share:
+	// rise above the rate it holds before the ledger raises the share:
 	// within it the client keeps its share and only its TTL is extended,
-	// which spares Envoy a new token bucket at every report. Default 100
-	// (10%); a negative value turns it off.
+	// which spares Envoy a new token bucket at every report. A target
+	// below the share always lowers it. Default 50 (5%); a negative value
+	// turns it off.
 	Hysteresis int
-	// Grace is added to a share's TTL in the ledger: Envoy starts the TTL
-	// when the assignment arrives, after the ledger wrote it, so the ledger
-	// counts a share until Grace past the TTL it sent. Default 1 s.
+	// Grace bounds how long an assignment takes to reach Envoy. Envoy
+	// starts the TTL when the assignment arrives, so the ledger counts a
+	// share until Grace past the TTL it sent; and it counts the old share
+	// of a decrease for Grace, as Envoy runs the old bucket until the new
+	// one arrives. An answer later than Grace is an error term of the
+	// guarantee (docs/rlqs.md). Default 1 s.
 	Grace time.Duration
 }
 
 const (
-	defaultHysteresis = 100
+	defaultHysteresis = 50
 	defaultGrace      = time.Second
 	// floorDiv sets the floor weight every client has on top of its
 	// demand: max(D, r)/(floorDiv·N). It keeps a client whose last interval
@@ -32,6 +36,13 @@ const (
 	// the fleet is busy to the same r/((floorDiv+1)·N).
 	floorDiv = 16
 	milli    = 1000
+	// minBurst is the least max_tokens a client with a rate gets. A bucket
+	// of one token wastes its refill while full: requests arriving evenly
+	// a little faster than its rate find 0.9 tokens, are denied, and the
+	// next one finds the bucket capped at 1, so it admits every other
+	// request, half its rate. Two tokens never saturate under demand
+	// above the rate. The floors are an error term of the guarantee.
+	minBurst = 2
 )
 
 func (p Policy) hysteresis() uint64 {
@@ -53,26 +64,37 @@ func (p Policy) grace() time.Duration {
 
 // ClientState is what a ledger keeps about one client of one bucket.
 type ClientState struct {
-	// Demand is the client's smoothed demand, in thousandths of a request
-	// per second, from (allowed + denied) / elapsed of its reports.
+	// Demand is the client's demand, in thousandths of a request per
+	// second: (allowed + denied) / elapsed of its last report with an
+	// elapsed time. Envoy's reports already average over their interval.
 	Demand uint64
 	// Rate (thousandths of a token per second) and Burst (tokens) are the
 	// share the client was last granted.
 	Rate, Burst uint64
-	// PrevRate and PrevBurst are the share a decrease replaced: Envoy runs
-	// the old bucket until the new assignment arrives, so the ledger counts
-	// the larger of the two until the client's next report (by then Envoy
-	// has applied the decrease, unless the answer took longer than a
-	// report interval to arrive; docs/rlqs.md counts that case).
+	// PrevRate and PrevBurst are the share a decrease replaced, counted
+	// until PrevUntil: Envoy runs its old bucket until the new assignment
+	// arrives, which Policy.Grace bounds.
 	PrevRate, PrevBurst uint64
+	PrevUntil           time.Time
 	// Expires is when the ledger stops counting the share: the grant's TTL
 	// plus Policy.Grace. An expired client is dropped.
 	Expires time.Time
+	// Reported is when the client's last report reached the ledger.
+	Reported time.Time
+	// Estimated is true until a report with an elapsed time measures the
+	// client's demand; Divide then takes it to be the average of the
+	// measured clients' (Demand is 0).
+	Estimated bool
 }
 
-// counted is the rate and burst the client may be admitting under now.
-func (c ClientState) counted() (rate, burst uint64) {
-	return max(c.Rate, c.PrevRate), max(c.Burst, c.PrevBurst)
+// Counted is the rate and burst the client may be admitting under at now:
+// its share, or the one a decrease replaced while that may still be in
+// force in Envoy.
+func (c ClientState) Counted(now time.Time) (rate, burst uint64) {
+	if c.PrevUntil.After(now) {
+		return max(c.Rate, c.PrevRate), max(c.Burst, c.PrevBurst)
+	}
+	return c.Rate, c.Burst
 }
 
 // FleetMilliRate is f's rate in thousandths of a token per second, rounded
@@ -141,15 +163,22 @@ func satAdd(a, b uint64) uint64 {
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetMilliRate(f)
 	var expired []string
-	var live, sumDemand, usedRate, usedBurst uint64
+	var live, measured, sumDemand, usedRate, usedBurst uint64
+	var freed time.Time // the first moment a decrease in flight stops counting
 	for id, c := range others {
 		if !c.Expires.After(now) {
 			expired = append(expired, id)
 			continue
 		}
+		if c.PrevUntil.After(now) && (freed.IsZero() || c.PrevUntil.Before(freed)) {
+			freed = c.PrevUntil
+		}
 		live++
-		sumDemand = satAdd(sumDemand, c.Demand)
-		cr, cb := c.counted()
+		if !c.Estimated {
+			measured++
+			sumDemand = satAdd(sumDemand, c.Demand)
+		}
+		cr, cb := c.Counted(now)
 		usedRate = satAdd(usedRate, cr)
 		usedBurst = satAdd(usedBurst, cb)
 	}
@@ -160,31 +189,44 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		prev = ClientState{}
 	}
 
-	// The client's demand: a report's (allowed+denied)/elapsed, averaged
-	// with the previous estimate. Without an elapsed time (the immediate
-	// report of a new bucket) a new client is taken to want the average of
-	// the others, or the whole rate when alone.
+	// The client's demand: a report's (allowed+denied)/elapsed. A client
+	// with no report with an elapsed time yet (the immediate report of a
+	// new bucket says 0 s) is taken to want what the measured clients want
+	// on average, or the whole rate when none is measured; a known client
+	// reporting no elapsed time (a re-check) keeps its last measure.
 	cur := prev
-	cur.PrevRate, cur.PrevBurst = 0, 0 // the last decrease is in force by now
-	if r.Elapsed > 0 {
-		sample := mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(r.Elapsed))
-		if known {
-			cur.Demand = prev.Demand/2 + sample/2 + (prev.Demand & sample & 1)
-		} else {
-			cur.Demand = sample
+	heldRate, heldBurst := prev.Counted(now)
+	cur.PrevRate, cur.PrevBurst, cur.PrevUntil = 0, 0, time.Time{}
+	if el := r.Elapsed; el > 0 {
+		// Envoy truncates the elapsed time to whole seconds (a bucket's
+		// first report after 1.9 s says 1 s); the time between two reports
+		// as the ledger saw them is closer when it agrees.
+		if m := now.Sub(prev.Reported); known && !prev.Reported.IsZero() && m >= el && m < el+time.Second+p.grace() {
+			el = m
 		}
+		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(el))
+		cur.Estimated = false
 	} else if !known {
-		cur.Demand = rTot
-		if live > 0 {
-			cur.Demand = sumDemand / live
-		}
+		cur.Demand, cur.Estimated = 0, true
+	}
+	if !cur.Estimated {
+		measured++
+		sumDemand = satAdd(sumDemand, cur.Demand)
 	}
 	n := live + 1
-	total := satAdd(sumDemand, cur.Demand)
+	guess := rTot // the demand of a client not measured yet
+	if measured > 0 {
+		guess = sumDemand / measured
+	}
+	demand := cur.Demand
+	if cur.Estimated {
+		demand = guess
+	}
+	total := satAdd(sumDemand, mulSat(guess, n-measured))
 
 	// The target: r·(d_i + φ)/(D + n·φ) with φ = max(D, r)/(floorDiv·n).
 	phi := max(total, rTot)/(floorDiv*n) + 1
-	weight := satAdd(cur.Demand, phi)
+	weight := satAdd(demand, phi)
 	weights := satAdd(total, mulSat(phi, n))
 	target := min(mulDiv(rTot, weight, weights), rTot)
 
@@ -198,24 +240,27 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		rate = min(target, availRate)
 		burst = 0
 		if rate > 0 {
-			// A burst in proportion to the rate, at least one token (a
-			// bucket of 0 admits nothing).
-			burst = max(1, min(mulDiv(f.Burst, rate, max(rTot, 1)), availBurst))
+			// A burst in proportion to the rate, but at least minBurst.
+			burst = max(minBurst, min(mulDiv(f.Burst, rate, max(rTot, 1)), availBurst))
 		}
 	}
-	if rate < prev.Rate {
-		cur.PrevRate = prev.Rate
-	}
-	if burst < prev.Burst {
-		cur.PrevBurst = prev.Burst
+	if rate < heldRate || burst < heldBurst {
+		// A decrease: Envoy may run the larger share until the answer
+		// arrives.
+		cur.PrevRate, cur.PrevBurst = max(rate, heldRate), max(burst, heldBurst)
+		cur.PrevUntil = now.Add(p.grace())
 	}
 	cur.Rate, cur.Burst = rate, burst
 	cur.Expires = now.Add(ttl + p.grace())
+	cur.Reported = now
 	share := Share{
 		MilliRate: rate,
 		Burst:     burst,
 		Expires:   now.Add(ttl),
 		Changed:   !known || rate != prev.Rate || burst != prev.Burst,
+	}
+	if !keep && rate < target && !freed.IsZero() {
+		share.Recheck = freed
 	}
 	return share, cur, expired
 }

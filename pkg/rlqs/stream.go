@@ -18,15 +18,15 @@ type stream struct {
 	s       *Server
 	client  string // the ledger's name for this stream
 	domain  string // "" until the first report
-	buckets map[string]*bucket
+	buckets map[string]*streamBucket
 	logged  [numRefusals]bool // a refusal is logged once per stream, and counted always
-	// timer fires at the earliest bucket's push (bucket.pushAt); nil when
+	// timer fires at the earliest bucket's push (streamBucket.pushAt); nil when
 	// none is due.
 	timer *time.Timer
 }
 
 func newStream(s *Server, client string) *stream {
-	return &stream{s: s, client: client, buckets: make(map[string]*bucket)}
+	return &stream{s: s, client: client, buckets: make(map[string]*streamBucket)}
 }
 
 // close gives the stream's buckets back to the gauges and stops its timer.
@@ -155,6 +155,8 @@ func (st *stream) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 
 func (st *stream) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
 	now := st.s.now()
+	ctx, cancel := context.WithTimeout(ctx, st.s.timeout)
+	defer cancel()
 	switch {
 	case st.domain == "" && m.GetDomain() == "":
 		st.refuse(RefusedNoDomain, nil)
@@ -207,9 +209,7 @@ func (st *stream) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 	var err error
 	if len(reqs) > 0 {
 		_, err = st.s.store.Take(ctx, now, reqs, res)
-		if err != nil && ctx.Err() == nil {
-			st.s.log.Debug("rlqs: charging reported admissions failed; applying failure modes", zap.Error(err))
-		}
+		st.s.storeState(err)
 	}
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	taken := takeResult{reqs: reqs, res: res, err: err}

@@ -279,3 +279,22 @@ func TestFailureModesRedisDown(t *testing.T) {
 		t.Errorf("error: %s, want nothing sent", describe(a))
 	}
 }
+
+// TestTwoReplicasShareTheCount: Envoys on two replicas that share one
+// Redis charge one counter: what one replica's client admitted, the
+// other's sees spent.
+func TestTwoReplicasShareTheCount(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	a := newFixture(t, redisstore.New(r.Client(t), redisstore.Options{}))
+	b := newFixture(t, redisstore.New(r.Client(t), redisstore.Options{}))
+	a.set(t0.Add(10 * time.Second))
+	b.set(t0.Add(10 * time.Second))
+	isTokenBucket(t, "replica a", a.open(t).report(use("user=r", 5*time.Second, 70, 0))["user=r"], 15*time.Second)
+	if d := describe(b.open(t).report(use("user=r", 5*time.Second, 30, 0))["user=r"]); d != "deny@15s" {
+		t.Fatalf("replica b: %s, want deny@15s (70 + 30 spend the 100)", d)
+	}
+	if got := b.used(t, 0, "user", "r"); got != 100 {
+		t.Errorf("counter = %d, want 100", got)
+	}
+}

@@ -35,7 +35,9 @@ const (
 // tracedReport is handle inside a span, the child of the stream's context,
 // whose context the store and the ledger get.
 func (st *stream) tracedReport(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
-	ctx, span := st.s.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer))
+	// Internal, not server: the stream's server span (from the gRPC
+	// server's instrumentation, if any) is this one's parent.
+	ctx, span := st.s.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindInternal))
 	resp, err := st.handle(ctx, m)
 	if span.IsRecording() {
 		span.SetAttributes(attrRPCSystem, attrRPCService, attrRPCMethod, keyDomain.String(st.domain),

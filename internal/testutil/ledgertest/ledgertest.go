@@ -1,0 +1,472 @@
+// Package ledgertest runs an rlqs.Ledger against simulated Envoy 1.40
+// clients (envoyrlqs) on an injected clock, and checks the guarantee
+// docs/rlqs.md states: the fleet bound on every interval, and the
+// utilization at three times the limit. The same scenarios run on the
+// memory ledger and on Redis ledgers sharing one budget.
+package ledgertest
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/envoyrlqs"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+)
+
+// The simulation drives the ledger and Strategy with Envoy 1.40 clients
+// (envoyrlqs) on an injected clock: each client is one Envoy with one
+// bucket, reports every ReportEvery from the bucket's creation, and
+// receives each answer after its own delay. It records every admission.
+
+// ReportEvery is Envoy 1.40's report interval, whatever the config says.
+const ReportEvery = 5 * time.Second
+
+// Start is the simulated clock's time 0.
+var Start = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+
+// ClientSpec is one simulated Envoy.
+type ClientSpec struct {
+	Name string
+	Join time.Duration // its first request
+	// Demand is the client's request rate (per second) at a time since the
+	// start; requests are evenly spaced at that rate.
+	Demand func(at time.Duration) float64
+	// Down lists periods in which the client's stream is broken: reports
+	// are lost (Envoy still resets its counts), answers do not arrive, and
+	// the first report after a period opens a new stream (a new client).
+	Down  [][2]time.Duration
+	Delay time.Duration // from a report to its answer's arrival
+}
+
+// Scenario is one simulated fleet: its clients, the rule's Fleet over
+// time, and what to check.
+type Scenario struct {
+	Name    string
+	Fleet   func(at time.Duration) rlqs.Fleet
+	Clients []ClientSpec
+	Dur     time.Duration // simulated time
+	TTL     time.Duration // assignment_time_to_live
+	// Changes are the times Fleet changes; until Settling after each, the
+	// larger of the two limits bounds the fleet.
+	Changes []time.Duration
+	// Full, when not 0, is the time from which every 20 s window (apart
+	// from those a limit change unsettles) must admit ≥ 90% of the fleet's
+	// rate: the demand is at least 3× the limit throughout.
+	Full      time.Duration
+	Trace     bool // log every report and its answer
+	NoRecheck bool // the server ignores Share.Recheck
+}
+
+func constant(rate float64) func(time.Duration) float64 {
+	return func(time.Duration) float64 { return rate }
+}
+
+func steps(rates ...float64) func(time.Duration) float64 { // rates[i] for [i·20 s, (i+1)·20 s)
+	return func(at time.Duration) float64 {
+		i := int(at / (20 * time.Second))
+		return rates[min(i, len(rates)-1)]
+	}
+}
+
+func fixedFleet(f rlqs.Fleet) func(time.Duration) rlqs.Fleet {
+	return func(time.Duration) rlqs.Fleet { return f }
+}
+
+// event kinds, in the order they run at one instant: answers arrive, then
+// the server's re-checks (Share.Recheck), reports, requests.
+const (
+	evDeliver = iota
+	evRecheck
+	evReport
+	evRequest
+)
+
+type event struct {
+	at     time.Time
+	kind   int
+	client int
+	seq    int
+	action *rlqsv3.RateLimitQuotaResponse_BucketAction
+	stream int // the stream an answer was sent on
+}
+
+type events []*event
+
+func (h events) Len() int { return len(h) }
+func (h events) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	if h[i].kind != h[j].kind {
+		return h[i].kind < h[j].kind
+	}
+	return h[i].seq < h[j].seq
+}
+func (h events) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *events) Push(x any)   { *h = append(*h, x.(*event)) }
+func (h *events) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+type simClient struct {
+	spec    ClientSpec
+	b       *envoyrlqs.Bucket
+	stream  int                       // current stream number; a new one after each down period
+	wasDown bool                      // the last report was lost
+	held    *typev3.RateLimitStrategy // what the server sent on this stream
+	ledger  rlqs.Ledger
+}
+
+// Result is what a Run measured.
+type Result struct {
+	Admitted  []int64    // admission times, ns since the start, sorted
+	Injected  [][2]int64 // (time ns, tokens·1000) of tokens gained at once
+	MaxExcess uint64     // max over time of (Σ max_tokens in force − B)⁺
+	Floors    int        // most clients at once
+	Requests  int
+}
+
+// Run simulates s against ledgers (client i uses ledgers[i%len]) and
+// checks, at every answer, that the rates Envoy applies sum to at most the
+// fleet's rate.
+func Run(t testing.TB, s Scenario, ledgers []rlqs.Ledger) Result {
+	t.Helper()
+	ctx := context.Background()
+	const key = "bucket"
+	settings := envoyrlqs.Settings{NoAssignment: envoyrlqs.Blanket(typev3.RateLimitStrategy_DENY_ALL)}
+	var h events
+	seq := 0
+	push := func(e *event) { seq++; e.seq = seq; heap.Push(&h, e) }
+	clients := make([]*simClient, len(s.Clients))
+	for i, spec := range s.Clients {
+		b, err := envoyrlqs.New(settings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = &simClient{spec: spec, b: b, ledger: ledgers[i%len(ledgers)]}
+		push(&event{at: Start.Add(spec.Join), kind: evRequest, client: i})
+	}
+	var res Result
+	end := Start.Add(s.Dur)
+	down := func(c *simClient, at time.Time) bool {
+		for _, p := range c.spec.Down {
+			if !at.Before(Start.Add(p[0])) && at.Before(Start.Add(p[1])) {
+				return true
+			}
+		}
+		return false
+	}
+	// assign is the server's side of one report (or re-check) on the
+	// client's current stream: the ledger's share, sent as a strategy that
+	// arrives after the client's delay.
+	assign := func(i int, now time.Time, u envoyrlqs.Usage) {
+		c := clients[i]
+		r := rlqs.Report{Client: fmt.Sprintf("%s#%d", c.spec.Name, c.stream), Allowed: u.Allowed, Denied: u.Denied, Elapsed: u.Elapsed}
+		f := s.Fleet(now.Sub(Start))
+		share, err := c.ledger.Assign(ctx, now, key, f, r, s.TTL)
+		if err != nil {
+			t.Fatalf("Assign at %v: %v", now.Sub(Start), err)
+		}
+		st := rlqs.Strategy(share, c.held)
+		c.held = st
+		if s.Trace {
+			t.Logf("%v %s %+v -> %+v %v", now.Sub(Start), r.Client, u, share, st)
+		}
+		push(&event{at: now.Add(c.spec.Delay), kind: evDeliver, client: i, action: envoyrlqs.Assign(st, s.TTL), stream: c.stream})
+		if !share.Recheck.IsZero() && !s.NoRecheck {
+			push(&event{at: share.Recheck, kind: evRecheck, client: i, stream: c.stream})
+		}
+	}
+	report := func(i int, now time.Time, u envoyrlqs.Usage) {
+		c := clients[i]
+		if down(c, now) {
+			c.wasDown = true
+			return
+		}
+		if c.wasDown {
+			c.wasDown = false
+			c.stream++
+			c.held = nil // a new stream: the server knows nothing of it
+		}
+		assign(i, now, u)
+	}
+	bound := func(at time.Duration) uint64 {
+		r := rlqs.FleetMilliRate(s.Fleet(at))
+		for _, ch := range s.Changes {
+			// Old shares last until every client has reported once
+			// after the change and the answers have arrived.
+			if at >= ch && at < ch+ReportEvery+time.Second+100*time.Millisecond {
+				r = max(r, rlqs.FleetMilliRate(s.Fleet(ch-time.Nanosecond)))
+			}
+		}
+		return r
+	}
+	checkRates := func(now time.Time) {
+		var sum, sumMax uint64
+		for _, c := range clients {
+			st := c.b.Assignment(now)
+			if st == nil {
+				continue // DENY_ALL by no_assignment_behavior
+			}
+			r := rlqs.StrategyMilliRate(st)
+			if r == math.MaxUint64 {
+				t.Fatalf("at %v client %s runs an unbounded strategy %v", now.Sub(Start), c.spec.Name, st)
+			}
+			sum += r
+			sumMax += uint64(st.GetTokenBucket().GetMaxTokens())
+		}
+		if b := bound(now.Sub(Start)); sum > b {
+			t.Fatalf("at %v Envoy's rates sum to %d thousandths/s, above the fleet's %d", now.Sub(Start), sum, b)
+		}
+		if burst := s.Fleet(now.Sub(Start)).Burst; sumMax > burst {
+			res.MaxExcess = max(res.MaxExcess, sumMax-burst)
+		}
+	}
+	for h.Len() > 0 {
+		e := heap.Pop(&h).(*event)
+		if !e.at.Before(end) {
+			break
+		}
+		c := clients[e.client]
+		before := c.b.Stats().Injected
+		switch e.kind {
+		case evDeliver:
+			if down(c, e.at) || e.stream != c.stream {
+				break // lost with its stream
+			}
+			c.b.Apply(e.at, e.action)
+			checkRates(e.at)
+		case evRecheck:
+			if !down(c, e.at) && e.stream == c.stream {
+				assign(e.client, e.at, envoyrlqs.Usage{})
+			}
+		case evReport:
+			if u, ok := c.b.Usage(e.at); ok {
+				report(e.client, e.at, u)
+			}
+			push(&event{at: e.at.Add(ReportEvery), kind: evReport, client: e.client})
+		case evRequest:
+			rate := c.spec.Demand(e.at.Sub(Start))
+			if rate <= 0 {
+				push(&event{at: e.at.Add(time.Second), kind: evRequest, client: e.client}) // idle: look again later
+				break
+			}
+			res.Requests++
+			if c.b.Decide(e.at) {
+				res.Admitted = append(res.Admitted, int64(e.at.Sub(Start)))
+			}
+			if u, ok := c.b.Subscription(); ok {
+				report(e.client, e.at, u)
+				push(&event{at: e.at.Add(ReportEvery), kind: evReport, client: e.client})
+			}
+			push(&event{at: e.at.Add(time.Duration(float64(time.Second) / rate)), kind: evRequest, client: e.client})
+		}
+		if gain := c.b.Stats().Injected - before; gain > 0 {
+			res.Injected = append(res.Injected, [2]int64{int64(e.at.Sub(Start)), int64(math.Ceil(gain * 1000))})
+		}
+	}
+	res.Floors = len(clients)
+	return res
+}
+
+// tokenFleet is a token_bucket rule of 10 per second with a burst of 20.
+var tokenFleet = rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 20}
+
+// Scenarios are the property test's cases: skewed demand, joins and leaves,
+// limit changes, bursts, slow answers, many clients.
+func Scenarios() []Scenario {
+	const ttl = 15 * time.Second
+	rng := rand.New(rand.NewPCG(25, 1))
+	many := make([]ClientSpec, 40)
+	for i := range many {
+		many[i] = ClientSpec{
+			Name: fmt.Sprintf("e%d", i), Join: time.Duration(rng.IntN(20_000)) * time.Millisecond,
+			Demand: constant(0.05 + rng.Float64()*rng.Float64()*3), Delay: time.Duration(rng.IntN(900)) * time.Millisecond,
+		}
+	}
+	return []Scenario{
+		{Name: "2:1 at 3x", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Full: ReportEvery, Clients: []ClientSpec{
+			{Name: "a", Demand: constant(20), Delay: 20 * time.Millisecond},
+			{Name: "b", Join: 300 * time.Millisecond, Demand: constant(10), Delay: 20 * time.Millisecond},
+		}},
+		{Name: "100:1 at 3x", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Full: 2*time.Second + ReportEvery, Clients: []ClientSpec{
+			{Name: "a", Demand: constant(29.7), Delay: 5 * time.Millisecond},
+			{Name: "b", Join: 2 * time.Second, Demand: constant(0.297), Delay: 5 * time.Millisecond},
+		}},
+		{Name: "ten equal at 3x", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Full: 3933*time.Millisecond + ReportEvery, Clients: func() []ClientSpec {
+			cs := make([]ClientSpec, 10)
+			for i := range cs {
+				cs[i] = ClientSpec{Name: fmt.Sprintf("e%d", i), Join: time.Duration(i) * 437 * time.Millisecond,
+					Demand: constant(3), Delay: 10 * time.Millisecond}
+			}
+			return cs
+		}()},
+		{Name: "joins and leaves", Fleet: fixedFleet(tokenFleet), Dur: 3 * time.Minute, TTL: ttl, Clients: []ClientSpec{
+			{Name: "a", Demand: constant(15), Delay: 10 * time.Millisecond, Down: [][2]time.Duration{{40 * time.Second, 70 * time.Second}}},
+			{Name: "b", Demand: steps(5, 5, 20, 20, 0, 0, 10), Delay: 30 * time.Millisecond},
+			{Name: "c", Join: 30 * time.Second, Demand: constant(8), Delay: 200 * time.Millisecond,
+				Down: [][2]time.Duration{{100 * time.Second, 3 * time.Minute}}},
+			{Name: "d", Join: 50 * time.Second, Demand: constant(12), Delay: 50 * time.Millisecond},
+		}},
+		{Name: "limit changes", Dur: 2 * time.Minute, TTL: ttl, Full: ReportEvery + time.Second, Changes: []time.Duration{40 * time.Second, 80 * time.Second},
+			Fleet: func(at time.Duration) rlqs.Fleet {
+				switch {
+				case at < 40*time.Second:
+					return tokenFleet
+				case at < 80*time.Second:
+					return rlqs.Fleet{Tokens: 4, Period: time.Second, Burst: 8}
+				}
+				return rlqs.Fleet{Tokens: 20, Period: time.Second, Burst: 40}
+			},
+			Clients: []ClientSpec{
+				{Name: "a", Demand: constant(40), Delay: 10 * time.Millisecond},
+				{Name: "b", Join: time.Second, Demand: constant(20), Delay: 10 * time.Millisecond},
+			}},
+		{Name: "bursts out of phase", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Clients: []ClientSpec{
+			{Name: "a", Demand: steps(50, 0.1, 50, 0.1, 50, 0.1), Delay: 10 * time.Millisecond},
+			{Name: "b", Demand: steps(0.1, 50, 0.1, 50, 0.1, 50), Delay: 10 * time.Millisecond},
+		}},
+		{Name: "window rule 2:1", Fleet: fixedFleet(rlqs.WindowFleet(100, 20*time.Second)), Dur: 2 * time.Minute, TTL: ttl,
+			Full: 700*time.Millisecond + ReportEvery, Clients: []ClientSpec{
+				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
+				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
+			}},
+		{Name: "slow answers", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Clients: []ClientSpec{
+			{Name: "a", Demand: steps(30, 5, 30), Delay: 900 * time.Millisecond},
+			{Name: "b", Demand: steps(5, 30, 5), Delay: 900 * time.Millisecond},
+			{Name: "c", Join: 10 * time.Second, Demand: constant(10), Delay: 900 * time.Millisecond},
+		}},
+		{Name: "forty skewed", Fleet: fixedFleet(rlqs.Fleet{Tokens: 30, Period: time.Second, Burst: 30}), Dur: 2 * time.Minute,
+			TTL: ttl, Clients: many},
+	}
+}
+
+// windowBound is, for the window [s, s+T], the fleet's largest rate and
+// burst over it (a limit change is bounded by the larger limit until it
+// settles).
+func windowBound(sc Scenario, s, T time.Duration) (rate, burst uint64) {
+	points := []time.Duration{s, s + T}
+	for _, ch := range sc.Changes {
+		for _, p := range []time.Duration{ch, ch + ReportEvery + 2*time.Second} {
+			if p > s && p <= s+T {
+				points = append(points, p)
+			}
+		}
+	}
+	for _, p := range points {
+		f := sc.Fleet(p)
+		if len(sc.Changes) > 0 {
+			f = maxFleet(sc, p)
+		}
+		rate, burst = max(rate, rlqs.FleetMilliRate(f)), max(burst, f.Burst)
+	}
+	return rate, burst
+}
+
+func maxFleet(sc Scenario, at time.Duration) rlqs.Fleet {
+	f := sc.Fleet(at)
+	for _, ch := range sc.Changes {
+		if at >= ch && at < ch+ReportEvery+2*time.Second {
+			if g := sc.Fleet(ch - time.Nanosecond); rlqs.FleetMilliRate(g) > rlqs.FleetMilliRate(f) {
+				f = g
+			}
+		}
+	}
+	return f
+}
+
+// CheckBound checks admitted ≤ B + r·T + E on every interval [s, s+T]
+// (s at an admission, which is where the count peaks), for each T, in
+// big-int arithmetic. E = the largest excess of the max_tokens in force
+// over B, plus the tokens injected at once (new buckets, upward
+// max_tokens jumps) within the interval.
+func CheckBound(t testing.TB, sc Scenario, res Result) {
+	t.Helper()
+	adm := res.Admitted
+	inj := res.Injected
+	prefix := make([]int64, len(inj)+1) // thousandths of a token
+	for i, e := range inj {
+		prefix[i+1] = prefix[i] + e[1]
+	}
+	injectedIn := func(from, to int64) *big.Int {
+		lo := sort.Search(len(inj), func(i int) bool { return inj[i][0] >= from })
+		hi := sort.Search(len(inj), func(i int) bool { return inj[i][0] > to })
+		return big.NewInt(prefix[hi] - prefix[lo])
+	}
+	for _, T := range []time.Duration{time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, time.Minute, sc.Dur} {
+		worst, worstAt := new(big.Rat), time.Duration(0)
+		j := 0
+		for i := range adm {
+			for j < len(adm) && adm[j] <= adm[i]+int64(T) {
+				j++
+			}
+			count := big.NewInt(int64(j - i))
+			r, b := windowBound(sc, time.Duration(adm[i]), T)
+			// bound·1000 = B·1000 + r·T/1e9 + excess·1000 + injected(thousandths)
+			bound := new(big.Int).Mul(new(big.Int).SetUint64(r), big.NewInt(int64(T)))
+			bound.Quo(bound, big.NewInt(int64(time.Second)))
+			bound.Add(bound, new(big.Int).Mul(new(big.Int).SetUint64(b+res.MaxExcess), big.NewInt(1000)))
+			bound.Add(bound, injectedIn(adm[i], adm[i]+int64(T)))
+			got := new(big.Int).Mul(count, big.NewInt(1000))
+			if got.Cmp(bound) > 0 {
+				t.Fatalf("%d admitted in [%v, %v+%v], above the bound %.3f (r=%d/1000 per s, B=%d, excess %d)",
+					j-i, time.Duration(adm[i]), time.Duration(adm[i]), T, float64(bound.Int64())/1000, r, b, res.MaxExcess)
+			}
+			if ratio := new(big.Rat).SetFrac(got, bound); ratio.Cmp(worst) > 0 {
+				worst, worstAt = ratio, time.Duration(adm[i])
+			}
+		}
+		f, _ := worst.Float64()
+		t.Logf("T=%v: worst admitted/bound %.3f at %v", T, f, worstAt)
+	}
+	if res.MaxExcess > 2*uint64(res.Floors) {
+		t.Fatalf("max_tokens in force exceeded B by %d, more than the two-token floors of %d clients", res.MaxExcess, res.Floors)
+	}
+}
+
+// Settling is how long after a limit change the old limit may still show:
+// every client reports within ReportEvery, and its answer arrives within
+// the Grace.
+const Settling = ReportEvery + 2*time.Second
+
+// CheckFull checks that every 20 s window from sc.Full on admits at least
+// 90% of the fleet's rate, skipping windows a limit change unsettles.
+func CheckFull(t testing.TB, sc Scenario, res Result) {
+	t.Helper()
+	if sc.Full == 0 {
+		return
+	}
+	const w = 20 * time.Second
+	worst, worstAt := 2.0, time.Duration(0)
+next:
+	for s := sc.Full; s+w <= sc.Dur; s += 100 * time.Millisecond {
+		for _, ch := range sc.Changes {
+			if s < ch+Settling && s+w > ch {
+				continue next
+			}
+		}
+		lo := sort.Search(len(res.Admitted), func(i int) bool { return res.Admitted[i] >= int64(s) })
+		hi := sort.Search(len(res.Admitted), func(i int) bool { return res.Admitted[i] >= int64(s+w) })
+		want := float64(rlqs.FleetMilliRate(sc.Fleet(s))) / 1000 * w.Seconds()
+		if r := float64(hi-lo) / want; r < worst {
+			worst, worstAt = r, s
+		}
+	}
+	t.Logf("least admitted in a 20 s window from %v: %.3f of the limit, at %v", sc.Full, worst, worstAt)
+	if worst < 0.9 {
+		t.Fatalf("a 20 s window from %v admitted %.3f of the limit, want ≥ 0.9", worstAt, worst)
+	}
+}

@@ -1,0 +1,98 @@
+package rlqs_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/ledgertest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+)
+
+func TestGuaranteeMemory(t *testing.T) {
+	t.Parallel()
+	for _, sc := range ledgertest.Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			res := ledgertest.Run(t, sc, []rlqs.Ledger{rlqs.NewMemory(rlqs.Policy{})})
+			ledgertest.CheckBound(t, sc, res)
+			ledgertest.CheckFull(t, sc, res)
+		})
+	}
+}
+
+// TestShares checks the two promises about who holds what, on the ledger's
+// state in a steady state (demands constant for long enough):
+//   - a busy client is not starved: it holds at least
+//     min(t/(1+H), t − H·r) with t = (16/17)·r·d/max(D, r), its target's
+//     lower bound (H the hysteresis, 5%);
+//   - an idle client does not hold quota: after one report of no demand,
+//     beside a fleet whose demand is at least r, it holds at most
+//     (1+H)·r/(16·n) (n clients), and a client whose stream is gone is
+//     dropped one TTL (plus the grace) after its last report.
+func TestShares(t *testing.T) {
+	t.Parallel()
+	const h = 0.05
+	for _, sc := range ledgertest.Scenarios() {
+		switch sc.Name {
+		case "2:1 at 3x", "100:1 at 3x", "ten equal at 3x", "window rule 2:1", "forty skewed":
+		default:
+			continue
+		}
+		t.Run("busy "+sc.Name, func(t *testing.T) {
+			t.Parallel()
+			m := rlqs.NewMemory(rlqs.Policy{})
+			ledgertest.Run(t, sc, []rlqs.Ledger{m})
+			r := float64(rlqs.FleetMilliRate(sc.Fleet(sc.Dur)))
+			var d float64
+			for _, c := range sc.Clients {
+				d += c.Demand(sc.Dur) * 1000
+			}
+			held := m.Clients("bucket")
+			for _, c := range sc.Clients {
+				got := float64(held[c.Name+"#0"].Rate)
+				tgt := 16.0 / 17 * r * c.Demand(sc.Dur) * 1000 / max(d, r)
+				// 1% for the measuring: Envoy's counts over 5 s of evenly
+				// spaced requests are off by one.
+				want := min(tgt/(1+h), tgt-h*r) * 0.99
+				if got < want {
+					t.Errorf("client %s (demand %.2f/s) holds %.0f thousandths/s, want ≥ %.0f", c.Name, c.Demand(sc.Dur), got, want)
+				}
+			}
+		})
+	}
+	t.Run("idle and gone", func(t *testing.T) {
+		t.Parallel()
+		var sc ledgertest.Scenario
+		for _, s := range ledgertest.Scenarios() {
+			if s.Name == "joins and leaves" {
+				sc = s
+			}
+		}
+		// b is idle from 80 s; c's stream broke at 100 s for good; a's
+		// stream was down from 40 s to 70 s (a#0, then a#1).
+		sc.Dur = 115 * time.Second
+		m := rlqs.NewMemory(rlqs.Policy{})
+		ledgertest.Run(t, sc, []rlqs.Ledger{m})
+		held := m.Clients("bucket")
+		if _, ok := held["a#0"]; ok {
+			t.Errorf("a#0, gone at 40 s, still holds %+v at 115 s", held["a#0"])
+		}
+		r := float64(rlqs.FleetMilliRate(sc.Fleet(0)))
+		n := 0
+		for _, c := range held {
+			if c.Expires.After(ledgertest.Start.Add(sc.Dur)) {
+				n++
+			}
+		}
+		b := held["b#0"]
+		if want := (1 + h) * r / (16 * float64(n)); float64(b.Rate) > want {
+			t.Errorf("idle b holds %d thousandths/s beside %d clients, want ≤ %.0f", b.Rate, n, want)
+		}
+		sc.Dur = 2 * time.Minute
+		m = rlqs.NewMemory(rlqs.Policy{})
+		ledgertest.Run(t, sc, []rlqs.Ledger{m})
+		if c, ok := m.Clients("bucket")["c#0"]; ok {
+			t.Errorf("c, gone at 100 s, still held %+v at 120 s (TTL 15 s)", c)
+		}
+	})
+}

@@ -1,0 +1,144 @@
+package redisledger
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/ledgertest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+)
+
+// The same cases as the memory ledger's, on a single node, behind
+// Sentinel, and on a cluster (where the cases' keys land on several
+// nodes).
+func TestTable(t *testing.T) {
+	t.Parallel()
+	for name, start := range map[string]func(t *testing.T) client{
+		"single":   func(t *testing.T) client { return redistest.Start(t).BoundedClient(t) },
+		"sentinel": func(t *testing.T) client { return redistest.StartSentinel(t).FailoverClient(t) },
+		"cluster":  func(t *testing.T) client { return redistest.StartCluster(t, 3).Client(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := start(t)
+			n := 0
+			ledgertest.Table(t, func(*testing.T) rlqs.Ledger {
+				n++ // a prefix per case: the cases share the server
+				return New(c, Options{Prefix: "rlqs:" + strings.Repeat("x", n) + ":"})
+			})
+		})
+	}
+}
+
+// Two ledgers over one Redis are two replicas: the simulated fleet's
+// clients report to either, and the guarantee must hold as in memory.
+func TestGuaranteeTwoReplicas(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, sc := range ledgertest.Scenarios() {
+		switch sc.Name {
+		case "2:1 at 3x", "joins and leaves", "limit changes", "window rule 2:1":
+		default:
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			prefix := "rlqs:" + sc.Name + ":"
+			a := New(srv.BoundedClient(t), Options{Prefix: prefix})
+			b := New(srv.BoundedClient(t), Options{Prefix: prefix})
+			res := ledgertest.Run(t, sc, []rlqs.Ledger{a, b})
+			ledgertest.CheckBound(t, sc, res)
+			ledgertest.CheckFull(t, sc, res)
+		})
+	}
+}
+
+// Replicas writing one bucket at once retry on the version and never
+// over-grant.
+func TestConcurrentReplicas(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ledgertest.Concurrent(t, 8, 20,
+		New(srv.BoundedClient(t), Options{Tries: 100}), New(srv.BoundedClient(t), Options{Tries: 100}))
+}
+
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l := New(srv.BoundedClient(t), Options{})
+	ctx := context.Background()
+	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
+	now := time.Now()
+	for i := range 3 {
+		if _, err := l.Assign(ctx, now, "k", f, rlqs.Report{Client: "a", Allowed: 5, Elapsed: time.Second}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		// The first call loads the script (NOSCRIPT, then EVAL): 3.
+		want := uint64(2*(i+1) + 1)
+		if got := l.RoundTrips(); got != want {
+			t.Fatalf("after %d Assigns: RoundTrips() = %d, want %d", i+1, got, want)
+		}
+	}
+}
+
+// The hash goes when its last share would: nothing stays behind a bucket
+// no one reports.
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.BoundedClient(t)
+	l := New(c, Options{})
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := l.Assign(ctx, now, "k", rlqs.Fleet{Tokens: 1, Period: time.Second, Burst: 1},
+		rlqs.Report{Client: "a", Allowed: 1}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := c.PTTL(ctx, "rlqs:k").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 s of TTL and 1 s of grace.
+	if ttl <= 2*time.Second || ttl > 3*time.Second+time.Millisecond {
+		t.Fatalf("PTTL = %v, want just under 3 s", ttl)
+	}
+	v, err := c.HGet(ctx, "rlqs:k", "c:a").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseState(v); err != nil {
+		t.Fatalf("stored state %q: %v", v, err)
+	}
+}
+
+// A stopped Redis is an error wrapping window.ErrStore; a corrupt bucket
+// too, rather than a share computed from garbage.
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.BoundedClient(t)
+	ctx := context.Background()
+	f := rlqs.Fleet{Tokens: 1, Period: time.Second, Burst: 1}
+	l := New(c, Options{})
+	if err := c.HSet(ctx, "rlqs:bad", "c:a", "1,2,3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Assign(ctx, time.Now(), "bad", f, rlqs.Report{Client: "b"}, time.Minute); !errors.Is(err, window.ErrStore) || !errors.Is(err, errState) {
+		t.Fatalf("Assign on a corrupt bucket = %v, want ErrStore and errState", err)
+	}
+	srv.Stop()
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := l.Assign(cctx, time.Now(), "k", f, rlqs.Report{Client: "a"}, time.Minute); !errors.Is(err, window.ErrStore) {
+		t.Fatalf("Assign with Redis stopped = %v, want ErrStore", err)
+	}
+}
+
+var _ client = (redis.UniversalClient)(nil)

@@ -1,0 +1,231 @@
+package rlqs
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+
+func TestFleetMilliRate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		f    Fleet
+		want uint64
+	}{
+		{Fleet{Tokens: 100, Period: 20 * time.Second}, 5000},
+		{Fleet{Tokens: 1, Period: time.Hour}, 0}, // 0.28 thousandths: rounds down
+		{Fleet{Tokens: 10, Period: time.Hour}, 2},
+		{Fleet{Tokens: 0, Period: time.Second}, 0},
+		{Fleet{Tokens: 5, Period: 0}, 0},
+		{Fleet{Tokens: math.MaxUint64, Period: time.Second}, math.MaxUint64},                      // saturates
+		{Fleet{Tokens: math.MaxUint64 / 1000, Period: time.Second}, math.MaxUint64 / 1000 * 1000}, // 128-bit product
+	} {
+		if got := FleetMilliRate(tc.f); got != tc.want {
+			t.Errorf("FleetMilliRate(%+v) = %d, want %d", tc.f, got, tc.want)
+		}
+	}
+}
+
+func TestWindowFleet(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		limit  uint64
+		period time.Duration
+		burst  uint64
+	}{
+		{100, 20 * time.Second, 5},
+		{7, 2 * time.Second, 4}, // 3.5 rounds up
+		{1, time.Hour, 1},       // at least one
+		{10, 100 * time.Millisecond, 10},
+		{0, time.Second, 0},
+		{math.MaxUint64, time.Nanosecond, math.MaxUint64}, // saturates, capped at the limit
+	} {
+		f := WindowFleet(tc.limit, tc.period)
+		if f.Burst != tc.burst || f.Tokens != tc.limit || f.Period != tc.period {
+			t.Errorf("WindowFleet(%d, %v) = %+v, want burst %d", tc.limit, tc.period, f, tc.burst)
+		}
+	}
+}
+
+// divide runs Divide as a ledger would, on a map of clients.
+func divide(p Policy, now time.Time, f Fleet, clients map[string]ClientState, r Report, ttl time.Duration) Share {
+	prev, known := clients[r.Client]
+	others := make(map[string]ClientState, len(clients))
+	for id, c := range clients {
+		if id != r.Client {
+			others[id] = c
+		}
+	}
+	s, cur, expired := p.Divide(now, f, others, prev, known, r, ttl)
+	for _, id := range expired {
+		delete(clients, id)
+	}
+	clients[r.Client] = cur
+	return s
+}
+
+func TestDivide(t *testing.T) {
+	t.Parallel()
+	const ttl = 15 * time.Second
+	fleet := Fleet{Tokens: 100, Period: 10 * time.Second, Burst: 20} // 10/s = 10000 thousandths
+	live := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name    string
+		clients map[string]ClientState
+		r       Report
+		want    Share
+		prev    [2]uint64 // PrevRate, PrevBurst after
+		demand  uint64    // the demand recorded, when not 0
+		dropped []string
+	}{
+		{
+			name: "alone, new: the whole rate", r: Report{Client: "a", Allowed: 1},
+			want: Share{MilliRate: 10000, Burst: 20, Changed: true},
+		},
+		{
+			name:    "new beside a holder of everything: nothing yet",
+			clients: map[string]ClientState{"b": {Demand: 30000, Rate: 10000, Burst: 20, Expires: live}},
+			r:       Report{Client: "a", Allowed: 1},
+			want:    Share{Changed: true},
+		},
+		{
+			// d=20/s beside 10/s: φ = 30000/32+1 = 938; target =
+			// 10000·20938/31876 = 6568; only 10000−3000 = 7000 is free.
+			name:    "2:1 demand",
+			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live}},
+			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want:    Share{MilliRate: 6568, Burst: 13, Changed: true},
+		},
+		{
+			name:    "capped by what the others hold",
+			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 5000, Burst: 10, Expires: live}},
+			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want:    Share{MilliRate: 5000, Burst: 10, Changed: true},
+		},
+		{
+			name: "a decrease still in flight counts",
+			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 3000, Burst: 6,
+				PrevRate: 8000, PrevBurst: 16, PrevUntil: t0.Add(time.Second), Expires: live}},
+			r: Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			// Room frees when b's old share stops counting.
+			want: Share{MilliRate: 2000, Burst: 4, Changed: true, Recheck: t0.Add(time.Second)},
+		},
+		{
+			name: "a decrease past its grace does not",
+			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 3000, Burst: 6,
+				PrevRate: 8000, PrevBurst: 16, PrevUntil: t0, Expires: live}},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{MilliRate: 6568, Burst: 13, Changed: true},
+		},
+		{
+			name: "within hysteresis: kept, only the TTL",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000, Rate: 6300, Burst: 12, Expires: live},
+				"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{MilliRate: 6300, Burst: 12},
+		},
+		{
+			name: "beyond hysteresis above the target: lowered",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000, Rate: 7000, Burst: 14, Expires: live},
+				"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{MilliRate: 6568, Burst: 13, Changed: true},
+			prev: [2]uint64{7000, 14},
+		},
+		{
+			name: "own decrease keeps the old share counted",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000, Rate: 9000, Burst: 18, Expires: live},
+				"b": {Demand: 10000, Rate: 1000, Burst: 2, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{MilliRate: 6568, Burst: 13, Changed: true},
+			prev: [2]uint64{9000, 18},
+		},
+		{
+			name: "expired clients are dropped and free their share",
+			clients: map[string]ClientState{
+				"b": {Demand: 10000, Rate: 9000, Burst: 18, Expires: t0},
+			},
+			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want:    Share{MilliRate: 10000, Burst: 20, Changed: true},
+			dropped: []string{"b"},
+		},
+		{
+			// An idle client beside a busy fleet: φ = 100000/32+1 = 3126,
+			// 10000·3126/106252 = 294 ≤ r/(17·2).
+			name:    "idle holds little",
+			clients: map[string]ClientState{"b": {Demand: 100000, Rate: 9000, Burst: 18, Expires: live}},
+			r:       Report{Client: "a", Elapsed: 5 * time.Second},
+			want:    Share{MilliRate: 294, Burst: 2, Changed: true}, // minBurst
+		},
+		{
+			// 100 requests in 5.8 s that Envoy calls 5 s: the ledger's own
+			// clock says 5.8 s, 17.24/s rather than 20/s.
+			name: "elapsed from the ledger's clock",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000, Rate: 6000, Burst: 12, Expires: live, Reported: t0.Add(-5800 * time.Millisecond)},
+			},
+			r:      Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want:   Share{MilliRate: 10000, Burst: 20, Changed: true},
+			demand: 17241,
+		},
+		{
+			name: "zero limit: nothing", r: Report{Client: "a", Allowed: 1, Elapsed: time.Second},
+			want: Share{Changed: true},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fleet
+			if tc.name == "zero limit: nothing" {
+				f = Fleet{Period: time.Second}
+			}
+			clients := map[string]ClientState{}
+			for id, c := range tc.clients {
+				clients[id] = c
+			}
+			got := divide(Policy{}, t0, f, clients, tc.r, ttl)
+			tc.want.Expires = t0.Add(ttl)
+			if got != tc.want {
+				t.Errorf("share = %+v, want %+v", got, tc.want)
+			}
+			c := clients[tc.r.Client]
+			if p := [2]uint64{c.PrevRate, c.PrevBurst}; p != tc.prev {
+				t.Errorf("PrevRate, PrevBurst = %v, want %v", p, tc.prev)
+			}
+			if tc.demand != 0 && c.Demand != tc.demand {
+				t.Errorf("Demand = %d, want %d", c.Demand, tc.demand)
+			}
+			if want := t0.Add(ttl + time.Second); !c.Expires.Equal(want) {
+				t.Errorf("Expires = %v, want %v", c.Expires, want)
+			}
+			for _, id := range tc.dropped {
+				if _, ok := clients[id]; ok {
+					t.Errorf("client %q not dropped", id)
+				}
+			}
+		})
+	}
+}
+
+// TestDivideOverflow feeds the policy values near the top of uint64: it
+// must not wrap around into large shares.
+func TestDivideOverflow(t *testing.T) {
+	t.Parallel()
+	f := Fleet{Tokens: math.MaxUint64, Period: time.Nanosecond, Burst: math.MaxUint64}
+	clients := map[string]ClientState{
+		"b": {Demand: math.MaxUint64, Rate: math.MaxUint64 - 5, Burst: math.MaxUint64 - 5, Expires: t0.Add(time.Hour)},
+		"c": {Demand: math.MaxUint64, Rate: 3, Burst: 3, Expires: t0.Add(time.Hour)},
+	}
+	s := divide(Policy{}, t0, f, clients, Report{Client: "a", Allowed: math.MaxUint64, Denied: math.MaxUint64, Elapsed: time.Nanosecond}, time.Minute)
+	if s.MilliRate > 2 || s.Burst > 2 {
+		t.Fatalf("share = %+v, want at most the 2 left of the rate and burst", s)
+	}
+}
