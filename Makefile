@@ -64,7 +64,7 @@ k8s:
 # Each fuzz target for FUZZTIME (default 20s); new crashers land in testdata/fuzz.
 FUZZTIME ?= 20s
 fuzz:
-	@for pkg in ./pkg/window ./pkg/rules ./pkg/envoyrls; do \
+	@for pkg in ./pkg/window ./pkg/rules ./pkg/envoyrls ./pkg/rlqs ./pkg/rlqs/redisledger; do \
 	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \

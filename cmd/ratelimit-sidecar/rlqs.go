@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs/redisledger"
 )
 
 // rlqsConfig is the -rlqs flags: Envoy's Rate Limit Quota Service on the
@@ -44,11 +45,11 @@ func (c *rlqsConfig) check() []error {
 }
 
 // buildRLQS builds the RLQS server on the counters ShouldRateLimit uses,
-// with its metrics on a.reg; nothing with -rlqs=false.
-//
-// TODO(lead): the ledger is in memory, so with Redis each replica divides
-// a rule's rate among the Envoys connected to it alone; wire the Redis
-// ledger (branch i25-alloc) when -redis-* is given.
+// with its metrics on a.reg; nothing with -rlqs=false. The ledger that
+// divides each rule among the Envoys lives where the counters do: in the
+// same Redis (one hash per bucket, in its counter's hash slot), so every
+// replica divides one budget, or in memory for the in-memory store's one
+// replica.
 func (a *app) buildRLQS(c *counters, tracer trace.Tracer) error {
 	if !a.o.rlqs.enabled {
 		return nil
@@ -57,10 +58,14 @@ func (a *app) buildRLQS(c *counters, tracer trace.Tracer) error {
 	if err != nil {
 		return err
 	}
+	var ledger rlqs.Ledger = rlqs.NewMemory(rlqs.Policy{})
+	if c.client != nil {
+		ledger = redisledger.New(c.client, redisledger.Options{})
+	}
 	a.rlqs, err = rlqs.New(rlqs.Options{
 		Counters:   a.srv,
 		Store:      c.store,
-		Ledger:     rlqs.NewMemory(rlqs.Policy{}),
+		Ledger:     ledger,
 		Now:        c.now,
 		Logger:     a.log,
 		Observer:   obs,

@@ -10,9 +10,14 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 )
 
 func TestRLQSFlags(t *testing.T) {
@@ -101,4 +106,71 @@ func TestRLQSServedBesideShouldRateLimit(t *testing.T) {
 		}
 		t.Logf("shutdown took %v with an RLQS stream open", time.Since(start))
 	}
+}
+
+// TestRLQSReplicasDivideOneBudget: two sidecars on one Redis divide a
+// rule among the Envoys of both: the rates they assign add up to at most
+// the rule's, which two ledgers of their own (each giving its client the
+// whole rate) would not. (The second client may get DENY_ALL, rate 0,
+// until the first's share shrinks at its next report: see the policy.)
+func TestRLQSReplicasDivideOneBudget(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	rules := writeRules(t, "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 600}\n")
+	var sum uint64
+	for i := range 2 {
+		s := startSidecar(t, []string{"-config", rules, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-redis-url", r.URL()}, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stream, err := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, s.grpcAddr)).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each Envoy asks for the whole rule: 50 requests a second.
+		if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"k": "v"}}, TimeElapsed: durationpb.New(5 * time.Second),
+			NumRequestsAllowed: 1, NumRequestsDenied: 249,
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		strategy := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()
+		rate := rlqs.StrategyMilliRate(strategy)
+		if i == 0 && strategy.GetTokenBucket() == nil {
+			t.Fatalf("replica 0: %v, want a token bucket", strategy)
+		}
+		t.Logf("replica %d assigns %d milli-tokens/s", i, rate)
+		sum += rate
+	}
+	if sum > 10_000 {
+		t.Errorf("the two replicas assign %d milli-tokens/s in all, more than the rule's 10 a second", sum)
+	}
+}
+
+// tlsReport sends one RLQS report on a new connection to addr with creds
+// and returns the error of its answer.
+func tlsReport(t *testing.T, addr string, creds credentials.TransportCredentials) error {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "rl", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"k": "v"}}, NumRequestsAllowed: 1,
+	}}}); err != nil {
+		_, err = stream.Recv() // the stream's real error
+		return err
+	}
+	_, err = stream.Recv()
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -24,6 +25,9 @@ type counters struct {
 	poolStats   func() *metrics.PoolStats
 	roundTrips  func() uint64
 	breakerOpen func() bool
+	// client is the Redis client the store uses, for the RLQS ledger; nil
+	// for the in-memory store.
+	client redis.UniversalClient
 	// close stops the clock, then closes the store and its client.
 	close func() error
 }
@@ -59,6 +63,7 @@ func newCounters(ctx context.Context, o *options, log *zap.Logger, clockOffset p
 		poolStats:   func() *metrics.PoolStats { return poolStatsOf(client.PoolStats()) },
 		roundTrips:  rs.RoundTrips,
 		breakerOpen: rs.BreakerOpen,
+		client:      client,
 		close: func() error {
 			stopClock() // first: it uses the client
 			return errors.Join(rs.Close(), client.Close())

@@ -119,6 +119,13 @@ func TestGRPCMutualTLS(t *testing.T) {
 		if _, err := tlsAsk(t, p.grpcAddr, creds); err == nil {
 			t.Errorf("%s: ShouldRateLimit answered, want refused", name)
 		}
+		if err := tlsReport(t, p.grpcAddr, creds); err == nil {
+			t.Errorf("%s: RLQS answered, want refused", name)
+		}
+	}
+	// RLQS is served on the same listener, behind the same mutual TLS.
+	if err := tlsReport(t, p.grpcAddr, envoyCreds(t, envoy)); err != nil {
+		t.Errorf("RLQS over mutual TLS: %v", err)
 	}
 	// The HTTP listener stays plaintext.
 	if code, body := httpGet(t, "http://"+p.httpAddr+"/healthcheck"); code != 200 || body != "OK" {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -16,7 +17,7 @@ import (
 // wire.go's hand-written decoder and the usual RateLimitResponse through
 // go-control-plane's generated encoder (the same messages and bytes as
 // proto's, for less CPU and fewer allocations), and that RateLimitRequests
-// whose strings are not valid UTF-8 are decoded.
+// (and RLQS usage reports) whose strings are not valid UTF-8 are decoded.
 //
 // Envoy copies header bytes into descriptor values as they are, so an
 // x-api-key of Latin-1 bytes arrives as a proto3 string that is not UTF-8.
@@ -133,6 +134,9 @@ func unknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) >
 // second try for a RateLimitRequest whose strings were not valid UTF-8; see
 // Codec.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*rlqsv3.RateLimitQuotaUsageReports); ok {
+		return c.unmarshalReports(data, r)
+	}
 	req, ok := v.(*rlsv3.RateLimitRequest)
 	if !ok {
 		return c.proto.Unmarshal(data, v)
@@ -158,6 +162,61 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return fmt.Errorf("%w (after mapping invalid UTF-8: %w)", err, err2)
 	}
 	return nil
+}
+
+// unmarshalReports decodes an RLQS usage report, with a second try when
+// its strings were not valid UTF-8 (a bucket_id value Envoy took from a
+// header): one such bucket must not end the stream of every bucket of that
+// Envoy. The mapped bucket answers under the mapped id, which Envoy does
+// not know, so that bucket alone stays on its no_assignment_behavior.
+func (c Codec) unmarshalReports(data mem.BufferSlice, r *rlqsv3.RateLimitQuotaUsageReports) error {
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	err := proto.Unmarshal(b, r)
+	if err == nil {
+		return nil
+	}
+	fixed, changed := fixReports(b)
+	if !changed {
+		return err
+	}
+	proto.Reset(r)
+	if err2 := proto.Unmarshal(fixed, r); err2 != nil {
+		return fmt.Errorf("%w (after mapping invalid UTF-8: %w)", err, err2)
+	}
+	return nil
+}
+
+// fixReports rewrites a RateLimitQuotaUsageReports' wire bytes with its
+// domain and every bucket_id key and value made valid UTF-8, as
+// fixRequest does: domain 1, bucket_quota_usages 2, whose bucket_id 1,
+// whose bucket 1 (map entries: key 1, value 2).
+func fixReports(b []byte) ([]byte, bool) {
+	return fixMessage(b, func(num protowire.Number, v []byte) ([]byte, bool) {
+		switch num {
+		case 1:
+			return fixString(v)
+		case 2:
+			return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
+				if num != 1 {
+					return v, false
+				}
+				return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
+					if num != 1 {
+						return v, false
+					}
+					return fixMessage(v, func(num protowire.Number, v []byte) ([]byte, bool) {
+						if num == 1 || num == 2 {
+							return fixString(v)
+						}
+						return v, false
+					})
+				})
+			})
+		}
+		return v, false
+	})
 }
 
 // fixRequest rewrites a RateLimitRequest's wire bytes with every string

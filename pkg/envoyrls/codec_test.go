@@ -10,6 +10,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
@@ -173,6 +174,21 @@ func FuzzFixRequest(f *testing.F) {
 				check(e.Key)
 				check(e.Value)
 			}
+		}
+	})
+}
+
+// FuzzFixReports: fixReports never panics and never rewrites an RLQS
+// report that decodes as it is.
+func FuzzFixReports(f *testing.F) {
+	f.Add([]byte("\x0a\x04edge\x12\x10\x0a\x0c\x0a\x0a\x0a\x04user\x12\x02\xe9x\x18\x07"))
+	f.Add([]byte{0x0a, 0x01, 0xff})
+	f.Add([]byte{0x12, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, changed := fixReports(b)
+		var before rlqsv3.RateLimitQuotaUsageReports
+		if proto.Unmarshal(b, &before) == nil && changed {
+			t.Fatalf("a report that decoded was rewritten")
 		}
 	})
 }
@@ -394,5 +410,47 @@ func BenchmarkCodec(b *testing.B) {
 func TestGeneratedEncoder(t *testing.T) {
 	if got := GeneratedEncoder(); got != vtprotobufTag {
 		t.Errorf("GeneratedEncoder() = %v, want %v (the vtprotobuf build tag)", got, vtprotobufTag)
+	}
+}
+
+// TestCodecMapsInvalidUTF8InReports: an RLQS report whose bucket_id holds
+// bytes that are not UTF-8 (Envoy copies header bytes) decodes with them
+// mapped, as a RateLimitRequest's, instead of failing the whole stream;
+// valid reports decode as proto does.
+func TestCodecMapsInvalidUTF8InReports(t *testing.T) {
+	t.Parallel()
+	usage := func(k, v string) []byte {
+		entry := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), k)
+		entry = protowire.AppendString(protowire.AppendTag(entry, 2, protowire.BytesType), v)
+		id := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), entry)
+		u := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), id)
+		return protowire.AppendVarint(protowire.AppendTag(u, 3, protowire.VarintType), 7)
+	}
+	report := func(domain string, usages ...[]byte) []byte {
+		b := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), domain)
+		for _, u := range usages {
+			b = protowire.AppendBytes(protowire.AppendTag(b, 2, protowire.BytesType), u)
+		}
+		return b
+	}
+	c := NewCodec()
+	for _, tt := range []struct {
+		in         []byte
+		domain     string
+		key, value string
+	}{
+		{report("edge", usage("user", "alice")), "edge", "user", "alice"},
+		{report("edge", usage("user", "caf\xe9")), "edge", "user", "caf\uf7e9"},
+		{report("ed\xffge", usage("us\xfer", "x")), "ed\uf7ffge", "us\uf7fer", "x"},
+	} {
+		var r rlqsv3.RateLimitQuotaUsageReports
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.in)}, &r); err != nil {
+			t.Errorf("Unmarshal(%q) = %v", tt.in, err)
+			continue
+		}
+		u := r.GetBucketQuotaUsages()
+		if r.Domain != tt.domain || len(u) != 1 || u[0].GetBucketId().GetBucket()[tt.key] != tt.value || u[0].GetNumRequestsAllowed() != 7 {
+			t.Errorf("Unmarshal(%q) = %v, want domain %q, bucket {%q: %q}, 7 allowed", tt.in, &r, tt.domain, tt.key, tt.value)
+		}
 	}
 }

@@ -20,7 +20,8 @@ import (
 
 // streamBucket is what a stream keeps of one bucket between reports.
 type streamBucket struct {
-	id *rlqsv3.BucketId // as Envoy sent it first, for the answers
+	id  *rlqsv3.BucketId // as Envoy sent it first, for the answers
+	key string           // bucketKey of id: its name on the stream
 	// ruled: the last report matched limits, so a report that matches
 	// none means the rule went away: abandon_action.
 	ruled bool
@@ -83,7 +84,7 @@ func (st *stream) accept(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 
 		if len(st.buckets) >= st.s.maxBuckets {
 			return nil, RefusedMaxBuckets
 		}
-		b = &streamBucket{id: u.GetBucketId()}
+		b = &streamBucket{id: u.GetBucketId(), key: key}
 		st.buckets[key] = b
 		st.s.obs.Buckets(1)
 	}
@@ -284,13 +285,8 @@ func later(a, b time.Time) time.Time {
 
 // forget drops b from the stream.
 func (st *stream) forget(b *streamBucket) {
-	for k, x := range st.buckets {
-		if x == b {
-			delete(st.buckets, k)
-			st.s.obs.Buckets(-1)
-			return
-		}
-	}
+	delete(st.buckets, b.key)
+	st.s.obs.Buckets(-1)
 }
 
 // limitVerdict returns what limit l, whose counter is t's slot, says of

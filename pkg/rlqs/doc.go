@@ -11,6 +11,8 @@
 //   - ledger.go: the contract of the shared state (Ledger, Report, Share),
 //     kept in Redis or in memory, so every replica divides one budget;
 //   - share.go: how a rule's rate is divided (the policy, in one place);
+//   - memory.go: the ledger of a single replica; redisledger: the one in
+//     Redis that all replicas share;
 //   - strategy.go: a Share as the token bucket Envoy 1.40 applies;
 //   - server.go, stream.go: the gRPC stream, its caps and bad input.
 //

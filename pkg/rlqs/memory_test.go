@@ -1,7 +1,10 @@
 package rlqs_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/ledgertest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
@@ -15,4 +18,29 @@ func TestMemoryTable(t *testing.T) {
 func TestMemoryConcurrent(t *testing.T) {
 	t.Parallel()
 	ledgertest.Concurrent(t, 16, 50, rlqs.NewMemory(rlqs.Policy{}))
+}
+
+// BenchmarkMemoryAssign is one report of one bucket among clients others.
+func BenchmarkMemoryAssign(b *testing.B) {
+	for _, clients := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			m := rlqs.NewMemory(rlqs.Policy{})
+			ctx := context.Background()
+			f := rlqs.Fleet{Tokens: 1000, Period: time.Second, Burst: 1000}
+			ids := make([]string, clients)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("envoy-%d", i)
+			}
+			now := time.Now()
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				r := rlqs.Report{Client: ids[i%clients], Allowed: 100, Denied: 10, Elapsed: 5 * time.Second}
+				if _, err := m.Assign(ctx, now, "bucket", f, r, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }

@@ -17,6 +17,15 @@ func TestGuaranteeMemory(t *testing.T) {
 			ledgertest.CheckBound(t, sc, res)
 			ledgertest.CheckFull(t, sc, res)
 		})
+		// The same when the server reads a subscription's 0 s as 1 s.
+		t.Run(sc.Name+", 0 s read as 1 s", func(t *testing.T) {
+			t.Parallel()
+			sc := sc // the other subtest runs alongside on the loop's copy
+			sc.ZeroElapsedAs = time.Second
+			res := ledgertest.Run(t, sc, []rlqs.Ledger{rlqs.NewMemory(rlqs.Policy{})})
+			ledgertest.CheckBound(t, sc, res)
+			ledgertest.CheckFull(t, sc, res)
+		})
 	}
 }
 

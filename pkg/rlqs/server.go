@@ -240,9 +240,6 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.drained) }) }
 // when their streams do: call it after the gRPC server has stopped.
 func (s *Server) Wait() { s.readers.Wait() }
 
-// Streams returns the number of streams served now.
-func (s *Server) Streams() int { return int(s.streams.Load()) }
-
 // Checking the interface here keeps a change of the generated code a
 // compile error.
 var _ rlqsv3.RateLimitQuotaServiceServer = (*Server)(nil)

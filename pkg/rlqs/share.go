@@ -122,25 +122,27 @@ func WindowFleet(limit uint64, period time.Duration) Fleet {
 
 // mulDiv is a·b/c rounded down, in 128-bit arithmetic, saturating.
 func mulDiv(a, b, c uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi >= c {
-		return math.MaxUint64
-	}
-	q, _ := bits.Div64(hi, lo, c)
+	q, _ := mulDivRem(a, b, c)
 	return q
 }
 
 // mulDivUp is a·b/c rounded up, in 128-bit arithmetic, saturating.
 func mulDivUp(a, b, c uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi >= c {
-		return math.MaxUint64
-	}
-	q, rem := bits.Div64(hi, lo, c)
+	q, rem := mulDivRem(a, b, c)
 	if rem != 0 && q < math.MaxUint64 {
 		q++
 	}
 	return q
+}
+
+// mulDivRem is a·b/c and its remainder; a quotient beyond 64 bits is
+// math.MaxUint64 with no remainder.
+func mulDivRem(a, b, c uint64) (q, rem uint64) {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return math.MaxUint64, 0
+	}
+	return bits.Div64(hi, lo, c)
 }
 
 // satAdd is a+b, saturating.
@@ -162,77 +164,19 @@ func satAdd(a, b uint64) uint64 {
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetMilliRate(f)
-	var expired []string
-	var live, measured, sumDemand, usedRate, usedBurst uint64
-	var freed time.Time // the first moment a decrease in flight stops counting
-	for id, c := range others {
-		if !c.Expires.After(now) {
-			expired = append(expired, id)
-			continue
-		}
-		if c.PrevUntil.After(now) && (freed.IsZero() || c.PrevUntil.Before(freed)) {
-			freed = c.PrevUntil
-		}
-		live++
-		if !c.Estimated {
-			measured++
-			sumDemand = satAdd(sumDemand, c.Demand)
-		}
-		cr, cb := c.Counted(now)
-		usedRate = satAdd(usedRate, cr)
-		usedBurst = satAdd(usedBurst, cb)
-	}
+	o := scan(now, others)
 	if known && !prev.Expires.After(now) {
 		known = false // its assignment has lapsed in Envoy as well
 	}
 	if !known {
 		prev = ClientState{}
 	}
-
-	// The client's demand: a report's (allowed+denied)/elapsed. A client
-	// with no report with an elapsed time yet (the immediate report of a
-	// new bucket says 0 s) is taken to want what the measured clients want
-	// on average, or the whole rate when none is measured; a known client
-	// reporting no elapsed time (a re-check) keeps its last measure.
-	cur := prev
+	cur := p.measure(now, prev, known, r)
 	heldRate, heldBurst := prev.Counted(now)
-	cur.PrevRate, cur.PrevBurst, cur.PrevUntil = 0, 0, time.Time{}
-	if el := r.Elapsed; el > 0 {
-		// Envoy truncates the elapsed time to whole seconds (a bucket's
-		// first report after 1.9 s says 1 s); the time between two reports
-		// as the ledger saw them is closer when it agrees.
-		if m := now.Sub(prev.Reported); known && !prev.Reported.IsZero() && m >= el && m < el+time.Second+p.grace() {
-			el = m
-		}
-		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(el))
-		cur.Estimated = false
-	} else if !known {
-		cur.Demand, cur.Estimated = 0, true
-	}
-	if !cur.Estimated {
-		measured++
-		sumDemand = satAdd(sumDemand, cur.Demand)
-	}
-	n := live + 1
-	guess := rTot // the demand of a client not measured yet
-	if measured > 0 {
-		guess = sumDemand / measured
-	}
-	demand := cur.Demand
-	if cur.Estimated {
-		demand = guess
-	}
-	total := satAdd(sumDemand, mulSat(guess, n-measured))
+	target := o.target(rTot, cur)
 
-	// The target: r·(d_i + φ)/(D + n·φ) with φ = max(D, r)/(floorDiv·n).
-	phi := max(total, rTot)/(floorDiv*n) + 1
-	weight := satAdd(demand, phi)
-	weights := satAdd(total, mulSat(phi, n))
-	target := min(mulDiv(rTot, weight, weights), rTot)
-
-	availRate := rTot - min(usedRate, rTot)
-	availBurst := f.Burst - min(usedBurst, f.Burst)
-
+	availRate := rTot - min(o.usedRate, rTot)
+	availBurst := f.Burst - min(o.usedBurst, f.Burst)
 	rate, burst := prev.Rate, prev.Burst
 	keep := known && rate <= availRate && burst <= availBurst && burst > 0 &&
 		absDiff(target, rate) <= mulDiv(rate, p.hysteresis(), milli)
@@ -259,10 +203,88 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		Expires:   now.Add(ttl),
 		Changed:   !known || rate != prev.Rate || burst != prev.Burst,
 	}
-	if !keep && rate < target && !freed.IsZero() {
-		share.Recheck = freed
+	if !keep && rate < target && !o.freed.IsZero() {
+		share.Recheck = o.freed
 	}
-	return share, cur, expired
+	return share, cur, o.expired
+}
+
+// othersUse sums up a bucket's other clients at one instant.
+type othersUse struct {
+	expired             []string  // clients whose share has expired
+	live, measured      uint64    // unexpired clients, and those with a measured demand
+	sumDemand           uint64    // the measured demands' sum
+	usedRate, usedBurst uint64    // what the unexpired clients count
+	freed               time.Time // the first moment a decrease in flight stops counting
+}
+
+func scan(now time.Time, others map[string]ClientState) othersUse {
+	var o othersUse
+	for id, c := range others {
+		if !c.Expires.After(now) {
+			o.expired = append(o.expired, id)
+			continue
+		}
+		if c.PrevUntil.After(now) && (o.freed.IsZero() || c.PrevUntil.Before(o.freed)) {
+			o.freed = c.PrevUntil
+		}
+		o.live++
+		if !c.Estimated {
+			o.measured++
+			o.sumDemand = satAdd(o.sumDemand, c.Demand)
+		}
+		cr, cb := c.Counted(now)
+		o.usedRate = satAdd(o.usedRate, cr)
+		o.usedBurst = satAdd(o.usedBurst, cb)
+	}
+	return o
+}
+
+// measure is the client's state with r's demand: (allowed+denied)/elapsed.
+// A client with no report with an elapsed time yet (the immediate report of
+// a new bucket says 0 s) is Estimated; a known client reporting no elapsed
+// time (a re-check) keeps its last measure. The share fields are prev's,
+// without a decrease in flight (the last one is in force by now).
+func (p Policy) measure(now time.Time, prev ClientState, known bool, r Report) ClientState {
+	cur := prev
+	cur.PrevRate, cur.PrevBurst, cur.PrevUntil = 0, 0, time.Time{}
+	if el := r.Elapsed; el > 0 {
+		// Envoy truncates the elapsed time to whole seconds (a bucket's
+		// first report after 1.9 s says 1 s); the time between two reports
+		// as the ledger saw them is closer when it agrees.
+		if m := now.Sub(prev.Reported); known && !prev.Reported.IsZero() && m >= el && m < el+time.Second+p.grace() {
+			el = m
+		}
+		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(el))
+		cur.Estimated = false
+	} else if !known {
+		cur.Demand, cur.Estimated = 0, true
+	}
+	return cur
+}
+
+// target is the client cur's target rate beside o: r·(d_i + φ)/(D + n·φ)
+// with φ = max(D, r)/(floorDiv·n), where a client whose demand is
+// Estimated is taken to want the measured clients' average (all of r when
+// none is measured).
+func (o othersUse) target(rTot uint64, cur ClientState) uint64 {
+	measured, sumDemand := o.measured, o.sumDemand
+	if !cur.Estimated {
+		measured++
+		sumDemand = satAdd(sumDemand, cur.Demand)
+	}
+	n := o.live + 1
+	guess := rTot
+	if measured > 0 {
+		guess = sumDemand / measured
+	}
+	demand := cur.Demand
+	if cur.Estimated {
+		demand = guess
+	}
+	total := satAdd(sumDemand, mulSat(guess, n-measured))
+	phi := max(total, rTot)/(floorDiv*n) + 1
+	return min(mulDiv(rTot, satAdd(demand, phi), satAdd(total, mulSat(phi, n))), rTot)
 }
 
 func mulSat(a, b uint64) uint64 {

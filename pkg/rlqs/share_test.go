@@ -229,3 +229,43 @@ func TestDivideOverflow(t *testing.T) {
 		t.Fatalf("share = %+v, want at most the 2 left of the rate and burst", s)
 	}
 }
+
+// FuzzDivide: whatever the state and report, Divide never panics, never
+// grants more rate than the fleet's rate less what the other unexpired
+// clients count, and grants a burst within the fleet's (or the floor).
+func FuzzDivide(f *testing.F) {
+	f.Add(uint64(100), int64(10e9), uint64(20), uint64(20000), uint64(6000), uint64(12), uint64(8000), uint64(16), int64(500), int64(3e9),
+		uint64(50), uint64(50), int64(5e9), uint64(6000), uint64(12), int64(2e9), true)
+	f.Add(uint64(math.MaxUint64), int64(1), uint64(math.MaxUint64), uint64(math.MaxUint64), uint64(math.MaxUint64), uint64(math.MaxUint64),
+		uint64(0), uint64(0), int64(0), int64(1), uint64(math.MaxUint64), uint64(math.MaxUint64), int64(1), uint64(math.MaxUint64), uint64(1), int64(1), false)
+	f.Fuzz(func(t *testing.T, tokens uint64, period int64, burst uint64,
+		oDemand, oRate, oBurst, oPrevRate, oPrevBurst uint64, oPrevUntil, oExpires int64,
+		allowed, denied uint64, elapsed int64, pRate, pBurst uint64, pExpires int64, known bool) {
+		fl := Fleet{Tokens: tokens, Period: time.Duration(period), Burst: burst}
+		other := ClientState{Demand: oDemand, Rate: oRate, Burst: oBurst, PrevRate: oPrevRate, PrevBurst: oPrevBurst,
+			PrevUntil: t0.Add(time.Duration(oPrevUntil)), Expires: t0.Add(time.Duration(oExpires))}
+		prev := ClientState{Rate: pRate, Burst: pBurst, Expires: t0.Add(time.Duration(pExpires))}
+		r := Report{Client: "a", Allowed: allowed, Denied: denied, Elapsed: time.Duration(elapsed)}
+		s, cur, _ := Policy{}.Divide(t0, fl, map[string]ClientState{"b": other}, prev, known, r, 15*time.Second)
+		if s.MilliRate != cur.Rate || s.Burst != cur.Burst {
+			t.Fatalf("share %+v and state %+v disagree", s, cur)
+		}
+		rTot := FleetMilliRate(fl)
+		var usedRate, usedBurst uint64
+		if other.Expires.After(t0) {
+			usedRate, usedBurst = other.Counted(t0)
+		}
+		if usedRate <= rTot && s.MilliRate > rTot-usedRate {
+			t.Fatalf("rate %d above the %d left of %d", s.MilliRate, rTot-usedRate, rTot)
+		}
+		if usedRate > rTot && s.MilliRate > 0 {
+			t.Fatalf("rate %d granted with the fleet over-held (%d of %d)", s.MilliRate, usedRate, rTot)
+		}
+		if s.Burst > max(minBurst, fl.Burst-min(usedBurst, fl.Burst)) {
+			t.Fatalf("burst %d above the %d left of %d (floor %d)", s.Burst, fl.Burst-min(usedBurst, fl.Burst), fl.Burst, minBurst)
+		}
+		if (s.MilliRate == 0) != (s.Burst == 0) {
+			t.Fatalf("share %+v: a rate without a burst or the reverse", s)
+		}
+	})
+}

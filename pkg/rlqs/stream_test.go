@@ -1,6 +1,7 @@
 package rlqs_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -296,5 +297,81 @@ func TestTwoReplicasShareTheCount(t *testing.T) {
 	}
 	if got := b.used(t, 0, "user", "r"); got != 100 {
 		t.Errorf("counter = %d, want 100", got)
+	}
+}
+
+// TestGlobalShadowMode: with Options.ShadowMode every bucket is allowed,
+// and its admissions still charged.
+func TestGlobalShadowMode(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory(), func(o *rlqs.Options) { o.ShadowMode = true })
+	if d := describe(f.open(t).report(use("user=s", 5*time.Second, 150, 0))["user=s"]); d != "allow@15s" {
+		t.Errorf("shadow mode, over the limit: %s, want allow@15s", d)
+	}
+	if got := f.used(t, 0, "user", "s"); got != 150 {
+		t.Errorf("counter = %d, want 150 charged", got)
+	}
+}
+
+// partialStore answers every counter but fails the ones in fail, as a
+// Redis Cluster whose node of those slots is down.
+type partialStore struct {
+	window.Store
+	fail []int
+}
+
+func (p partialStore) Take(ctx context.Context, now time.Time, reqs []window.Counter, res []window.Result) (bool, error) {
+	allowed, _ := p.Store.Take(ctx, now, reqs, res)
+	return allowed, &window.PartialError{Failed: p.fail, Err: window.ErrStore}
+}
+
+// TestPartialFailure: when the store fails for some counters only, their
+// limits' failure modes apply and the others decide as usual; the most
+// restrictive wins.
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
+	const src = `
+domain: edge
+descriptors:
+  - key: deny
+    failure_mode: deny
+    rate_limits:
+      - {unit: minute, requests_per_unit: 600}
+      - {unit: hour, requests_per_unit: 6000}
+  - key: allow
+    failure_mode: allow
+    rate_limits:
+      - {unit: minute, requests_per_unit: 600}
+      - {unit: hour, requests_per_unit: 6000}
+  - key: error
+    failure_mode: error
+    rate_limits:
+      - {unit: minute, requests_per_unit: 600}
+      - {unit: hour, requests_per_unit: 6000}
+`
+	for _, tt := range []struct {
+		bucket string
+		want   string // "tb" for a token bucket
+	}{{"deny=x", "deny@15s"}, {"allow=x", "tb"}, {"error=x", "none"}} {
+		t.Run(tt.bucket, func(t *testing.T) {
+			t.Parallel()
+			// Each report has one usage: its counters are 0 and 1; 1 fails.
+			f := newFixture(t, partialStore{window.NewMemory(), []int{1}})
+			f.setRules(t, src)
+			c := f.open(t)
+			c.send("edge", use(tt.bucket, 0, 1, 0))
+			if tt.want == "none" {
+				c.quiet() // nothing to send: no message at all
+				return
+			}
+			a := byBucket(c.recv())[tt.bucket]
+			if tt.want == "tb" {
+				isTokenBucket(t, tt.bucket, a, 15*time.Second)
+				return
+			}
+			if d := describe(a); d != tt.want {
+				t.Errorf("%s: %s, want %s", tt.bucket, d, tt.want)
+			}
+		})
 	}
 }

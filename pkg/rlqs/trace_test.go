@@ -57,7 +57,7 @@ func TestReportSpan(t *testing.T) {
 	}
 	for _, kv := range first.Attributes() {
 		if w, ok := want[kv.Key]; ok && w != kv.Value {
-			t.Errorf("%s = %v, want %v", kv.Key, kv.Value.Emit(), w.Emit())
+			t.Errorf("%s = %v, want %v", kv.Key, kv.Value.String(), w.String())
 		}
 		delete(want, kv.Key)
 	}

@@ -62,9 +62,13 @@ type Scenario struct {
 	// Full, when not 0, is the time from which every 20 s window (apart
 	// from those a limit change unsettles) must admit ≥ 90% of the fleet's
 	// rate: the demand is at least 3× the limit throughout.
-	Full      time.Duration
-	Trace     bool // log every report and its answer
-	NoRecheck bool // the server ignores Share.Recheck
+	Full time.Duration
+	// ZeroElapsedAs, when not 0, is what the server passes the ledger for
+	// a report whose time_elapsed is 0 with counts (a server may read a
+	// subscription as 1 s instead of passing 0 on).
+	ZeroElapsedAs time.Duration
+	Trace         bool // log every report and its answer
+	NoRecheck     bool // the server ignores Share.Recheck
 }
 
 func constant(rate float64) func(time.Duration) float64 {
@@ -139,147 +143,164 @@ type Result struct {
 	Requests  int
 }
 
+// sim is one Run's state.
+type sim struct {
+	t       testing.TB
+	s       Scenario
+	h       events
+	seq     int
+	clients []*simClient
+	res     Result
+}
+
+func (m *sim) push(e *event) {
+	m.seq++
+	e.seq = m.seq
+	heap.Push(&m.h, e)
+}
+
 // Run simulates s against ledgers (client i uses ledgers[i%len]) and
 // checks, at every answer, that the rates Envoy applies sum to at most the
 // fleet's rate.
 func Run(t testing.TB, s Scenario, ledgers []rlqs.Ledger) Result {
 	t.Helper()
-	ctx := context.Background()
-	const key = "bucket"
+	m := &sim{t: t, s: s, clients: make([]*simClient, len(s.Clients))}
 	settings := envoyrlqs.Settings{NoAssignment: envoyrlqs.Blanket(typev3.RateLimitStrategy_DENY_ALL)}
-	var h events
-	seq := 0
-	push := func(e *event) { seq++; e.seq = seq; heap.Push(&h, e) }
-	clients := make([]*simClient, len(s.Clients))
 	for i, spec := range s.Clients {
 		b, err := envoyrlqs.New(settings)
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients[i] = &simClient{spec: spec, b: b, ledger: ledgers[i%len(ledgers)]}
-		push(&event{at: Start.Add(spec.Join), kind: evRequest, client: i})
+		m.clients[i] = &simClient{spec: spec, b: b, ledger: ledgers[i%len(ledgers)]}
+		m.push(&event{at: Start.Add(spec.Join), kind: evRequest, client: i})
 	}
-	var res Result
 	end := Start.Add(s.Dur)
-	down := func(c *simClient, at time.Time) bool {
-		for _, p := range c.spec.Down {
-			if !at.Before(Start.Add(p[0])) && at.Before(Start.Add(p[1])) {
-				return true
-			}
-		}
-		return false
-	}
-	// assign is the server's side of one report (or re-check) on the
-	// client's current stream: the ledger's share, sent as a strategy that
-	// arrives after the client's delay.
-	assign := func(i int, now time.Time, u envoyrlqs.Usage) {
-		c := clients[i]
-		r := rlqs.Report{Client: fmt.Sprintf("%s#%d", c.spec.Name, c.stream), Allowed: u.Allowed, Denied: u.Denied, Elapsed: u.Elapsed}
-		f := s.Fleet(now.Sub(Start))
-		share, err := c.ledger.Assign(ctx, now, key, f, r, s.TTL)
-		if err != nil {
-			t.Fatalf("Assign at %v: %v", now.Sub(Start), err)
-		}
-		st := rlqs.Strategy(share, c.held)
-		c.held = st
-		if s.Trace {
-			t.Logf("%v %s %+v -> %+v %v", now.Sub(Start), r.Client, u, share, st)
-		}
-		push(&event{at: now.Add(c.spec.Delay), kind: evDeliver, client: i, action: envoyrlqs.Assign(st, s.TTL), stream: c.stream})
-		if !share.Recheck.IsZero() && !s.NoRecheck {
-			push(&event{at: share.Recheck, kind: evRecheck, client: i, stream: c.stream})
-		}
-	}
-	report := func(i int, now time.Time, u envoyrlqs.Usage) {
-		c := clients[i]
-		if down(c, now) {
-			c.wasDown = true
-			return
-		}
-		if c.wasDown {
-			c.wasDown = false
-			c.stream++
-			c.held = nil // a new stream: the server knows nothing of it
-		}
-		assign(i, now, u)
-	}
-	bound := func(at time.Duration) uint64 {
-		r := rlqs.FleetMilliRate(s.Fleet(at))
-		for _, ch := range s.Changes {
-			// Old shares last until every client has reported once
-			// after the change and the answers have arrived.
-			if at >= ch && at < ch+ReportEvery+time.Second+100*time.Millisecond {
-				r = max(r, rlqs.FleetMilliRate(s.Fleet(ch-time.Nanosecond)))
-			}
-		}
-		return r
-	}
-	checkRates := func(now time.Time) {
-		var sum, sumMax uint64
-		for _, c := range clients {
-			st := c.b.Assignment(now)
-			if st == nil {
-				continue // DENY_ALL by no_assignment_behavior
-			}
-			r := rlqs.StrategyMilliRate(st)
-			if r == math.MaxUint64 {
-				t.Fatalf("at %v client %s runs an unbounded strategy %v", now.Sub(Start), c.spec.Name, st)
-			}
-			sum += r
-			sumMax += uint64(st.GetTokenBucket().GetMaxTokens())
-		}
-		if b := bound(now.Sub(Start)); sum > b {
-			t.Fatalf("at %v Envoy's rates sum to %d thousandths/s, above the fleet's %d", now.Sub(Start), sum, b)
-		}
-		if burst := s.Fleet(now.Sub(Start)).Burst; sumMax > burst {
-			res.MaxExcess = max(res.MaxExcess, sumMax-burst)
-		}
-	}
-	for h.Len() > 0 {
-		e := heap.Pop(&h).(*event)
+	for m.h.Len() > 0 {
+		e := heap.Pop(&m.h).(*event)
 		if !e.at.Before(end) {
 			break
 		}
-		c := clients[e.client]
-		before := c.b.Stats().Injected
-		switch e.kind {
-		case evDeliver:
-			if down(c, e.at) || e.stream != c.stream {
-				break // lost with its stream
-			}
-			c.b.Apply(e.at, e.action)
-			checkRates(e.at)
-		case evRecheck:
-			if !down(c, e.at) && e.stream == c.stream {
-				assign(e.client, e.at, envoyrlqs.Usage{})
-			}
-		case evReport:
-			if u, ok := c.b.Usage(e.at); ok {
-				report(e.client, e.at, u)
-			}
-			push(&event{at: e.at.Add(ReportEvery), kind: evReport, client: e.client})
-		case evRequest:
-			rate := c.spec.Demand(e.at.Sub(Start))
-			if rate <= 0 {
-				push(&event{at: e.at.Add(time.Second), kind: evRequest, client: e.client}) // idle: look again later
-				break
-			}
-			res.Requests++
-			if c.b.Decide(e.at) {
-				res.Admitted = append(res.Admitted, int64(e.at.Sub(Start)))
-			}
-			if u, ok := c.b.Subscription(); ok {
-				report(e.client, e.at, u)
-				push(&event{at: e.at.Add(ReportEvery), kind: evReport, client: e.client})
-			}
-			push(&event{at: e.at.Add(time.Duration(float64(time.Second) / rate)), kind: evRequest, client: e.client})
+		m.step(e)
+	}
+	m.res.Floors = len(m.clients)
+	return m.res
+}
+
+// step runs one event and records the tokens it gave an Envoy at once.
+func (m *sim) step(e *event) {
+	c := m.clients[e.client]
+	before := c.b.Stats().Injected
+	switch e.kind {
+	case evDeliver:
+		if m.down(c, e.at) || e.stream != c.stream {
+			break // lost with its stream
 		}
-		if gain := c.b.Stats().Injected - before; gain > 0 {
-			res.Injected = append(res.Injected, [2]int64{int64(e.at.Sub(Start)), int64(math.Ceil(gain * 1000))})
+		c.b.Apply(e.at, e.action)
+		m.checkRates(e.at)
+	case evRecheck:
+		if !m.down(c, e.at) && e.stream == c.stream {
+			m.assign(e.client, e.at, envoyrlqs.Usage{})
+		}
+	case evReport:
+		if u, ok := c.b.Usage(e.at); ok {
+			m.report(e.client, e.at, u)
+		}
+		m.push(&event{at: e.at.Add(ReportEvery), kind: evReport, client: e.client})
+	case evRequest:
+		rate := c.spec.Demand(e.at.Sub(Start))
+		if rate <= 0 {
+			m.push(&event{at: e.at.Add(time.Second), kind: evRequest, client: e.client}) // idle: look again later
+			break
+		}
+		m.res.Requests++
+		if c.b.Decide(e.at) {
+			m.res.Admitted = append(m.res.Admitted, int64(e.at.Sub(Start)))
+		}
+		if u, ok := c.b.Subscription(); ok {
+			m.report(e.client, e.at, u)
+			m.push(&event{at: e.at.Add(ReportEvery), kind: evReport, client: e.client})
+		}
+		m.push(&event{at: e.at.Add(time.Duration(float64(time.Second) / rate)), kind: evRequest, client: e.client})
+	}
+	if gain := c.b.Stats().Injected - before; gain > 0 {
+		m.res.Injected = append(m.res.Injected, [2]int64{int64(e.at.Sub(Start)), int64(math.Ceil(gain * 1000))})
+	}
+}
+
+// down reports whether c's stream is broken at at.
+func (m *sim) down(c *simClient, at time.Time) bool {
+	for _, p := range c.spec.Down {
+		if !at.Before(Start.Add(p[0])) && at.Before(Start.Add(p[1])) {
+			return true
 		}
 	}
-	res.Floors = len(clients)
-	return res
+	return false
+}
+
+// report is a report reaching the server, unless the stream is down; the
+// first one after a break opens a new stream.
+func (m *sim) report(i int, now time.Time, u envoyrlqs.Usage) {
+	c := m.clients[i]
+	if m.down(c, now) {
+		c.wasDown = true
+		return
+	}
+	if c.wasDown {
+		c.wasDown = false
+		c.stream++
+		c.held = nil // a new stream: the server knows nothing of it
+	}
+	m.assign(i, now, u)
+}
+
+// assign is the server's side of one report (or re-check) on the client's
+// current stream: the ledger's share, sent as a strategy that arrives after
+// the client's delay.
+func (m *sim) assign(i int, now time.Time, u envoyrlqs.Usage) {
+	c := m.clients[i]
+	r := rlqs.Report{Client: fmt.Sprintf("%s#%d", c.spec.Name, c.stream), Allowed: u.Allowed, Denied: u.Denied, Elapsed: u.Elapsed}
+	if r.Elapsed == 0 && r.Allowed+r.Denied > 0 && m.s.ZeroElapsedAs > 0 {
+		r.Elapsed = m.s.ZeroElapsedAs
+	}
+	share, err := c.ledger.Assign(context.Background(), now, "bucket", m.s.Fleet(now.Sub(Start)), r, m.s.TTL)
+	if err != nil {
+		m.t.Fatalf("Assign at %v: %v", now.Sub(Start), err)
+	}
+	st := rlqs.Strategy(share, c.held)
+	c.held = st
+	if m.s.Trace {
+		m.t.Logf("%v %s %+v -> %+v %v", now.Sub(Start), r.Client, u, share, st)
+	}
+	m.push(&event{at: now.Add(c.spec.Delay), kind: evDeliver, client: i, action: envoyrlqs.Assign(st, m.s.TTL), stream: c.stream})
+	if !share.Recheck.IsZero() && !m.s.NoRecheck {
+		m.push(&event{at: share.Recheck, kind: evRecheck, client: i, stream: c.stream})
+	}
+}
+
+// checkRates checks that the rates Envoy applies at now sum to at most the
+// fleet's (the larger limit while a change settles), and records how far
+// their max_tokens exceed the burst.
+func (m *sim) checkRates(now time.Time) {
+	var sum, sumMax uint64
+	for _, c := range m.clients {
+		st := c.b.Assignment(now)
+		if st == nil {
+			continue // DENY_ALL by no_assignment_behavior
+		}
+		r := rlqs.StrategyMilliRate(st)
+		if r == math.MaxUint64 {
+			m.t.Fatalf("at %v client %s runs an unbounded strategy %v", now.Sub(Start), c.spec.Name, st)
+		}
+		sum += r
+		sumMax += uint64(st.GetTokenBucket().GetMaxTokens())
+	}
+	f := maxFleet(m.s, now.Sub(Start))
+	if b := rlqs.FleetMilliRate(f); sum > b {
+		m.t.Fatalf("at %v Envoy's rates sum to %d thousandths/s, above the fleet's %d", now.Sub(Start), sum, b)
+	}
+	if sumMax > f.Burst {
+		m.res.MaxExcess = max(m.res.MaxExcess, sumMax-f.Burst)
+	}
 }
 
 // tokenFleet is a token_bucket rule of 10 per second with a burst of 20.
@@ -360,26 +381,25 @@ func Scenarios() []Scenario {
 func windowBound(sc Scenario, s, T time.Duration) (rate, burst uint64) {
 	points := []time.Duration{s, s + T}
 	for _, ch := range sc.Changes {
-		for _, p := range []time.Duration{ch, ch + ReportEvery + 2*time.Second} {
+		for _, p := range []time.Duration{ch, ch + Settling} {
 			if p > s && p <= s+T {
 				points = append(points, p)
 			}
 		}
 	}
 	for _, p := range points {
-		f := sc.Fleet(p)
-		if len(sc.Changes) > 0 {
-			f = maxFleet(sc, p)
-		}
+		f := maxFleet(sc, p)
 		rate, burst = max(rate, rlqs.FleetMilliRate(f)), max(burst, f.Burst)
 	}
 	return rate, burst
 }
 
+// maxFleet is sc's fleet at at, or the one before a change while the change
+// settles, whichever has the larger rate.
 func maxFleet(sc Scenario, at time.Duration) rlqs.Fleet {
 	f := sc.Fleet(at)
 	for _, ch := range sc.Changes {
-		if at >= ch && at < ch+ReportEvery+2*time.Second {
+		if at >= ch && at < ch+Settling {
 			if g := sc.Fleet(ch - time.Nanosecond); rlqs.FleetMilliRate(g) > rlqs.FleetMilliRate(f) {
 				f = g
 			}
@@ -438,9 +458,9 @@ func CheckBound(t testing.TB, sc Scenario, res Result) {
 }
 
 // Settling is how long after a limit change the old limit may still show:
-// every client reports within ReportEvery, and its answer arrives within
-// the Grace.
-const Settling = ReportEvery + 2*time.Second
+// every client reports within ReportEvery, and its answer arrives within the
+// Grace (1 s).
+const Settling = ReportEvery + time.Second
 
 // CheckFull checks that every 20 s window from sc.Full on admits at least
 // 90% of the fleet's rate, skipping windows a limit change unsettles.

@@ -12,12 +12,16 @@
 // as the window store's).
 //
 // The policy stays in Go (rlqs.Policy.Divide), so Redis runs no
-// arithmetic: an Assign is two round trips, an HGETALL of the bucket and a
-// compare-and-set script (commit.lua) that writes the client's new state
-// and drops the expired clients only if the version is the one read, else
-// answers the current hash so the next try needs no read. The invariant of
-// the division therefore holds across replicas exactly as in one process:
-// every grant is computed from the state it replaces. Both calls may be
-// sent again safely (a read; a version-checked write, which a second time
-// finds the version moved and re-divides on the state it wrote).
+// arithmetic. A Ledger keeps the state of each bucket as of its last write
+// or read and divides on it; a compare-and-set script (commit.lua) writes
+// the client's new state and drops the expired clients only if the bucket
+// is still at the version divided on, else answers the current hash, on
+// which the Ledger divides again. So an Assign is one round trip when no
+// other replica wrote the bucket since this one last did, two when one did
+// (three the first time a bucket is seen: a read, a write). Every grant is
+// computed from exactly the state it replaces, so the invariant of the
+// division holds across replicas as in one process. Versions are random
+// and never reused, so a hash that expired and was created again cannot
+// pass for one seen before. A call that fails may or may not have written;
+// the Ledger then forgets the bucket and reads it again next time.
 package redisledger

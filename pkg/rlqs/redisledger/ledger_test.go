@@ -72,19 +72,58 @@ func TestConcurrentReplicas(t *testing.T) {
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	l := New(srv.BoundedClient(t), Options{})
+	a := New(srv.BoundedClient(t), Options{})
+	b := New(srv.BoundedClient(t), Options{})
 	ctx := context.Background()
 	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
 	now := time.Now()
-	for i := range 3 {
-		if _, err := l.Assign(ctx, now, "k", f, rlqs.Report{Client: "a", Allowed: 5, Elapsed: time.Second}, time.Minute); err != nil {
+	assign := func(l *Ledger, client string) {
+		t.Helper()
+		if _, err := l.Assign(ctx, now, "k", f, rlqs.Report{Client: client, Allowed: 5, Elapsed: time.Second}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		// The first call loads the script (NOSCRIPT, then EVAL): 3.
-		want := uint64(2*(i+1) + 1)
-		if got := l.RoundTrips(); got != want {
-			t.Fatalf("after %d Assigns: RoundTrips() = %d, want %d", i+1, got, want)
+	}
+	for _, step := range []struct {
+		l      *Ledger
+		client string
+		trips  uint64 // the ledger's total after the step
+	}{
+		{a, "x", 3}, // read, then the write: NOSCRIPT and EVAL
+		{a, "x", 4}, // the state it wrote is current: the write alone
+		{a, "y", 5},
+		{b, "z", 2}, // b reads and writes (a loaded the script)
+		{a, "x", 7}, // b wrote: a's write answers the state, and a writes again
+	} {
+		assign(step.l, step.client)
+		if got := step.l.RoundTrips(); got != step.trips {
+			t.Fatalf("after %s's Assign: RoundTrips() = %d, want %d", step.client, got, step.trips)
 		}
+	}
+}
+
+// A bucket that expired and was written again by another replica never
+// matches the version a ledger saw before: the versions are never reused.
+func TestExpiredAndRewritten(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.BoundedClient(t)
+	a, b := New(c, Options{}), New(srv.BoundedClient(t), Options{})
+	ctx := context.Background()
+	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
+	now := time.Now()
+	if s, err := a.Assign(ctx, now, "k", f, rlqs.Report{Client: "x", Allowed: 1}, time.Minute); err != nil || s.MilliRate != 10000 {
+		t.Fatalf("a: %+v, %v; want the whole rate", s, err)
+	}
+	if err := c.Del(ctx, "rlqs:k").Err(); err != nil { // as if it had expired
+		t.Fatal(err)
+	}
+	if s, err := b.Assign(ctx, now, "k", f, rlqs.Report{Client: "y", Allowed: 1}, time.Minute); err != nil || s.MilliRate != 10000 {
+		t.Fatalf("b: %+v, %v; want the whole rate of the empty bucket", s, err)
+	}
+	// a's cache still holds x alone; the write must find y.
+	s, err := a.Assign(ctx, now, "k", f, rlqs.Report{Client: "x", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute)
+	if err != nil || s.MilliRate != 0 {
+		t.Fatalf("a again: %+v, %v; want nothing, y holds the whole rate", s, err)
 	}
 }
 

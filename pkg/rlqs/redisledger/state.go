@@ -108,9 +108,9 @@ type snapshot struct {
 }
 
 // parseSnapshot reads a bucket's HGETALL reply (field, value, ...). A
-// missing hash is version "0" with no clients.
+// missing hash is version "" with no clients.
 func parseSnapshot(reply []any) (snapshot, error) {
-	s := snapshot{version: "0", clients: make(map[string]rlqs.ClientState, len(reply)/2)}
+	s := snapshot{clients: make(map[string]rlqs.ClientState, len(reply)/2)}
 	if len(reply)%2 != 0 {
 		return s, fmt.Errorf("%w: odd HGETALL reply of %d values", errState, len(reply))
 	}
@@ -122,8 +122,8 @@ func parseSnapshot(reply []any) (snapshot, error) {
 		}
 		switch {
 		case f == versionField:
-			if _, err := strconv.ParseUint(v, 10, 64); err != nil {
-				return s, fmt.Errorf("%w: version %q", errState, v)
+			if v == "" {
+				return s, fmt.Errorf("%w: empty version", errState)
 			}
 			s.version = v
 		case strings.HasPrefix(f, clientPrefix):
