@@ -10,7 +10,7 @@ export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -tags=vtprotobuf)
 # the service's requires no charting library). go.work joins them, but ./... stops at a nested module.
 PKGS = ./... ./bench/...
 
-.PHONY: run test deps build lint unit e2e real compose k8s fuzz bench capacity faults soak
+.PHONY: run test deps build lint unit e2e real compose k8s fuzz bench capacity rlqs-bench faults soak
 
 # Run the sidecar on the embedded in-memory store with the example rules.
 run:
@@ -77,6 +77,12 @@ bench:
 # Remeasures docs/capacity.md's inputs and rewrites its tables and chart (bench/capacity.sh); flags via BENCHFLAGS.
 capacity:
 	bench/capacity.sh $(BENCHFLAGS)
+
+# RLQS's cost per report and per usage, its over-admission, and the requests it governs per core next to
+# ShouldRateLimit's, in one harness run (bench/rlqs.sh); flags via BENCHFLAGS, PUBLISH=1 to rewrite
+# docs/capacity.md's RLQS part.
+rlqs-bench:
+	bench/rlqs.sh $(BENCHFLAGS)
 
 # Every fault of bench/faults against the sidecar and envoyproxy/ratelimit (docs/reliability.md); flags via
 # BENCHFLAGS. `make unit` runs the short version (a few faults, the sidecar alone).

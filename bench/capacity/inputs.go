@@ -46,13 +46,13 @@ func readHarness(path string) (*harnessRun, error) {
 	return &h, nil
 }
 
-// costs returns one cost set per scenario with server and Redis figures (scenarios without them, such as the
-// no-op's, are left out).
+// costs returns one cost set per scenario with server and Redis figures per decision (scenarios without them,
+// such as the no-op's, and RLQS's, which are per report, are left out).
 func (h *harnessRun) costs() []costs {
 	var cs []costs
 	for _, s := range h.Summary {
-		if s.ServerCPU == nil || s.RedisCPU == nil || *s.RedisCPU <= 0 {
-			continue
+		if s.ServerCPU == nil || s.RedisCPU == nil || *s.RedisCPU <= 0 || s.RLQS != nil {
+			continue // RLQS's figures are per report: see rlqsUsageCosts
 		}
 		c := costs{name: s.Name, sidecarUs: *s.ServerCPU, redisUs: *s.RedisCPU, roundTrips: 1}
 		if s.RoundTrips != nil { // envoyproxy/ratelimit exports none: one pipeline per request

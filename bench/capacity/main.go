@@ -72,6 +72,8 @@ type options struct {
 	bytesPerKey  float64
 	bytesSliding float64
 	publish      string
+	rlqs         rlqsFleet
+	rlqsResults  string
 }
 
 // measuredBytesPerKey are Redis's bytes per live counter, fixed and sliding window, from docs/benchmarks.md's
@@ -97,6 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.keySpace, "key-space", "", "harness results.json with scenarios million and million-sliding, for the bytes per counter (default: -results, else the measured figures)")
 	fs.Float64Var(&o.bytesPerKey, "bytes-per-key", measuredBytesPerKey, "Redis bytes per live fixed-window counter")
 	fs.Float64Var(&o.bytesSliding, "bytes-per-key-sliding", measuredBytesPerKeySliding, "Redis bytes per live sliding-window counter")
+	o.rlqs.flags(fs)
+	fs.StringVar(&o.rlqsResults, "rlqs-results", "", "harness results.json with scenarios a and rlqs in one run, for the RLQS row and the requests governed per core (default: -results; alone, -publish rewrites only the page's rlqs part)")
 	fs.StringVar(&o.publish, "publish", "", "rewrite the generated tables of this page (docs/capacity.md)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -105,7 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if o.rate <= 0 || o.keys < 1 || o.zipf < 0 || o.util <= 0 || o.util > 1 || o.replicaCores <= 0 || o.maxShards < 1 ||
-		o.bytesPerKey <= 0 || o.bytesSliding <= 0 {
+		o.bytesPerKey <= 0 || o.bytesSliding <= 0 || !o.rlqs.valid() {
 		return o, errors.New("want -rate, -keys, -replica-cores, -max-shards, -bytes-per-key* positive, -zipf not negative, 0 < -util <= 1")
 	}
 	if o.ceiling != "" && o.results == "" {
@@ -143,9 +147,29 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := o.readBytesPerKey(h); err != nil {
 		return err
 	}
+	in, err := o.rlqsInputs(h)
+	if err != nil {
+		return err
+	}
+	var rlqs *usageCosts
+	if in != nil {
+		rlqs = &in.usage
+	}
 	w := workload{rate: o.rate, keys: o.keys, zipf: o.zipf, name: tenantKey}
 	kl := newKeyLoad(w)
-	result := table(cs, w, kl, o) + "\n" + memoryTable(o.keys, o.bytesPerKey, o.bytesSliding)
+	result := table(cs, rlqs, w, kl, o) + "\n" + memoryTable(o.keys, o.bytesPerKey, o.bytesSliding)
+	var section string
+	if in != nil {
+		section = in.section(w, kl, o)
+	}
+	if o.results == "" && o.rlqsResults != "" {
+		// Only RLQS was measured: the rest of the page keeps the run it was written from.
+		fmt.Fprint(stdout, section)
+		if o.publish != "" {
+			return publish(o.publish, map[string]string{"rlqs": section})
+		}
+		return nil
+	}
 	fmt.Fprint(stdout, result)
 	if o.chart != "" {
 		if err := chart(o.chart, cs, w, kl, o); err != nil {
@@ -159,6 +183,9 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if ceil != nil {
 			blocks["ceiling"] = ceil.table()
+		}
+		if in != nil {
+			blocks["rlqs"] = section
 		}
 		return publish(o.publish, blocks)
 	}
@@ -185,23 +212,29 @@ func (o *options) readBytesPerKey(h *harnessRun) error {
 	return nil
 }
 
-// table renders what each cost set needs as Markdown.
-func table(cs []costs, w workload, kl keyLoad, o options) string {
+// table renders what each cost set needs as Markdown, and RLQS's when rlqs holds its usage costs.
+func table(cs []costs, rlqs *usageCosts, w workload, kl keyLoad, o options) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "At %.0f decisions/s over %d keys (Zipf exponent %.2g), every core at most %.0f%% busy, %.0f cores per sidecar replica:\n\n",
 		w.rate, w.keys, w.zipf, o.util*100, o.replicaCores)
 	fmt.Fprintln(&sb, "| costs of | sidecar µs | Redis µs | sidecar cores (replicas) | Redis cores | shards, slots placed by load | shards, even slot ranges (balance) | round trips/s | Redis MB/s | one key's ceiling, decisions/s | total rate at which the hottest slot fills a core |")
 	fmt.Fprintln(&sb, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-	for _, c := range cs {
+	row := func(c costs, name string, kl keyLoad) {
 		bal := size(c, w.rate, kl, balanced, o.util, o.replicaCores, o.maxShards)
 		even := size(c, w.rate, kl, evenRanges, o.util, o.replicaCores, o.maxShards)
 		evenText := even.shardsText()
 		if even.feasible {
 			evenText += fmt.Sprintf(" (%.2f)", even.balance)
 		}
-		fmt.Fprintf(&sb, "| %s | %.1f | %.1f | %.1f (%d) | %.1f | %s | %s | %.0f | %.0f | %.0f | %.0f |\n",
-			label(c.name), c.sidecarUs, c.redisUs, bal.sidecarCores, bal.replicas, bal.redisCores, bal.shardsText(),
+		fmt.Fprintf(&sb, "| %s | %.3g | %.3g | %.1f (%d) | %.1f | %s | %s | %.0f | %.0f | %.0f | %.0f |\n",
+			name, c.sidecarUs, c.redisUs, bal.sidecarCores, bal.replicas, bal.redisCores, bal.shardsText(),
 			evenText, bal.roundTripsPS, bal.wireMBps, bal.keyCeiling, bal.rateCeiling)
+	}
+	for _, c := range cs {
+		row(c, label(c.name), kl)
+	}
+	if rlqs != nil {
+		row(o.rlqs.costs(*rlqs, w.rate), o.rlqs.label(w.rate), o.rlqs.keyLoad())
 	}
 	hot := simulate(costs{redisUs: 1}, w.rate, kl, balanced, 1, 1)
 	fmt.Fprintf(&sb, "\nThe hottest key takes %.2f%% of the decisions, the hottest slot %.2f%%.\n", hot.hottestKey*100, hot.hottestSlot*100)

@@ -20,7 +20,7 @@ var chartNames = map[string]string{
 	"f": "f one over", "fn": "fn no cache", "h": "h hot keys", "s": "s sliding", "cl": "cl cluster",
 	"ref": "ref envoyproxy", "target": "target",
 	"a-sw": "a sliding", "a-tb": "a bucket", "a-sl": "a log",
-	"million": "1M keys", "million-sliding": "1M sliding",
+	"million": "1M keys", "million-sliding": "1M sliding", "rlqs": "rlqs reports",
 }
 
 // chart draws two panels into one PNG: decisions/s per scenario with one bar per run (so the spread shows),

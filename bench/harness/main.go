@@ -67,6 +67,8 @@ type options struct {
 	publish bool
 	replot  bool
 	docs    string
+
+	rlqs rlqsOptions
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -84,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.distinctKeys, "distinct-keys", 100000, "values before scenario d repeats one")
 	fs.IntVar(&o.millionKeys, "million-keys", 1000000, "live counters of scenarios million and million-sliding (sent once each before the measured interval)")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
-	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a to f, fn, h, s, a-sw, a-tb, a-sl, cl, ref, million, million-sliding; -target adds target)")
+	fs.StringVar(&scenarios, "scenarios", "noop,a,b,c,d,e,h,cl,ref", "scenarios to run, in order (noop, a to f, fn, h, s, a-sw, a-tb, a-sl, cl, ref, million, million-sliding, rlqs; -target adds target)")
 	fs.StringVar(&o.target, "target", "", "also load this external ratelimit.v3 server (host:port or unix:///path)")
 	fs.StringVar(&o.targetScenario, "target-scenario", "allowed", "loadgen -scenario for -target")
 	fs.StringVar(&o.targetDomain, "target-domain", "bench", "domain sent to -target; its rules must define it")
@@ -98,6 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.reference, "reference", "", "prebuilt envoyproxy/ratelimit binary for scenario ref (default: go install "+referencePkg+")")
 	fs.BoolVar(&o.publish, "publish", false, "also write <docs>/benchmarks.md and <docs>/benchmarks.png (benchmarks-ghz.* with -engine ghz)")
 	fs.StringVar(&o.docs, "docs", "docs", "directory -publish writes to")
+	o.rlqs.flags(fs)
 	fs.BoolVar(&o.replot, "replot", false, "run nothing: rewrite table.md and benchmarks.png (and with -publish the page) from -out's results.json")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -129,6 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 {
 		errs = append(errs, errors.New("-duration and -timeout must be positive, -warmup not negative"))
 	}
+	errs = append(errs, o.rlqs.check())
 	if o.engine != "loadgen" && o.engine != "ghz" {
 		errs = append(errs, fmt.Errorf("-engine %q: want loadgen or ghz", o.engine))
 	}
@@ -175,6 +179,7 @@ var allScenarios = []scenario{
 	{"ref", "(ref) envoyproxy/ratelimit, allowed, Redis", "reference", "redis", "allowed", nil, ""},
 	{"million", "(million) distinct tenants, hour-long windows, Redis", "sidecar", "redis", keySpaceLoad, nil, ""},
 	{"million-sliding", "(million-sliding) as (million), sliding window", "sidecar", "redis", keySpaceLoad, nil, "sliding_window"},
+	{"rlqs", "(rlqs) RLQS usage reports from simulated Envoys, Redis", "sidecar", "redis", rlqsLoad, nil, ""},
 	{"target", "external server (-target)", "target", "", "", nil, ""},
 }
 
@@ -196,6 +201,7 @@ type bench struct {
 	noop      string
 	loadgen   string
 	ghz       string // with -engine ghz
+	rlqsload  string // for scenario rlqs
 	sidecar   string
 	reference string // envoyproxy/ratelimit, for scenario ref
 	// referenceRoot is its RUNTIME_ROOT: the bench rules at current/config/bench.yaml.
@@ -371,6 +377,12 @@ func (b *bench) build(ctx context.Context) error {
 		pkg string
 	}{{&b.noop, "./bench/noop"}, {&b.loadgen, "./bench/loadgen"}}
 	serves := func(server string) bool { return b.uses(func(sc scenario) bool { return sc.Server == server }) }
+	if b.uses(func(sc scenario) bool { return sc.Load == rlqsLoad }) {
+		targets = append(targets, struct {
+			dst *string
+			pkg string
+		}{&b.rlqsload, "./bench/rlqsload"})
+	}
 	if serves("sidecar") || serves("reference") {
 		if b.o.rules != "" {
 			b.rules = b.o.rules
@@ -452,6 +464,9 @@ const referencePkg = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.2
 // rulesFor returns the rules file sc's sidecar reads: the bench rules, or for a scenario with an Algorithm a
 // copy of them that makes it the default (written once; see algorithmRules).
 func (b *bench) rulesFor(sc scenario) (string, error) {
+	if sc.Load == rlqsLoad {
+		return b.rlqsRules()
+	}
 	if sc.Algorithm == "" {
 		return b.rules, nil
 	}

@@ -130,6 +130,7 @@ func (r *report) summarize() {
 		s.RSSBefore, s.RSSEnd = opt(median(rssB)), opt(median(rssE))
 		s.RedisMemB, s.RedisMemE = opt(median(memB)), opt(median(memE))
 		s.KeySpace = summarizeKeySpace(r.Runs, sc.Name)
+		s.RLQS = summarizeRLQS(r.Runs, sc.Name)
 		r.Summary = append(r.Summary, s)
 	}
 }
@@ -180,6 +181,9 @@ func (r *report) table() string {
 		}
 		if s.KeySpace != nil {
 			sb.WriteString(keySpaceNote(s.KeySpace, s.Label))
+		}
+		if s.RLQS != nil {
+			sb.WriteString(rlqsNote(s.Label, s.RLQS))
 		}
 		if len(s.ByCommand) > 0 {
 			names := slices.Sorted(maps.Keys(s.ByCommand))

@@ -48,6 +48,13 @@ type runResult struct {
 	RedisMemoryBefore uint64            `json:"redis_used_memory_before,omitempty"`
 	RedisMemoryEnd    uint64            `json:"redis_used_memory_end,omitempty"`
 	KeySpace          *keySpace         `json:"key_space,omitempty"` // scenarios million and million-sliding
+	// RLQS is scenario rlqs's per-usage figures; its per-decision ones are per usage report.
+	RLQS *rlqsRun `json:"rlqs,omitempty"`
+
+	// StoreErrors and RLQSRefused are the sidecar's failed store calls and refused RLQS usages in the
+	// interval (from its metrics): a run with either did not measure the path it meant to.
+	StoreErrors uint64 `json:"store_errors,omitempty"`
+	RLQSRefused uint64 `json:"rlqs_refused,omitempty"`
 
 	ServerCmd  string `json:"server_cmd,omitempty"`
 	LoadgenCmd string `json:"loadgen_cmd"`
@@ -58,9 +65,20 @@ func (r runResult) line(runs int) string {
 		return fmt.Sprintf("run %d/%d %-6s FAILED: %s", r.Run, runs, r.Scenario, r.Error)
 	}
 	l := r.Load
-	return fmt.Sprintf("run %d/%d %-6s %8.0f decisions/s  p50 %6.0fµs  p99 %6.0fµs  p99.9 %6.0fµs  server %s µs/dec  redis %s µs/dec  errors %d",
+	line := fmt.Sprintf("run %d/%d %-6s %8.0f decisions/s  p50 %6.0fµs  p99 %6.0fµs  p99.9 %6.0fµs  server %s µs/dec  redis %s µs/dec  errors %d",
 		r.Run, runs, r.Scenario, l.DecisionsPerS, l.P50Us, l.P99Us, l.P999Us,
 		fmtOpt(r.ServerCPUUsPerDecision, 1), fmtOpt(r.RedisCPUUsPerDecision, 1), l.Errors)
+	if r.StoreErrors > 0 || r.RLQSRefused > 0 {
+		line += fmt.Sprintf("  store errors %d  RLQS usages refused %d", r.StoreErrors, r.RLQSRefused)
+	}
+	if q := r.RLQS; q != nil {
+		line += fmt.Sprintf("  | per usage: server %s µs, redis %s µs, %s cmds; %d windows",
+			fmtOpt(q.ServerCPUUsPerUsage, 1), fmtOpt(q.RedisCPUUsPerUsage, 1), fmtOpt(q.RedisCmdsPerUsage, 2), q.Windows)
+		if q.Windows > 0 {
+			line += fmt.Sprintf(", admitted/limit %.3f–%.3f", q.FillMin, 1+q.EpsilonMax)
+		}
+	}
+	return line
 }
 
 // sample is the state of the counters at one instant.
@@ -73,6 +91,7 @@ type sample struct {
 	redis                     *redisInfo
 	roundTrips                float64
 	haveRoundTrips            bool
+	storeErrors, rlqsRefused  float64 // the sidecar's ratelimit_store_errors_total and ratelimit_rlqs_refused_total
 }
 
 // target is the server a run loads and where to sample it.
@@ -108,8 +127,11 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 	defer t.stop()
 	rr.ServerCmd = t.cmd
 
-	args := b.loadgenArgs(sc, t)
-	rr.LoadgenCmd = b.display(b.loadgen, args...)
+	bin, args := b.loadgen, b.loadgenArgs(sc, t)
+	if sc.Load == rlqsLoad {
+		bin, args = b.rlqsload, b.o.rlqs.args(b.o, t)
+	}
+	rr.LoadgenCmd = b.display(bin, args...)
 	snap := b.sampler(ctx, t, b.redisOf(sc), log)
 	var ks *keySpaceProbe
 	if sc.Load == keySpaceLoad && t.pid != 0 {
@@ -118,12 +140,13 @@ func (b *bench) runOne(ctx context.Context, sc scenario, run int) (rr runResult)
 		snap = ks.marking(snap)
 	}
 	pre := snap(nil)
-	l, start, end, err := b.load(ctx, args, log, snap)
+	l, start, end, err := b.load(ctx, bin, args, log, snap)
 	if err != nil {
 		return fail(err)
 	}
 	rr.Load = l
 	rr.figures(l, pre, start, end, b.ticks)
+	rr.RLQS = rr.rlqsFigures(l)
 	if ks != nil {
 		rr.KeySpace = ks.result(ctx, b.redisOf(sc), b.o.millionKeys, pre, log)
 	}
@@ -183,19 +206,21 @@ func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.
 		if t.metricsURL != "" {
 			if body, err := local.Get(ctx, t.metricsURL); err == nil {
 				s.roundTrips, s.haveRoundTrips = sumMetric(body, roundTripsMetric)
+				s.storeErrors, _ = sumMetric(body, "ratelimit_store_errors_total")
+				s.rlqsRefused, _ = sumMetric(body, "ratelimit_rlqs_refused_total")
 			}
 		}
 		return s
 	}
 }
 
-// load runs the load generator with args, samples the counters with snap at its "mark start" and "mark end"
+// load runs the load generator bin (bench/loadgen or bench/rlqsload) with args, samples the counters with snap at its "mark start" and "mark end"
 // lines (the measured interval), and returns its report and the two samples. Its other stderr lines go to log.
-func (b *bench) load(ctx context.Context, args []string, log io.Writer, snap func(*proctest.Process) sample) (
+func (b *bench) load(ctx context.Context, bin string, args []string, log io.Writer, snap func(*proctest.Process) sample) (
 	l *result.Load, start, end sample, err error) {
 	var stdout bytes.Buffer
 	stderrR, stderrW := io.Pipe()
-	lg, err := startProc("loadgen", stderrW, &stdout, nil, b.loadgen, args...)
+	lg, err := startProc(filepath.Base(bin), stderrW, &stdout, nil, bin, args...)
 	if err != nil {
 		return nil, start, end, err
 	}
@@ -289,6 +314,8 @@ func (rr *runResult) figures(l *result.Load, pre, start, end sample, ticks float
 	}
 	if start.haveRoundTrips && end.haveRoundTrips {
 		rr.RoundTripsPerDecision = perDecision(end.roundTrips - start.roundTrips)
+		rr.StoreErrors = uint64(end.storeErrors - start.storeErrors)
+		rr.RLQSRefused = uint64(end.rlqsRefused - start.rlqsRefused)
 	}
 }
 

@@ -27,10 +27,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/hist"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
 )
 
@@ -137,20 +136,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	target := o.addr
-	if !strings.HasPrefix(target, "unix:") {
-		target = "passthrough:///" + target
-	}
 	conns := make([]*grpc.ClientConn, o.conns)
 	for i := range conns {
-		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := local.Dial(ctx, o.addr, 10*time.Second)
 		if err != nil {
-			return fmt.Errorf("dial %s: %w", o.addr, err)
+			return err
 		}
 		defer cc.Close()
-		if err := waitReady(ctx, cc, 10*time.Second); err != nil {
-			return fmt.Errorf("connect %s: %w", o.addr, err)
-		}
 		conns[i] = cc
 	}
 
@@ -168,22 +160,6 @@ func report(stdout io.Writer, o options, res result.Load) error {
 	}
 	printText(stdout, res)
 	return nil
-}
-
-// waitReady connects cc so that dialling is not part of the warm-up, let alone of the measurement.
-func waitReady(ctx context.Context, cc *grpc.ClientConn, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cc.Connect()
-	for {
-		s := cc.GetState()
-		if s == connectivity.Ready {
-			return nil
-		}
-		if !cc.WaitForStateChange(ctx, s) {
-			return fmt.Errorf("still %v after %v", s, timeout)
-		}
-	}
 }
 
 // worker is one goroutine's share of the tallies; merged once at the end so the hot path shares nothing but
@@ -239,12 +215,12 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 		wg.Go(func() { workers[w].run(ctx, conns[w%len(conns)], reqs, &seq, iv, o.timeout) })
 	}
 	start := o.warmup
-	sleepUntil(ctx, iv.t0.Add(start))
+	local.SleepUntil(ctx, iv.t0.Add(start))
 	if o.lap {
 		// The lap is done when its last request has been sent; the harness reads the key space after the end
 		// mark, when its last calls have long been answered.
 		for ctx.Err() == nil && seq.Load() < uint64(len(reqs.msgs)) {
-			sleepUntil(ctx, time.Now().Add(10*time.Millisecond))
+			local.SleepUntil(ctx, time.Now().Add(10*time.Millisecond))
 		}
 		start = time.Since(iv.t0)
 		iv.set(start)
@@ -253,7 +229,7 @@ func generate(ctx context.Context, o options, conns []*grpc.ClientConn, reqs *re
 	if o.marks {
 		fmt.Fprintln(stderr, "mark start")
 	}
-	sleepUntil(ctx, iv.t0.Add(end))
+	local.SleepUntil(ctx, iv.t0.Add(end))
 	cancel()
 	if o.marks {
 		fmt.Fprintln(stderr, "mark end")
@@ -335,18 +311,8 @@ func (o options) load() result.Load {
 // markAt writes line to w at t, so that a harness sampling the server's counters can align its samples with the
 // measured interval. It returns early if ctx ends first, and writes the line either way.
 func markAt(ctx context.Context, t time.Time, w io.Writer, line string) {
-	sleepUntil(ctx, t)
+	local.SleepUntil(ctx, t)
 	fmt.Fprintln(w, line)
-}
-
-// sleepUntil returns at t, or when ctx ends if that is sooner.
-func sleepUntil(ctx context.Context, t time.Time) {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-	}
 }
 
 func printText(w io.Writer, r result.Load) {

@@ -138,15 +138,15 @@ func TestRLQSReplicasDivideOneBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		strategy := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()
-		rate := rlqs.StrategyMilliRate(strategy)
+		rate := rlqs.StrategyRate(strategy)
 		if i == 0 && strategy.GetTokenBucket() == nil {
 			t.Fatalf("replica 0: %v, want a token bucket", strategy)
 		}
-		t.Logf("replica %d assigns %d milli-tokens/s", i, rate)
+		t.Logf("replica %d assigns rate %d (%d a second)", i, rate, rlqs.PerSecond)
 		sum += rate
 	}
-	if sum > 10_000 {
-		t.Errorf("the two replicas assign %d milli-tokens/s in all, more than the rule's 10 a second", sum)
+	if sum > 10*rlqs.PerSecond {
+		t.Errorf("the two replicas assign rate %d in all, more than the rule's 10 a second (%d)", sum, 10*rlqs.PerSecond)
 	}
 }
 

@@ -29,6 +29,10 @@ type streamBucket struct {
 	// next the assignment to send then; pushAt is zero when none is due.
 	pushAt time.Time
 	next   verdict
+	// recheckAt is when the ledger expects room for a larger share
+	// (Share.Recheck: another client's decrease has reached its Envoy by
+	// then); zero when none is due.
+	recheckAt time.Time
 	// held is the token bucket last sent, which Strategy compares with
 	// as Envoy does; nil when none.
 	held *typev3.RateLimitStrategy
@@ -38,7 +42,7 @@ type streamBucket struct {
 type usage struct {
 	b               *streamBucket
 	allowed, denied uint64
-	elapsed         time.Duration // > 0
+	elapsed         time.Duration // > 0 for a report; 0 for a re-check
 	limits          []*rules.Limit
 	entries         []*rlv3.RateLimitDescriptor_Entry
 	first           int // the index of its first counter in the report's store call
@@ -151,10 +155,11 @@ type verdict struct {
 	kind     Kind
 	keep     bool
 	strategy *typev3.RateLimitStrategy // for KindTokenBucket
-	rate     uint64                    // the share's MilliRate, for KindTokenBucket: the lower is more restrictive
+	rate     uint64                    // the share's Rate, for KindTokenBucket: the lower is more restrictive
 	burst    uint64
 	ttl      time.Duration // for a quota assignment
 	expires  time.Time     // when the assignment lapses, for a push
+	failed   bool          // a failure mode decided it
 }
 
 // rank orders verdicts by how restrictive they are; the most restrictive
@@ -235,7 +240,7 @@ func (v *verdict) action(id *rlqsv3.BucketId, now time.Time) *rlqsv3.RateLimitQu
 // have had (streamBucket.next, pushed by the stream).
 func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeResult) verdict {
 	b := w.b
-	b.pushAt, b.next = time.Time{}, verdict{}
+	b.pushAt, b.next, b.recheckAt = time.Time{}, verdict{}, time.Time{}
 	if len(w.limits) == 0 {
 		if b.ruled {
 			// Envoy drops the bucket; its next request subscribes again
@@ -249,6 +254,7 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 	out := verdict{kind: KindAllowAll, ttl: st.s.ttl}
 	held := out // the verdict without the spent windows' denials
 	var resetAt time.Time
+	failed := false
 	slot := w.first
 	for _, l := range w.limits {
 		if l.Unlimited {
@@ -256,6 +262,7 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 		}
 		v, reset := st.limitVerdict(ctx, now, w, l, t, slot)
 		slot++
+		failed = failed || v.failed
 		if v.stricter(&held) {
 			held = v
 		}
@@ -266,6 +273,11 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 		if v.stricter(&out) {
 			out = v
 		}
+	}
+	if failed {
+		// A re-check asks only the ledger: it must not replace what a
+		// failure mode decided. The next report decides again.
+		b.recheckAt = time.Time{}
 	}
 	if !resetAt.IsZero() && held.kind != KindDenyAll && !held.keep {
 		held.expires = now.Add(st.s.ttl)
@@ -278,6 +290,14 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// earliest is the earlier of a and b, a zero time meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
 		return b
 	}
 	return a
@@ -314,11 +334,64 @@ func (st *stream) limitVerdict(ctx context.Context, now time.Time, w *usage, l *
 	if c.Remaining(res, now) == 0 {
 		reset = spentFor(c, res, now)
 	}
-	s := Strategy(share, w.b.held)
+	w.b.recheckAt = earliest(w.b.recheckAt, share.Recheck)
+	return st.shareVerdict(share, w.b.held), reset
+}
+
+// shareVerdict is a ledger's share as the verdict Envoy gets: its token
+// bucket (Strategy, given held, the strategy the client holds), or
+// DENY_ALL for a share too small to encode.
+func (st *stream) shareVerdict(share Share, held *typev3.RateLimitStrategy) verdict {
+	s := Strategy(share, held)
 	if s.GetTokenBucket() == nil {
-		return verdict{kind: KindDenyAll, ttl: st.s.ttl}, reset
+		return verdict{kind: KindDenyAll, ttl: st.s.ttl}
 	}
-	return verdict{kind: KindTokenBucket, strategy: s, rate: StrategyMilliRate(s), burst: uint64(s.GetTokenBucket().GetMaxTokens()), ttl: st.s.ttl}, reset
+	return verdict{kind: KindTokenBucket, strategy: s, rate: StrategyRate(s), burst: uint64(s.GetTokenBucket().GetMaxTokens()), ttl: st.s.ttl}
+}
+
+// recheck asks the ledger again, at b's recheckAt, for b's shares, with a
+// report of no counts and no elapsed time: the room another client's
+// decrease held is free by now, and the client need not wait for its next
+// report (up to 5 s) to grow into it. It returns b's new assignment when a
+// share changed, nil to send nothing. Nothing is charged, and the rules
+// served now decide; a bucket whose rule went away, or a ledger that
+// fails, gets nothing here: its next report abandons it or applies the
+// failure modes. For a bucket a spent window denies, the new assignment is
+// what the window's reset pushes (streamBucket.next).
+func (st *stream) recheck(ctx context.Context, now time.Time, b *streamBucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	b.recheckAt = time.Time{}
+	limits, entries := st.s.counters.Rules().Domain(st.domain).MatchBucket(b.id.GetBucket())
+	out := verdict{kind: KindAllowAll, ttl: st.s.ttl}
+	changed := false
+	for _, l := range limits {
+		if l.Unlimited || l.Shadow || st.s.shadow {
+			continue // ALLOW_ALL, as at the report
+		}
+		key := st.s.counters.Counter(st.domain, entries, l).Key
+		share, err := st.s.ledger.Assign(ctx, now, key, fleetOf(l), Report{Client: st.client}, st.s.ttl)
+		if err != nil {
+			b.recheckAt = time.Time{}
+			return nil
+		}
+		changed = changed || share.Changed
+		b.recheckAt = earliest(b.recheckAt, share.Recheck)
+		if v := st.shareVerdict(share, b.held); v.stricter(&out) {
+			out = v
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if !b.pushAt.IsZero() {
+		out.expires = now.Add(st.s.ttl)
+		b.next = out
+		return nil
+	}
+	a := b.send(&out, now)
+	if a != nil {
+		st.s.obs.Assignment(st.domainLabel(), out.kind)
+	}
+	return a
 }
 
 // fleetOf is what limit l allows the fleet: a token bucket rule's rate and
@@ -363,9 +436,9 @@ func wholeSecondsUp(d time.Duration) time.Duration {
 func (st *stream) failureVerdict(l *rules.Limit) verdict {
 	switch l.FailureMode {
 	case rules.FailAllow:
-		return verdict{kind: KindAllowAll, ttl: st.s.ttl}
+		return verdict{kind: KindAllowAll, ttl: st.s.ttl, failed: true}
 	case rules.FailDeny:
-		return verdict{kind: KindDenyAll, ttl: st.s.ttl}
+		return verdict{kind: KindDenyAll, ttl: st.s.ttl, failed: true}
 	}
-	return verdict{keep: true}
+	return verdict{keep: true, failed: true}
 }

@@ -34,14 +34,14 @@ type Report struct {
 }
 
 // Share is the part of a Fleet a ledger grants one client until Expires:
-// Rate tokens per second (in thousandths, so sub-token rates survive) and a
-// bucket of at most Burst tokens. A ledger never grants shares whose sum,
+// a Rate (in the unit of PerSecond, so a share of a few tokens a day
+// survives) and a bucket of at most Burst tokens. A ledger never grants shares whose sum,
 // over clients whose Expires is after now, exceeds the Fleet's rate or
 // burst; docs/rlqs.md gives the precise invariant and its error terms.
 type Share struct {
-	MilliRate uint64 // tokens per 1000 s
-	Burst     uint64
-	Expires   time.Time
+	Rate    uint64 // thousandths of a token per day: PerSecond is one a second
+	Burst   uint64
+	Expires time.Time
 	// Changed reports whether the share differs from the one the client
 	// holds, so the server sends a new strategy (else only a longer TTL).
 	Changed bool

@@ -51,20 +51,20 @@ func TestShares(t *testing.T) {
 			t.Parallel()
 			m := rlqs.NewMemory(rlqs.Policy{})
 			ledgertest.Run(t, sc, []rlqs.Ledger{m})
-			r := float64(rlqs.FleetMilliRate(sc.Fleet(sc.Dur)))
+			r := float64(rlqs.FleetRate(sc.Fleet(sc.Dur)))
 			var d float64
 			for _, c := range sc.Clients {
-				d += c.Demand(sc.Dur) * 1000
+				d += c.Demand(sc.Dur) * float64(rlqs.PerSecond)
 			}
 			held := m.Clients("bucket")
 			for _, c := range sc.Clients {
 				got := float64(held[c.Name+"#0"].Rate)
-				tgt := 16.0 / 17 * r * c.Demand(sc.Dur) * 1000 / max(d, r)
+				tgt := 16.0 / 17 * r * c.Demand(sc.Dur) * float64(rlqs.PerSecond) / max(d, r)
 				// 1% for the measuring: Envoy's counts over 5 s of evenly
 				// spaced requests are off by one.
 				want := min(tgt/(1+h), tgt-h*r) * 0.99
 				if got < want {
-					t.Errorf("client %s (demand %.2f/s) holds %.0f thousandths/s, want ≥ %.0f", c.Name, c.Demand(sc.Dur), got, want)
+					t.Errorf("client %s (demand %.2f/s) holds rate %.0f, want ≥ %.0f", c.Name, c.Demand(sc.Dur), got, want)
 				}
 			}
 		})
@@ -86,7 +86,7 @@ func TestShares(t *testing.T) {
 		if _, ok := held["a#0"]; ok {
 			t.Errorf("a#0, gone at 40 s, still holds %+v at 115 s", held["a#0"])
 		}
-		r := float64(rlqs.FleetMilliRate(sc.Fleet(0)))
+		r := float64(rlqs.FleetRate(sc.Fleet(0)))
 		n := 0
 		for _, c := range held {
 			if c.Expires.After(ledgertest.Start.Add(sc.Dur)) {
@@ -95,7 +95,7 @@ func TestShares(t *testing.T) {
 		}
 		b := held["b#0"]
 		if want := (1 + h) * r / (16 * float64(n)); float64(b.Rate) > want {
-			t.Errorf("idle b holds %d thousandths/s beside %d clients, want ≤ %.0f", b.Rate, n, want)
+			t.Errorf("idle b holds rate %d beside %d clients, want ≤ %.0f", b.Rate, n, want)
 		}
 		sc.Dur = 2 * time.Minute
 		m = rlqs.NewMemory(rlqs.Policy{})

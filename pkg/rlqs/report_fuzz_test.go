@@ -99,7 +99,7 @@ func FuzzReport(f *testing.F) {
 			}
 			checkActions(t, &m, resp)
 			now = now.Add(2500 * time.Millisecond)
-			checkActions(t, nil, st.push(now))
+			checkActions(t, nil, st.push(context.Background(), now))
 		}
 	})
 }

@@ -45,6 +45,14 @@ const (
 	minBurst = 2
 )
 
+// PerSecond is a rate of one token (or request) a second in the unit of
+// every rate and demand of this package: thousandths of a token a day. It
+// is exact for rules per second, minute, hour and day, and fine enough that
+// a share of one token a day is one (Strategy then encodes it with a day's
+// fill_interval). A uint64 holds up to 2·10^11 a second; beyond, the
+// arithmetic saturates.
+const PerSecond uint64 = 86_400_000
+
 func (p Policy) hysteresis() uint64 {
 	switch {
 	case p.Hysteresis < 0:
@@ -64,11 +72,11 @@ func (p Policy) grace() time.Duration {
 
 // ClientState is what a ledger keeps about one client of one bucket.
 type ClientState struct {
-	// Demand is the client's demand, in thousandths of a request per
-	// second: (allowed + denied) / elapsed of its last report with an
+	// Demand is the client's demand, in requests per second in the unit
+	// of PerSecond: (allowed + denied) / elapsed of its last report with an
 	// elapsed time. Envoy's reports already average over their interval.
 	Demand uint64
-	// Rate (thousandths of a token per second) and Burst (tokens) are the
+	// Rate (in the unit of PerSecond) and Burst (tokens) are the
 	// share the client was last granted.
 	Rate, Burst uint64
 	// PrevRate and PrevBurst are the share a decrease replaced, counted
@@ -79,7 +87,8 @@ type ClientState struct {
 	// Expires is when the ledger stops counting the share: the grant's TTL
 	// plus Policy.Grace. An expired client is dropped.
 	Expires time.Time
-	// Reported is when the client's last report reached the ledger.
+	// Reported is when the client's last report with an elapsed time (or
+	// its first) reached the ledger; a re-check (Elapsed 0) leaves it.
 	Reported time.Time
 	// Estimated is true until a report with an elapsed time measures the
 	// client's demand; Divide then takes it to be the average of the
@@ -97,13 +106,13 @@ func (c ClientState) Counted(now time.Time) (rate, burst uint64) {
 	return c.Rate, c.Burst
 }
 
-// FleetMilliRate is f's rate in thousandths of a token per second, rounded
-// down (saturating at the largest uint64).
-func FleetMilliRate(f Fleet) uint64 {
+// FleetRate is f's rate in the unit of PerSecond, rounded down
+// (saturating at the largest uint64).
+func FleetRate(f Fleet) uint64 {
 	if f.Tokens == 0 || f.Period <= 0 {
 		return 0
 	}
-	return mulDiv(f.Tokens, milli*uint64(time.Second), uint64(f.Period))
+	return mulDiv(f.Tokens, PerSecond*uint64(time.Second), uint64(f.Period))
 }
 
 // WindowFleet is the Fleet of a fixed or sliding window rule of limit
@@ -163,7 +172,7 @@ func satAdd(a, b uint64) uint64 {
 // counted rates or bursts above f's, except for the one-token floor of a
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
-	rTot := FleetMilliRate(f)
+	rTot := FleetRate(f)
 	o := scan(now, others)
 	if known && !prev.Expires.After(now) {
 		known = false // its assignment has lapsed in Envoy as well
@@ -196,12 +205,16 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	}
 	cur.Rate, cur.Burst = rate, burst
 	cur.Expires = now.Add(ttl + p.grace())
-	cur.Reported = now
+	if r.Elapsed > 0 || !known {
+		// A re-check is no report: the next report's elapsed time is
+		// measured from the last one.
+		cur.Reported = now
+	}
 	share := Share{
-		MilliRate: rate,
-		Burst:     burst,
-		Expires:   now.Add(ttl),
-		Changed:   !known || rate != prev.Rate || burst != prev.Burst,
+		Rate:    rate,
+		Burst:   burst,
+		Expires: now.Add(ttl),
+		Changed: !known || rate != prev.Rate || burst != prev.Burst,
 	}
 	if !keep && rate < target && !o.freed.IsZero() {
 		share.Recheck = o.freed
@@ -255,7 +268,7 @@ func (p Policy) measure(now time.Time, prev ClientState, known bool, r Report) C
 		if m := now.Sub(prev.Reported); known && !prev.Reported.IsZero() && m >= el && m < el+time.Second+p.grace() {
 			el = m
 		}
-		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), milli*uint64(time.Second), uint64(el))
+		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), PerSecond*uint64(time.Second), uint64(el))
 		cur.Estimated = false
 	} else if !known {
 		cur.Demand, cur.Estimated = 0, true

@@ -8,22 +8,25 @@ import (
 
 var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 
-func TestFleetMilliRate(t *testing.T) {
+func TestFleetRate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		f    Fleet
 		want uint64
 	}{
-		{Fleet{Tokens: 100, Period: 20 * time.Second}, 5000},
-		{Fleet{Tokens: 1, Period: time.Hour}, 0}, // 0.28 thousandths: rounds down
-		{Fleet{Tokens: 10, Period: time.Hour}, 2},
+		{Fleet{Tokens: 100, Period: 20 * time.Second}, 5 * PerSecond},
+		{Fleet{Tokens: 1, Period: time.Hour}, PerSecond / 3600},  // exact: 24 a day
+		{Fleet{Tokens: 3, Period: 24 * time.Hour}, 3000},         // exact
+		{Fleet{Tokens: 1, Period: 7 * 24 * time.Hour}, 1000 / 7}, // a week: rounds down
+		{Fleet{Tokens: 1, Period: 1000 * 24 * time.Hour}, 1},     // the least rate: one in 1000 days
+		{Fleet{Tokens: 1, Period: 1001 * 24 * time.Hour}, 0},     // rounds down to nothing
 		{Fleet{Tokens: 0, Period: time.Second}, 0},
 		{Fleet{Tokens: 5, Period: 0}, 0},
-		{Fleet{Tokens: math.MaxUint64, Period: time.Second}, math.MaxUint64},                      // saturates
-		{Fleet{Tokens: math.MaxUint64 / 1000, Period: time.Second}, math.MaxUint64 / 1000 * 1000}, // 128-bit product
+		{Fleet{Tokens: math.MaxUint64, Period: time.Second}, math.MaxUint64},                                     // saturates
+		{Fleet{Tokens: math.MaxUint64 / PerSecond, Period: time.Second}, math.MaxUint64 / PerSecond * PerSecond}, // 128-bit product
 	} {
-		if got := FleetMilliRate(tc.f); got != tc.want {
-			t.Errorf("FleetMilliRate(%+v) = %d, want %d", tc.f, got, tc.want)
+		if got := FleetRate(tc.f); got != tc.want {
+			t.Errorf("FleetRate(%+v) = %d, want %d", tc.f, got, tc.want)
 		}
 	}
 }
@@ -68,7 +71,10 @@ func divide(p Policy, now time.Time, f Fleet, clients map[string]ClientState, r 
 
 func TestDivide(t *testing.T) {
 	t.Parallel()
-	const ttl = 15 * time.Second
+	const (
+		ttl = 15 * time.Second
+		u   = PerSecond / 1000 // the rates below are in thousandths of a token a second
+	)
 	fleet := Fleet{Tokens: 100, Period: 10 * time.Second, Burst: 20} // 10/s = 10000 thousandths
 	live := t0.Add(time.Hour)
 	for _, tc := range []struct {
@@ -82,99 +88,101 @@ func TestDivide(t *testing.T) {
 	}{
 		{
 			name: "alone, new: the whole rate", r: Report{Client: "a", Allowed: 1},
-			want: Share{MilliRate: 10000, Burst: 20, Changed: true},
+			want: Share{Rate: 10000 * u, Burst: 20, Changed: true},
 		},
 		{
 			name:    "new beside a holder of everything: nothing yet",
-			clients: map[string]ClientState{"b": {Demand: 30000, Rate: 10000, Burst: 20, Expires: live}},
+			clients: map[string]ClientState{"b": {Demand: 30000 * u, Rate: 10000 * u, Burst: 20, Expires: live}},
 			r:       Report{Client: "a", Allowed: 1},
 			want:    Share{Changed: true},
 		},
 		{
-			// d=20/s beside 10/s: φ = 30000/32+1 = 938; target =
-			// 10000·20938/31876 = 6568; only 10000−3000 = 7000 is free.
+			// d=20/s beside 10/s: φ = 30000u/32+1 = 81000001; target =
+			// 10000u·(20000u+φ)/(30000u+2φ) = 567529411 (6.57/s); only
+			// 10000u−3000u (7/s) is free.
 			name:    "2:1 demand",
-			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live}},
+			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6, Expires: live}},
 			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want:    Share{MilliRate: 6568, Burst: 13, Changed: true},
+			want:    Share{Rate: 567529411, Burst: 13, Changed: true},
 		},
 		{
 			name:    "capped by what the others hold",
-			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 5000, Burst: 10, Expires: live}},
+			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 5000 * u, Burst: 10, Expires: live}},
 			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want:    Share{MilliRate: 5000, Burst: 10, Changed: true},
+			want:    Share{Rate: 5000 * u, Burst: 10, Changed: true},
 		},
 		{
 			name: "a decrease still in flight counts",
-			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 3000, Burst: 6,
-				PrevRate: 8000, PrevBurst: 16, PrevUntil: t0.Add(time.Second), Expires: live}},
+			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6,
+				PrevRate: 8000 * u, PrevBurst: 16, PrevUntil: t0.Add(time.Second), Expires: live}},
 			r: Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
 			// Room frees when b's old share stops counting.
-			want: Share{MilliRate: 2000, Burst: 4, Changed: true, Recheck: t0.Add(time.Second)},
+			want: Share{Rate: 2000 * u, Burst: 4, Changed: true, Recheck: t0.Add(time.Second)},
 		},
 		{
 			name: "a decrease past its grace does not",
-			clients: map[string]ClientState{"b": {Demand: 10000, Rate: 3000, Burst: 6,
-				PrevRate: 8000, PrevBurst: 16, PrevUntil: t0, Expires: live}},
+			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6,
+				PrevRate: 8000 * u, PrevBurst: 16, PrevUntil: t0, Expires: live}},
 			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want: Share{MilliRate: 6568, Burst: 13, Changed: true},
+			want: Share{Rate: 567529411, Burst: 13, Changed: true},
 		},
 		{
 			name: "within hysteresis: kept, only the TTL",
 			clients: map[string]ClientState{
-				"a": {Demand: 20000, Rate: 6300, Burst: 12, Expires: live},
-				"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live},
+				"a": {Demand: 20000 * u, Rate: 6300 * u, Burst: 12, Expires: live},
+				"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6, Expires: live},
 			},
 			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want: Share{MilliRate: 6300, Burst: 12},
+			want: Share{Rate: 6300 * u, Burst: 12},
 		},
 		{
 			name: "beyond hysteresis above the target: lowered",
 			clients: map[string]ClientState{
-				"a": {Demand: 20000, Rate: 7000, Burst: 14, Expires: live},
-				"b": {Demand: 10000, Rate: 3000, Burst: 6, Expires: live},
+				"a": {Demand: 20000 * u, Rate: 7000 * u, Burst: 14, Expires: live},
+				"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6, Expires: live},
 			},
 			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want: Share{MilliRate: 6568, Burst: 13, Changed: true},
-			prev: [2]uint64{7000, 14},
+			want: Share{Rate: 567529411, Burst: 13, Changed: true},
+			prev: [2]uint64{7000 * u, 14},
 		},
 		{
 			name: "own decrease keeps the old share counted",
 			clients: map[string]ClientState{
-				"a": {Demand: 20000, Rate: 9000, Burst: 18, Expires: live},
-				"b": {Demand: 10000, Rate: 1000, Burst: 2, Expires: live},
+				"a": {Demand: 20000 * u, Rate: 9000 * u, Burst: 18, Expires: live},
+				"b": {Demand: 10000 * u, Rate: 1000 * u, Burst: 2, Expires: live},
 			},
 			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want: Share{MilliRate: 6568, Burst: 13, Changed: true},
-			prev: [2]uint64{9000, 18},
+			want: Share{Rate: 567529411, Burst: 13, Changed: true},
+			prev: [2]uint64{9000 * u, 18},
 		},
 		{
 			name: "expired clients are dropped and free their share",
 			clients: map[string]ClientState{
-				"b": {Demand: 10000, Rate: 9000, Burst: 18, Expires: t0},
+				"b": {Demand: 10000 * u, Rate: 9000 * u, Burst: 18, Expires: t0},
 			},
 			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want:    Share{MilliRate: 10000, Burst: 20, Changed: true},
+			want:    Share{Rate: 10000 * u, Burst: 20, Changed: true},
 			dropped: []string{"b"},
 		},
 		{
-			// An idle client beside a busy fleet: φ = 100000/32+1 = 3126,
-			// 10000·3126/106252 = 294 ≤ r/(17·2).
+			// An idle client beside a busy fleet: φ = 100000u/32+1 =
+			// 270000001, 10000u·φ/(100000u+2φ) = 25411764 (0.294/s) ≤
+			// r/(17·2).
 			name:    "idle holds little",
-			clients: map[string]ClientState{"b": {Demand: 100000, Rate: 9000, Burst: 18, Expires: live}},
+			clients: map[string]ClientState{"b": {Demand: 100000 * u, Rate: 9000 * u, Burst: 18, Expires: live}},
 			r:       Report{Client: "a", Elapsed: 5 * time.Second},
-			want:    Share{MilliRate: 294, Burst: 2, Changed: true}, // minBurst
+			want:    Share{Rate: 25411764, Burst: 2, Changed: true}, // minBurst
 		},
 		{
 			// 100 requests in 5.8 s that Envoy calls 5 s: the ledger's own
 			// clock says 5.8 s, 17.24/s rather than 20/s.
 			name: "elapsed from the ledger's clock",
 			clients: map[string]ClientState{
-				"a": {Demand: 20000, Rate: 6000, Burst: 12, Expires: live, Reported: t0.Add(-5800 * time.Millisecond)},
+				"a": {Demand: 20000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5800 * time.Millisecond)},
 			},
 			r:      Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want:   Share{MilliRate: 10000, Burst: 20, Changed: true},
-			demand: 17241,
+			want:   Share{Rate: 10000 * u, Burst: 20, Changed: true},
+			demand: 1489655172, // 17.24/s
 		},
 		{
 			name: "zero limit: nothing", r: Report{Client: "a", Allowed: 1, Elapsed: time.Second},
@@ -225,7 +233,7 @@ func TestDivideOverflow(t *testing.T) {
 		"c": {Demand: math.MaxUint64, Rate: 3, Burst: 3, Expires: t0.Add(time.Hour)},
 	}
 	s := divide(Policy{}, t0, f, clients, Report{Client: "a", Allowed: math.MaxUint64, Denied: math.MaxUint64, Elapsed: time.Nanosecond}, time.Minute)
-	if s.MilliRate > 2 || s.Burst > 2 {
+	if s.Rate > 2 || s.Burst > 2 {
 		t.Fatalf("share = %+v, want at most the 2 left of the rate and burst", s)
 	}
 }
@@ -247,24 +255,24 @@ func FuzzDivide(f *testing.F) {
 		prev := ClientState{Rate: pRate, Burst: pBurst, Expires: t0.Add(time.Duration(pExpires))}
 		r := Report{Client: "a", Allowed: allowed, Denied: denied, Elapsed: time.Duration(elapsed)}
 		s, cur, _ := Policy{}.Divide(t0, fl, map[string]ClientState{"b": other}, prev, known, r, 15*time.Second)
-		if s.MilliRate != cur.Rate || s.Burst != cur.Burst {
+		if s.Rate != cur.Rate || s.Burst != cur.Burst {
 			t.Fatalf("share %+v and state %+v disagree", s, cur)
 		}
-		rTot := FleetMilliRate(fl)
+		rTot := FleetRate(fl)
 		var usedRate, usedBurst uint64
 		if other.Expires.After(t0) {
 			usedRate, usedBurst = other.Counted(t0)
 		}
-		if usedRate <= rTot && s.MilliRate > rTot-usedRate {
-			t.Fatalf("rate %d above the %d left of %d", s.MilliRate, rTot-usedRate, rTot)
+		if usedRate <= rTot && s.Rate > rTot-usedRate {
+			t.Fatalf("rate %d above the %d left of %d", s.Rate, rTot-usedRate, rTot)
 		}
-		if usedRate > rTot && s.MilliRate > 0 {
-			t.Fatalf("rate %d granted with the fleet over-held (%d of %d)", s.MilliRate, usedRate, rTot)
+		if usedRate > rTot && s.Rate > 0 {
+			t.Fatalf("rate %d granted with the fleet over-held (%d of %d)", s.Rate, usedRate, rTot)
 		}
 		if s.Burst > max(minBurst, fl.Burst-min(usedBurst, fl.Burst)) {
 			t.Fatalf("burst %d above the %d left of %d (floor %d)", s.Burst, fl.Burst-min(usedBurst, fl.Burst), fl.Burst, minBurst)
 		}
-		if (s.MilliRate == 0) != (s.Burst == 0) {
+		if (s.Rate == 0) != (s.Burst == 0) {
 			t.Fatalf("share %+v: a rate without a burst or the reverse", s)
 		}
 	})

@@ -2,7 +2,6 @@ package rlqs
 
 import (
 	"math"
-	"math/bits"
 	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -10,22 +9,33 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// fillInterval is the fill_interval of every token bucket Strategy sends,
-// unless the rate needs a shorter one to fit tokens_per_fill in 32 bits.
-// Envoy 1.40 refills continuously at tokens_per_fill / fill_interval (in
-// whole seconds), so the interval changes only the rounding: at 60 s a
-// client loses less than one token a minute to it, and a share below one
-// token a minute is DENY_ALL. One interval for all rates also makes
-// max_tokens and tokens_per_fill alone tell two assignments apart, which is
-// all Envoy compares (it ignores the seconds of fill_interval).
+// fillInterval is the fill_interval of every token bucket Strategy sends
+// for a share of at least one token a minute, unless the rate needs a
+// shorter one to fit tokens_per_fill in 32 bits. Envoy 1.40 refills
+// continuously at tokens_per_fill / fill_interval (in whole seconds), so the
+// interval changes only the rounding: at 60 s a client loses less than one
+// token a minute to it. One interval for all rates also makes max_tokens
+// and tokens_per_fill alone tell two assignments apart, which is all Envoy
+// compares (it ignores the seconds of fill_interval).
 const fillInterval = 60
+
+// slowFillInterval is the fill_interval of a share below one token a
+// minute (a rule of a few an hour or a day, or a small part of one): a
+// day, so such a share loses less than one token a day to rounding, and a
+// share below one token a day is DENY_ALL. It is one interval for all slow
+// shares, for the same reason as fillInterval; Envoy's token bucket takes
+// rates down to one token a year, far below it. A day is the cap: a rule
+// slower than that (a week's window) still admits while a client's share
+// is at least one a day.
+const slowFillInterval = 24 * 60 * 60
 
 // Strategy returns the rate_limit_strategy that gives a client the share
 // s, given held, the strategy the client holds (nil when none):
 //   - a token_bucket{max_tokens: s.Burst, tokens_per_fill: k,
 //     fill_interval: F whole seconds} with k/F ≤ s's rate (rounded down,
-//     never up), k ≥ 1, F = 60 s unless k would not fit 32 bits;
-//   - DENY_ALL when s's rate is below one token a minute or its burst is 0.
+//     never up), k ≥ 1, F = 60 s unless k would not fit 32 bits, and
+//     F = one day (slowFillInterval) for a share below one token a minute;
+//   - DENY_ALL when s's rate is below one token a day or its burst is 0.
 //
 // When the token bucket would differ from held's only in the seconds of
 // fill_interval, which Envoy 1.40 does not compare (it would keep the old
@@ -64,25 +74,28 @@ func tokenBucket(s Share) (maxTokens, k uint32, f int64, ok bool) {
 	if s.Burst == 0 {
 		return 0, 0, 0, false
 	}
+	maxTokens = uint32(min(s.Burst, math.MaxUint32))
+	if mulDiv(s.Rate, fillInterval, PerSecond) == 0 {
+		// Below one token a minute, so below 1440 a day: k fits 32 bits.
+		if k := mulDiv(s.Rate, slowFillInterval, PerSecond); k > 0 {
+			return maxTokens, uint32(k), slowFillInterval, true
+		}
+		return 0, 0, 0, false
+	}
 	for f = fillInterval; f >= 1; f-- {
-		hi, lo := bits.Mul64(s.MilliRate, uint64(f))
-		q, _ := bits.Div64(hi, lo, milli) // hi < 1000 as f ≤ 60
-		if q <= math.MaxUint32 {
-			if q == 0 {
-				return 0, 0, 0, false
-			}
-			return uint32(min(s.Burst, math.MaxUint32)), uint32(q), f, true
+		if k := mulDiv(s.Rate, uint64(f), PerSecond); k <= math.MaxUint32 {
+			return maxTokens, uint32(k), f, true
 		}
 	}
 	// Over 2^32 tokens a second: the most one bucket can take.
-	return uint32(min(s.Burst, math.MaxUint32)), math.MaxUint32, 1, true
+	return maxTokens, math.MaxUint32, 1, true
 }
 
-// StrategyMilliRate is the rate, in thousandths of a token per second,
+// StrategyRate is the rate, in the unit of PerSecond,
 // that Envoy 1.40 applies for s: tokens_per_fill / whole seconds of
 // fill_interval, rounded down; 0 for DENY_ALL; math.MaxUint64 for a rate
 // Envoy does not bound (ALLOW_ALL, a sub-second fill_interval).
-func StrategyMilliRate(s *typev3.RateLimitStrategy) uint64 {
+func StrategyRate(s *typev3.RateLimitStrategy) uint64 {
 	if tb := s.GetTokenBucket(); tb != nil {
 		// absl::ToInt64Seconds(seconds + nanos) truncates toward zero.
 		sec, nanos := tb.GetFillInterval().GetSeconds(), tb.GetFillInterval().GetNanos()
@@ -92,7 +105,7 @@ func StrategyMilliRate(s *typev3.RateLimitStrategy) uint64 {
 		if sec <= 0 {
 			return math.MaxUint64
 		}
-		return uint64(tb.GetTokensPerFill().GetValue()) * milli / uint64(sec)
+		return uint64(tb.GetTokensPerFill().GetValue()) * PerSecond / uint64(sec)
 	}
 	if s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
 		return 0

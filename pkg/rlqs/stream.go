@@ -20,8 +20,8 @@ type stream struct {
 	domain  string // "" until the first report
 	buckets map[string]*streamBucket
 	logged  [numRefusals]bool // a refusal is logged once per stream, and counted always
-	// timer fires at the earliest bucket's push (streamBucket.pushAt); nil when
-	// none is due.
+	// timer fires at the earliest bucket's push (streamBucket.pushAt) or
+	// re-check (streamBucket.recheckAt); nil when none is due.
 	timer *time.Timer
 }
 
@@ -44,7 +44,8 @@ func (st *stream) stopTimer() {
 
 // serve reads reports and answers each until the stream ends, the server
 // drains or a report is invalid; it also pushes the assignments that
-// become due between reports (a spent window that resets). It is the only
+// become due between reports (a spent window that resets, a share that
+// grows once others' decreases have reached their Envoys). It is the only
 // goroutine that sends on the stream.
 //
 // Recv blocks until a message or the stream's end, so a goroutine reads
@@ -89,7 +90,7 @@ func (st *stream) serve(ctx context.Context, stream rlqsv3.RateLimitQuotaService
 			}
 		case <-due:
 			st.timer = nil
-			resp = st.push(st.s.now())
+			resp = st.push(ctx, st.s.now())
 		}
 		if len(resp.GetBucketAction()) > 0 {
 			if err := stream.Send(resp); err != nil {
@@ -100,13 +101,12 @@ func (st *stream) serve(ctx context.Context, stream rlqsv3.RateLimitQuotaService
 	}
 }
 
-// arm sets the timer to the earliest push due among the buckets.
+// arm sets the timer to the earliest push or re-check due among the
+// buckets.
 func (st *stream) arm(now time.Time) {
 	var next time.Time
 	for _, b := range st.buckets {
-		if !b.pushAt.IsZero() && (next.IsZero() || b.pushAt.Before(next)) {
-			next = b.pushAt
-		}
+		next = earliest(earliest(next, b.pushAt), b.recheckAt)
 	}
 	st.stopTimer()
 	if !next.IsZero() {
@@ -114,12 +114,22 @@ func (st *stream) arm(now time.Time) {
 	}
 }
 
-// push returns the assignments due at now: of the buckets denied because
-// a window was spent, whose windows have reset, the assignment they hold
-// otherwise, so Envoy need not wait for its next report.
-func (st *stream) push(now time.Time) *rlqsv3.RateLimitQuotaResponse {
+// push returns the assignments due at now, so Envoy need not wait for its
+// next report: the buckets due a re-check (Share.Recheck) get their new
+// share when it changed; the buckets denied because a window was spent,
+// whose windows have reset, get the assignment they hold otherwise.
+func (st *stream) push(ctx context.Context, now time.Time) *rlqsv3.RateLimitQuotaResponse {
 	resp := &rlqsv3.RateLimitQuotaResponse{}
+	ctx, cancel := context.WithTimeout(ctx, st.s.timeout)
+	defer cancel()
 	for _, b := range st.buckets {
+		// The re-check first: for a bucket still denied by a spent window
+		// it only updates what the reset pushes.
+		if !b.recheckAt.IsZero() && !b.recheckAt.After(now) {
+			if a := st.recheck(ctx, now, b); a != nil {
+				resp.BucketAction = append(resp.BucketAction, a)
+			}
+		}
 		if b.pushAt.IsZero() || b.pushAt.After(now) {
 			continue
 		}

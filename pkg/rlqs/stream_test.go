@@ -17,7 +17,7 @@ import (
 
 // isTokenBucket checks that a is a token bucket Envoy 1.40 applies as
 // meant: whole-second fill_interval, TTL ttl; it returns its rate in
-// thousandths of a token per second.
+// the unit of rlqs.PerSecond.
 func isTokenBucket(t *testing.T, name string, a *rlqsv3.RateLimitQuotaResponse_BucketAction, ttl time.Duration) uint64 {
 	t.Helper()
 	q := a.GetQuotaAssignmentAction()
@@ -31,7 +31,7 @@ func isTokenBucket(t *testing.T, name string, a *rlqsv3.RateLimitQuotaResponse_B
 	if got := q.GetAssignmentTimeToLive().AsDuration(); got != ttl {
 		t.Fatalf("%s: %s, want TTL %v", name, describe(a), ttl)
 	}
-	return rlqs.StrategyMilliRate(q.GetRateLimitStrategy())
+	return rlqs.StrategyRate(q.GetRateLimitStrategy())
 }
 
 // TestAssignments: what each kind of rule gives a bucket, and that the
@@ -53,12 +53,12 @@ func TestAssignments(t *testing.T) {
 		}
 	}
 	alice := isTokenBucket(t, "user=alice", got["user=alice"], 15*time.Second)
-	if most := uint64(100 * 1000 / 60); alice == 0 || alice > most {
-		t.Errorf("user=alice: %d milli-tokens/s, want 1 to %d (100 a minute)", alice, most)
+	if most := 100 * rlqs.PerSecond / 60; alice == 0 || alice > most {
+		t.Errorf("user=alice: rate %d, want 1 to %d (100 a minute)", alice, most)
 	}
 	// The most restrictive of 600 a minute and 600 an hour.
-	if two := isTokenBucket(t, "two=x", got["two=x"], 15*time.Second); two > 600*1000/3600 {
-		t.Errorf("two=x: %d milli-tokens/s, want at most 600 an hour's %d", two, 600*1000/3600)
+	if two := isTokenBucket(t, "two=x", got["two=x"], 15*time.Second); two > 600*rlqs.PerSecond/3600 {
+		t.Errorf("two=x: rate %d, want at most 600 an hour's %d", two, 600*rlqs.PerSecond/3600)
 	}
 	for _, tt := range []struct {
 		kv   []string
@@ -244,7 +244,7 @@ func TestReload(t *testing.T) {
 	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
 	after := isTokenBucket(t, "raised", c.report(use("user=a", 5*time.Second, 5, 0))["user=a"], 15*time.Second)
 	if after <= before {
-		t.Errorf("limit raised 60-fold: %d milli-tokens/s, was %d", after, before)
+		t.Errorf("limit raised 60-fold: rate %d, was %d", after, before)
 	}
 	f.setRules(t, "domain: edge\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
 	if d := describe(c.report(use("user=a", 5*time.Second, 5, 0))["user=a"]); d != "abandon" {
@@ -325,12 +325,9 @@ func (p partialStore) Take(ctx context.Context, now time.Time, reqs []window.Cou
 	return allowed, &window.PartialError{Failed: p.fail, Err: window.ErrStore}
 }
 
-// TestPartialFailure: when the store fails for some counters only, their
-// limits' failure modes apply and the others decide as usual; the most
-// restrictive wins.
-func TestPartialFailure(t *testing.T) {
-	t.Parallel()
-	const src = `
+// partialRules has a bucket key per failure mode, each with two limits,
+// so that a store failing for one counter leaves the other deciding.
+const partialRules = `
 domain: edge
 descriptors:
   - key: deny
@@ -349,6 +346,12 @@ descriptors:
       - {unit: minute, requests_per_unit: 600}
       - {unit: hour, requests_per_unit: 6000}
 `
+
+// TestPartialFailure: when the store fails for some counters only, their
+// limits' failure modes apply and the others decide as usual; the most
+// restrictive wins.
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		bucket string
 		want   string // "tb" for a token bucket
@@ -357,7 +360,7 @@ descriptors:
 			t.Parallel()
 			// Each report has one usage: its counters are 0 and 1; 1 fails.
 			f := newFixture(t, partialStore{window.NewMemory(), []int{1}})
-			f.setRules(t, src)
+			f.setRules(t, partialRules)
 			c := f.open(t)
 			c.send("edge", use(tt.bucket, 0, 1, 0))
 			if tt.want == "none" {
@@ -373,5 +376,72 @@ descriptors:
 				t.Errorf("%s: %s, want %s", tt.bucket, d, tt.want)
 			}
 		})
+	}
+}
+
+// TestRecheckPushesTheFreedShare: a client that joins a bucket another
+// client holds whole gets nothing until the first one's decrease has
+// reached its Envoy (the ledger's Grace after the decrease); the server
+// then pushes the second client its share on the stream (Share.Recheck),
+// without waiting for the second client's next report.
+func TestRecheckPushesTheFreedShare(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n")
+	a, b := f.open(t), f.open(t)
+	whole := isTokenBucket(t, "a alone", a.report(use("user=x", 0, 1, 0))["user=x"], 15*time.Second)
+	if whole != 10*rlqs.PerSecond {
+		t.Fatalf("a alone holds rate %d, want the whole %d", whole, 10*rlqs.PerSecond)
+	}
+	f.advance(100 * time.Millisecond)
+	if d := describe(b.report(use("user=x", 0, 1, 0))["user=x"]); d != "deny@15s" {
+		t.Fatalf("b joins a bucket a holds whole: %s, want deny@15s", d)
+	}
+	// a's report lowers its share; its old one counts for the Grace (1 s).
+	f.set(t0.Add(5 * time.Second))
+	lowered := isTokenBucket(t, "a lowered", a.report(use("user=x", 5*time.Second, 15, 85))["user=x"], 15*time.Second)
+	if lowered >= whole {
+		t.Fatalf("a at twice b's demand keeps rate %d, want less than %d", lowered, whole)
+	}
+	f.advance(100 * time.Millisecond)
+	if d := describe(b.report(use("user=x", 5*time.Second, 0, 25))["user=x"]); d != "deny@15s" {
+		t.Fatalf("b before a's decrease is counted as arrived: %s, want deny@15s", d)
+	}
+	b.quiet() // nothing before the Grace ends, on the real clock as on the injected one
+	f.set(t0.Add(6 * time.Second))
+	pushed := byBucket(b.recv())["user=x"]
+	got := isTokenBucket(t, "b pushed", pushed, 15*time.Second)
+	if got == 0 || got+lowered > 10*rlqs.PerSecond {
+		t.Fatalf("b pushed rate %d beside a's %d, want more than 0 and at most %d together", got, lowered, 10*rlqs.PerSecond)
+	}
+	b.quiet() // one push: the next is b's report's answer
+	a.quiet()
+}
+
+// TestRecheckLeavesFailureModes: a re-check asks only the ledger, so it
+// never replaces what a limit's failure mode decided at the last report
+// (here DENY_ALL, the store failing for the bucket's second limit).
+func TestRecheckLeavesFailureModes(t *testing.T) {
+	t.Parallel()
+	// Each report has one usage: its counters are 0 and 1; 1 fails.
+	f := newFixture(t, partialStore{window.NewMemory(), []int{1}})
+	f.setRules(t, partialRules)
+	a, b := f.open(t), f.open(t)
+	for _, c := range []*client{a, b} {
+		if d := describe(c.report(use("deny=x", 0, 1, 0))["deny=x"]); d != "deny@15s" {
+			t.Fatalf("subscription: %s, want deny@15s (failure mode)", d)
+		}
+		f.advance(100 * time.Millisecond)
+	}
+	// a's decrease leaves b room at 6 s, which the ledger tells b's stream.
+	f.set(t0.Add(5 * time.Second))
+	a.report(use("deny=x", 5*time.Second, 0, 100))
+	f.advance(100 * time.Millisecond)
+	b.report(use("deny=x", 5*time.Second, 0, 25))
+	f.set(t0.Add(6 * time.Second))
+	select {
+	case m := <-b.msgs:
+		t.Fatalf("pushed %s after a failure mode denied the bucket, want nothing until the next report", describe(m.GetBucketAction()[0]))
+	case <-time.After(1500 * time.Millisecond): // the re-check was due 900 ms after b's report
 	}
 }

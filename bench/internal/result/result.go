@@ -35,6 +35,9 @@ type Load struct {
 	// interval's calls when it is not the generator itself (ghz, with -engine ghz), from its start-up to the
 	// end of its report: the generator's own CPU does not include it. Zero when the generator sent them.
 	ChildCPUS float64 `json:"child_cpu_s,omitempty"`
+
+	// RLQS is set by bench/rlqsload, whose calls are usage reports.
+	RLQS *RLQS `json:"rlqs,omitempty"`
 }
 
 // Finish sets the rates from Calls and MeasuredS, and the latencies from h (nanoseconds per answered call).

@@ -30,6 +30,8 @@ type Summary struct {
 	KeySpace   *KeySpace `json:"key_space,omitempty"`
 	// ByCommand is the median over runs of each Redis command's calls per decision.
 	ByCommand map[string]float64 `json:"redis_commands_per_decision_by_command,omitempty"`
+	// RLQS is an RLQS scenario's per-usage figures and over-admission.
+	RLQS *RLQSSummary `json:"rlqs,omitempty"`
 }
 
 // KeySpace is the medians of a key-space scenario's runs (million, million-sliding): Redis memory per live

@@ -12,9 +12,10 @@
 //     zero and admits every request;
 //   - a token_bucket is "unchanged" when max_tokens, tokens_per_fill and only
 //     the nanos of fill_interval are equal: such an assignment keeps the
-//     running bucket and only restarts the TTL;
+//     running bucket and only restarts the TTL (Envoy PR #36478);
 //   - a replacing token bucket starts with the old bucket's fill ratio
-//     (floor(max_tokens × remaining/old max)), a new one starts full;
+//     (floor(max_tokens × remaining/old max); Envoy PR #37624, in releases
+//     since 1.33), a new one starts full;
 //   - the bucket refills continuously (Envoy's AtomicTokenBucketImpl, in
 //     float64 seconds), never by whole fills;
 //   - only the whole seconds of assignment_time_to_live count; at its end

@@ -63,6 +63,10 @@ type Scenario struct {
 	// from those a limit change unsettles) must admit ≥ 90% of the fleet's
 	// rate: the demand is at least 3× the limit throughout.
 	Full time.Duration
+	// Least, when not 0, replaces the 20 s windows of Full for a slow rule
+	// (a window of an hour or a day): the run from Full to its end must
+	// admit at least Least of the fleet's rate over that time.
+	Least float64
 	// ZeroElapsedAs, when not 0, is what the server passes the ledger for
 	// a report whose time_elapsed is 0 with counts (a server may read a
 	// subscription as 1 s instead of passing 0 on).
@@ -287,7 +291,7 @@ func (m *sim) checkRates(now time.Time) {
 		if st == nil {
 			continue // DENY_ALL by no_assignment_behavior
 		}
-		r := rlqs.StrategyMilliRate(st)
+		r := rlqs.StrategyRate(st)
 		if r == math.MaxUint64 {
 			m.t.Fatalf("at %v client %s runs an unbounded strategy %v", now.Sub(Start), c.spec.Name, st)
 		}
@@ -295,8 +299,8 @@ func (m *sim) checkRates(now time.Time) {
 		sumMax += uint64(st.GetTokenBucket().GetMaxTokens())
 	}
 	f := maxFleet(m.s, now.Sub(Start))
-	if b := rlqs.FleetMilliRate(f); sum > b {
-		m.t.Fatalf("at %v Envoy's rates sum to %d thousandths/s, above the fleet's %d", now.Sub(Start), sum, b)
+	if b := rlqs.FleetRate(f); sum > b {
+		m.t.Fatalf("at %v Envoy's rates sum to %d, above the fleet's %d (%d a second)", now.Sub(Start), sum, b, rlqs.PerSecond)
 	}
 	if sumMax > f.Burst {
 		m.res.MaxExcess = max(m.res.MaxExcess, sumMax-f.Burst)
@@ -370,6 +374,24 @@ func Scenarios() []Scenario {
 			{Name: "b", Demand: steps(5, 30, 5), Delay: 900 * time.Millisecond},
 			{Name: "c", Join: 10 * time.Second, Demand: constant(10), Delay: 900 * time.Millisecond},
 		}},
+		// Rules slower than a token a minute: each share gets a day's
+		// fill_interval. Demand far above the limit (clients hammering a
+		// rule of 5 an hour), split 2:1, steady enough per report (50 and
+		// 25 requests) that the shares stay within the hysteresis: a share
+		// replaced at every report loses Envoy's fraction of a token each
+		// time (docs/rlqs.md).
+		{Name: "5 an hour 2:1", Fleet: fixedFleet(rlqs.WindowFleet(5, time.Hour)), Dur: 3 * time.Hour, TTL: ttl,
+			Full: time.Hour, Least: 0.9, Clients: []ClientSpec{
+				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
+				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
+			}},
+		// 3 a day between two Envoys is 1.97 and 1.03 a day: whole tokens a
+		// day make that 1 and 1, two thirds of the rule.
+		{Name: "3 a day 2:1", Fleet: fixedFleet(rlqs.WindowFleet(3, 24*time.Hour)), Dur: 30 * time.Hour, TTL: ttl,
+			Full: 6 * time.Hour, Least: 0.6, Clients: []ClientSpec{
+				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
+				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
+			}},
 		{Name: "forty skewed", Fleet: fixedFleet(rlqs.Fleet{Tokens: 30, Period: time.Second, Burst: 30}), Dur: 2 * time.Minute,
 			TTL: ttl, Clients: many},
 	}
@@ -389,7 +411,7 @@ func windowBound(sc Scenario, s, T time.Duration) (rate, burst uint64) {
 	}
 	for _, p := range points {
 		f := maxFleet(sc, p)
-		rate, burst = max(rate, rlqs.FleetMilliRate(f)), max(burst, f.Burst)
+		rate, burst = max(rate, rlqs.FleetRate(f)), max(burst, f.Burst)
 	}
 	return rate, burst
 }
@@ -400,7 +422,7 @@ func maxFleet(sc Scenario, at time.Duration) rlqs.Fleet {
 	f := sc.Fleet(at)
 	for _, ch := range sc.Changes {
 		if at >= ch && at < ch+Settling {
-			if g := sc.Fleet(ch - time.Nanosecond); rlqs.FleetMilliRate(g) > rlqs.FleetMilliRate(f) {
+			if g := sc.Fleet(ch - time.Nanosecond); rlqs.FleetRate(g) > rlqs.FleetRate(f) {
 				f = g
 			}
 		}
@@ -417,6 +439,7 @@ func CheckBound(t testing.TB, sc Scenario, res Result) {
 	t.Helper()
 	adm := res.Admitted
 	inj := res.Injected
+	unit := new(big.Int).SetUint64(rlqs.PerSecond)
 	prefix := make([]int64, len(inj)+1) // thousandths of a token
 	for i, e := range inj {
 		prefix[i+1] = prefix[i] + e[1]
@@ -435,15 +458,17 @@ func CheckBound(t testing.TB, sc Scenario, res Result) {
 			}
 			count := big.NewInt(int64(j - i))
 			r, b := windowBound(sc, time.Duration(adm[i]), T)
-			// bound·1000 = B·1000 + r·T/1e9 + excess·1000 + injected(thousandths)
+			// In rlqs.PerSecond's unit (P a token): bound·P =
+			// (B + excess)·P + r·T/1s + injected (thousandths)·P/1000.
 			bound := new(big.Int).Mul(new(big.Int).SetUint64(r), big.NewInt(int64(T)))
 			bound.Quo(bound, big.NewInt(int64(time.Second)))
-			bound.Add(bound, new(big.Int).Mul(new(big.Int).SetUint64(b+res.MaxExcess), big.NewInt(1000)))
-			bound.Add(bound, injectedIn(adm[i], adm[i]+int64(T)))
-			got := new(big.Int).Mul(count, big.NewInt(1000))
+			bound.Add(bound, new(big.Int).Mul(new(big.Int).SetUint64(b+res.MaxExcess), unit))
+			bound.Add(bound, new(big.Int).Mul(injectedIn(adm[i], adm[i]+int64(T)), big.NewInt(int64(rlqs.PerSecond/1000))))
+			got := new(big.Int).Mul(count, unit)
 			if got.Cmp(bound) > 0 {
-				t.Fatalf("%d admitted in [%v, %v+%v], above the bound %.3f (r=%d/1000 per s, B=%d, excess %d)",
-					j-i, time.Duration(adm[i]), time.Duration(adm[i]), T, float64(bound.Int64())/1000, r, b, res.MaxExcess)
+				bf, _ := new(big.Rat).SetFrac(bound, unit).Float64()
+				t.Fatalf("%d admitted in [%v, %v+%v], above the bound %.3f (r=%.6f per s, B=%d, excess %d)",
+					j-i, time.Duration(adm[i]), time.Duration(adm[i]), T, bf, float64(r)/float64(rlqs.PerSecond), b, res.MaxExcess)
 			}
 			if ratio := new(big.Rat).SetFrac(got, bound); ratio.Cmp(worst) > 0 {
 				worst, worstAt = ratio, time.Duration(adm[i])
@@ -469,6 +494,16 @@ func CheckFull(t testing.TB, sc Scenario, res Result) {
 	if sc.Full == 0 {
 		return
 	}
+	if sc.Least != 0 {
+		lo := sort.Search(len(res.Admitted), func(i int) bool { return res.Admitted[i] >= int64(sc.Full) })
+		want := float64(rlqs.FleetRate(sc.Fleet(sc.Full))) / float64(rlqs.PerSecond) * (sc.Dur - sc.Full).Seconds()
+		r := float64(len(res.Admitted)-lo) / want
+		t.Logf("admitted from %v to %v: %d, %.3f of the limit's %.1f", sc.Full, sc.Dur, len(res.Admitted)-lo, r, want)
+		if r < sc.Least {
+			t.Fatalf("admitted %.3f of the limit from %v, want ≥ %.2f", r, sc.Full, sc.Least)
+		}
+		return
+	}
 	const w = 20 * time.Second
 	worst, worstAt := 2.0, time.Duration(0)
 next:
@@ -480,7 +515,7 @@ next:
 		}
 		lo := sort.Search(len(res.Admitted), func(i int) bool { return res.Admitted[i] >= int64(s) })
 		hi := sort.Search(len(res.Admitted), func(i int) bool { return res.Admitted[i] >= int64(s+w) })
-		want := float64(rlqs.FleetMilliRate(sc.Fleet(s))) / 1000 * w.Seconds()
+		want := float64(rlqs.FleetRate(sc.Fleet(s))) / float64(rlqs.PerSecond) * w.Seconds()
 		if r := float64(hi-lo) / want; r < worst {
 			worst, worstAt = r, s
 		}

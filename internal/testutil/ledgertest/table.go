@@ -24,7 +24,7 @@ type tableCase struct {
 }
 
 var (
-	tenPerSecond = rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 20} // 10000 thousandths
+	tenPerSecond = rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 20}
 	tableTTL     = 15 * time.Second
 )
 
@@ -32,48 +32,52 @@ func report(client string, allowed, denied uint64, elapsed time.Duration) rlqs.R
 	return rlqs.Report{Client: client, Allowed: allowed, Denied: denied, Elapsed: elapsed}
 }
 
+// ps is a rate of one token a second.
+const ps = rlqs.PerSecond
+
 // share is the Share of an Assign at `at` with tableTTL.
 func share(at time.Duration, rate, burst uint64, changed bool) rlqs.Share {
-	return rlqs.Share{MilliRate: rate, Burst: burst, Expires: Start.Add(at + tableTTL), Changed: changed}
+	return rlqs.Share{Rate: rate, Burst: burst, Expires: Start.Add(at + tableTTL), Changed: changed}
 }
 
 func tableCases() []tableCase {
 	sec := time.Second
 	return []tableCase{
 		{"alone: the whole rate, then only the TTL", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10000, 20, true)},
-			{5 * sec, "k", tenPerSecond, report("a", 30, 20, 5*sec), share(5*sec, 10000, 20, false)},
+			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
+			{5 * sec, "k", tenPerSecond, report("a", 30, 20, 5*sec), share(5*sec, 10*ps, 20, false)},
 		}},
 		{"a second client waits for the first one's decrease", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10000, 20, true)},
+			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
 			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0), share(100*time.Millisecond, 0, 0, true)},
 			// a measures 20/s; b is estimated at the average (20/s): half.
 			// The old share counts until 6 s, so b is told to re-check.
-			{5 * sec, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(5*sec, 5000, 10, true)},
+			{5 * sec, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(5*sec, 5*ps, 10, true)},
 			{5100 * time.Millisecond, "k", tenPerSecond, report("b", 0, 25, 5*sec),
 				func() rlqs.Share {
 					s := share(5100*time.Millisecond, 0, 0, false)
 					s.Recheck = Start.Add(6 * sec)
 					return s
 				}()},
-			// b's re-check: 5/s against a's 20/s: φ = 25000/32+1 = 782,
-			// 10000·5782/26564 = 2176, within the 5000 free.
-			{6 * sec, "k", tenPerSecond, report("b", 0, 0, 0), share(6*sec, 2176, 4, true)},
+			// b's re-check: 5/s against a's 20/s: r·(5/s + φ)/(25/s + 2φ)
+			// with φ = (25/s)/32 (+1) is 188047059 (2.18/s), within the
+			// 5/s free.
+			{6 * sec, "k", tenPerSecond, report("b", 0, 0, 0), share(6*sec, 188047059, 4, true)},
 		}},
 		{"an expired client frees its share", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10000, 20, true)},
+			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
 			{sec, "k", tenPerSecond, report("b", 1, 0, 0), share(sec, 0, 0, true)},
 			// a's share counted until 0 + 15 s + 1 s of grace.
 			{15 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), share(15*sec, 0, 0, false)},
-			{16 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), share(16*sec, 10000, 20, true)},
+			{16 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), share(16*sec, 10*ps, 20, true)},
 		}},
 		{"buckets are apart", []step{
-			{0, "k1", tenPerSecond, report("a", 1, 0, 0), share(0, 10000, 20, true)},
-			{0, "k2", tenPerSecond, report("b", 1, 0, 0), share(0, 10000, 20, true)},
+			{0, "k1", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
+			{0, "k2", tenPerSecond, report("b", 1, 0, 0), share(0, 10*ps, 20, true)},
 		}},
 		{"a lower limit lowers the share at the next report", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10000, 20, true)},
-			{5 * sec, "k", rlqs.Fleet{Tokens: 2, Period: sec, Burst: 4}, report("a", 30, 20, 5*sec), share(5*sec, 2000, 4, true)},
+			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
+			{5 * sec, "k", rlqs.Fleet{Tokens: 2, Period: sec, Burst: 4}, report("a", 30, 20, 5*sec), share(5*sec, 2*ps, 4, true)},
 		}},
 		{"a zero limit denies", []step{
 			{0, "k", rlqs.Fleet{Period: sec}, report("a", 1, 0, 0), share(0, 0, 0, true)},
@@ -129,11 +133,11 @@ func Concurrent(t *testing.T, workers, rounds int, ledgers ...rlqs.Ledger) {
 	}
 	var rate, burst uint64
 	for _, s := range last {
-		rate += s.MilliRate
+		rate += s.Rate
 		burst += s.Burst
 	}
-	if r := rlqs.FleetMilliRate(f); rate > r {
-		t.Fatalf("concurrent shares sum to %d thousandths/s, above the fleet's %d", rate, r)
+	if r := rlqs.FleetRate(f); rate > r {
+		t.Fatalf("concurrent shares sum to rate %d, above the fleet's %d", rate, r)
 	}
 	if burst > f.Burst+2*uint64(workers) {
 		t.Fatalf("concurrent bursts sum to %d, above %d + the floors", burst, f.Burst)
@@ -146,6 +150,6 @@ func Concurrent(t *testing.T, workers, rounds int, ledgers ...rlqs.Ledger) {
 // sameShare is got == want with times compared as instants (a ledger may
 // return them in another location).
 func sameShare(got, want rlqs.Share) bool {
-	return got.MilliRate == want.MilliRate && got.Burst == want.Burst && got.Changed == want.Changed &&
+	return got.Rate == want.Rate && got.Burst == want.Burst && got.Changed == want.Changed &&
 		got.Expires.Equal(want.Expires) && got.Recheck.Equal(want.Recheck)
 }

@@ -3,6 +3,7 @@ package redisledger
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,38 @@ func FuzzParseState(f *testing.F) {
 		}
 		if a, b := string(appendState(nil, again)), string(appendState(nil, c)); a != b {
 			t.Fatalf("parseState(%q) = %+v, re-parsed %+v", s, c, again)
+		}
+	})
+}
+
+// FuzzParseSnapshot: whatever a bucket's hash holds (fields and values
+// split from s by newlines), reading it never panics, and a read bucket
+// holds only clients whose values parse alone.
+func FuzzParseSnapshot(f *testing.F) {
+	f.Add("v\n7k2\nc:a\n1,2,3,4,5,6,7,8,0")
+	f.Add("c:\n0,0,0,0,0,0,0,0,1\nv\nx")
+	f.Add("v")
+	f.Fuzz(func(t *testing.T, s string) {
+		var reply []any
+		for _, p := range strings.Split(s, "\n") {
+			reply = append(reply, p)
+		}
+		snap, err := parseSnapshot(reply)
+		if err != nil {
+			if !errors.Is(err, errState) {
+				t.Fatalf("parseSnapshot(%q) = %v, want errState", s, err)
+			}
+			return
+		}
+		for i := 0; i+1 < len(reply); i += 2 {
+			if field := reply[i].(string); strings.HasPrefix(field, clientPrefix) {
+				if _, err := parseState(reply[i+1].(string)); err != nil {
+					t.Fatalf("parseSnapshot(%q) accepted %q: %v", s, field, err)
+				}
+				if _, ok := snap.clients[field[len(clientPrefix):]]; !ok {
+					t.Fatalf("parseSnapshot(%q) lost client %q", s, field)
+				}
+			}
 		}
 	})
 }
