@@ -183,8 +183,16 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	cur := p.measure(now, prev, known, r)
 	heldRate, heldBurst := prev.Counted(now)
 	target := o.target(rTot, cur)
+	want := target // what it would take were the room free
 
 	availRate := rTot - min(o.usedRate, rTot)
+	if cur.Estimated {
+		// Its demand is not measured yet: it takes at most half of the
+		// room no one holds, so newcomers each get some (r/2, r/4, …)
+		// until their first periodic report measures them.
+		own := min(prev.Rate, availRate)
+		target = min(target, own+(availRate-own)/2)
+	}
 	availBurst := f.Burst - min(o.usedBurst, f.Burst)
 	rate, burst := prev.Rate, prev.Burst
 	keep := known && rate <= availRate && burst <= availBurst && burst > 0 &&
@@ -216,8 +224,11 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		Expires: now.Add(ttl),
 		Changed: !known || rate != prev.Rate || burst != prev.Burst,
 	}
-	if !keep && rate < target && !o.freed.IsZero() {
-		share.Recheck = o.freed
+	if !keep && rate < want {
+		// Room comes free when a decrease in flight stops counting or
+		// another client's share lapses (a reconnected Envoy's old
+		// client, for one).
+		share.Recheck = earliest(o.freed, o.lapse)
 	}
 	return share, cur, o.expired
 }
@@ -229,6 +240,7 @@ type othersUse struct {
 	sumDemand           uint64    // the measured demands' sum
 	usedRate, usedBurst uint64    // what the unexpired clients count
 	freed               time.Time // the first moment a decrease in flight stops counting
+	lapse               time.Time // the first moment an unexpired client's share stops counting
 }
 
 func scan(now time.Time, others map[string]ClientState) othersUse {
@@ -241,6 +253,7 @@ func scan(now time.Time, others map[string]ClientState) othersUse {
 		if c.PrevUntil.After(now) && (o.freed.IsZero() || c.PrevUntil.Before(o.freed)) {
 			o.freed = c.PrevUntil
 		}
+		o.lapse = earliest(o.lapse, c.Expires)
 		o.live++
 		if !c.Estimated {
 			o.measured++
@@ -279,7 +292,10 @@ func (p Policy) measure(now time.Time, prev ClientState, known bool, r Report) C
 // target is the client cur's target rate beside o: r·(d_i + φ)/(D + n·φ)
 // with φ = max(D, r)/(floorDiv·n), where a client whose demand is
 // Estimated is taken to want the measured clients' average (all of r when
-// none is measured).
+// none is measured). A measured client's target is at most 2·d_i + φ:
+// headroom over its demand, so a bucket used below its limit leaves room
+// for newcomers. When D ≥ r the proportional target is the smaller
+// (r·(d_i+φ)/(D+nφ) ≤ d_i + φ), so a busy fleet's division is unchanged.
 func (o othersUse) target(rTot uint64, cur ClientState) uint64 {
 	measured, sumDemand := o.measured, o.sumDemand
 	if !cur.Estimated {
@@ -297,7 +313,11 @@ func (o othersUse) target(rTot uint64, cur ClientState) uint64 {
 	}
 	total := satAdd(sumDemand, mulSat(guess, n-measured))
 	phi := max(total, rTot)/(floorDiv*n) + 1
-	return min(mulDiv(rTot, satAdd(demand, phi), satAdd(total, mulSat(phi, n))), rTot)
+	t := min(mulDiv(rTot, satAdd(demand, phi), satAdd(total, mulSat(phi, n))), rTot)
+	if !cur.Estimated {
+		t = min(t, satAdd(mulSat(cur.Demand, 2), phi))
+	}
+	return t
 }
 
 func mulSat(a, b uint64) uint64 {
