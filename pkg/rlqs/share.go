@@ -24,11 +24,18 @@ type Policy struct {
 	// one arrives. An answer later than Grace is an error term of the
 	// guarantee (docs/rlqs.md). Default 1 s.
 	Grace time.Duration
+	// ReportInterval is how often a client reports (Envoy 1.40: every 5 s,
+	// whatever the bucket's reporting_interval says). A client capped well
+	// below its target is re-checked Grace after another client's next
+	// report is due, when a decrease of that client's share (say, after a
+	// limit fell) has reached its Envoy. Default 5 s.
+	ReportInterval time.Duration
 }
 
 const (
 	defaultHysteresis = 50
 	defaultGrace      = time.Second
+	defaultInterval   = 5 * time.Second
 	// floorDiv sets the floor weight every client has on top of its
 	// demand: max(D, r)/(floorDiv·N). It keeps a client whose last interval
 	// was idle from being shut out until its next report (it holds at
@@ -61,6 +68,13 @@ func (p Policy) hysteresis() uint64 {
 		return defaultHysteresis
 	}
 	return uint64(p.Hysteresis)
+}
+
+func (p Policy) interval() time.Duration {
+	if p.ReportInterval <= 0 {
+		return defaultInterval
+	}
+	return p.ReportInterval
 }
 
 func (p Policy) grace() time.Duration {
@@ -173,7 +187,7 @@ func satAdd(a, b uint64) uint64 {
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetRate(f)
-	o := scan(now, others)
+	o := scan(now, others, p.interval()+p.grace())
 	if known && !prev.Expires.After(now) {
 		known = false // its assignment has lapsed in Envoy as well
 	}
@@ -227,8 +241,12 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	if !keep && rate < want {
 		// Room comes free when a decrease in flight stops counting or
 		// another client's share lapses (a reconnected Envoy's old
-		// client, for one).
+		// client, for one); and, for a client well short of its target,
+		// may come free at another client's next report.
 		share.Recheck = earliest(o.freed, o.lapse)
+		if rate < want-mulDiv(want, p.hysteresis(), milli) {
+			share.Recheck = earliest(share.Recheck, o.next)
+		}
 	}
 	return share, cur, o.expired
 }
@@ -241,9 +259,12 @@ type othersUse struct {
 	usedRate, usedBurst uint64    // what the unexpired clients count
 	freed               time.Time // the first moment a decrease in flight stops counting
 	lapse               time.Time // the first moment an unexpired client's share stops counting
+	next                time.Time // the first moment another client's next report has reached the ledger, with Grace
 }
 
-func scan(now time.Time, others map[string]ClientState) othersUse {
+// scan sums up others at now; after is how long after a client's last
+// report its next one has been answered (the report interval and Grace).
+func scan(now time.Time, others map[string]ClientState, after time.Duration) othersUse {
 	var o othersUse
 	for id, c := range others {
 		if !c.Expires.After(now) {
@@ -254,6 +275,9 @@ func scan(now time.Time, others map[string]ClientState) othersUse {
 			o.freed = c.PrevUntil
 		}
 		o.lapse = earliest(o.lapse, c.Expires)
+		if n := c.Reported.Add(after); !c.Reported.IsZero() && n.After(now) {
+			o.next = earliest(o.next, n)
+		}
 		o.live++
 		if !c.Estimated {
 			o.measured++

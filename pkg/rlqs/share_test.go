@@ -138,6 +138,16 @@ func TestDivide(t *testing.T) {
 			want: Share{Rate: 5000 * u, Burst: 10, Changed: true, Recheck: live},
 		},
 		{
+			// After a limit fell, b still holds 9/s of the 10/s; a, far
+			// short of its target, is re-checked when b's next report
+			// (due 5 s after its last, at 3 s) has been answered: 4 s.
+			name: "far short: re-checked at the others' next report",
+			clients: map[string]ClientState{"b": {Demand: 1000 * u, Rate: 9000 * u, Burst: 18, Expires: live,
+				Reported: t0.Add(-2 * time.Second)}},
+			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
+			want: Share{Rate: 1000 * u, Burst: 2, Changed: true, Recheck: t0.Add(4 * time.Second)},
+		},
+		{
 			name: "a decrease still in flight counts",
 			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6,
 				PrevRate: 8000 * u, PrevBurst: 16, PrevUntil: t0.Add(time.Second), Expires: live}},

@@ -56,10 +56,11 @@ func tableCases() []tableCase {
 		}},
 		{"a second client waits for the first one's decrease", []step{
 			{0, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(0, 10*ps, 20, true)},
-			// b is not measured: half of the free room, none. a's share
-			// counts until 16 s unless a reports first.
+			// b is not measured: half of the free room, none. b is
+			// re-checked when a's next report (due at 5 s) has been
+			// answered, with the Grace.
 			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0),
-				withRecheck(share(100*time.Millisecond, 0, 0, true), 16*sec)},
+				withRecheck(share(100*time.Millisecond, 0, 0, true), 6*sec)},
 			// a measures 20/s; b is estimated at the average (20/s): half.
 			// The old share counts until 6 s, so b is told to re-check.
 			{5 * sec, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(5*sec, 5*ps, 10, true)},
@@ -72,8 +73,9 @@ func tableCases() []tableCase {
 		}},
 		{"an expired client frees its share", []step{
 			{0, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(0, 10*ps, 20, true)},
-			{sec, "k", tenPerSecond, report("b", 1, 0, 0), withRecheck(share(sec, 0, 0, true), 16*sec)},
-			// a's share counted until 0 + 15 s + 1 s of grace.
+			{sec, "k", tenPerSecond, report("b", 1, 0, 0), withRecheck(share(sec, 0, 0, true), 6*sec)},
+			// a's share counted until 0 + 15 s + 1 s of grace (a's report
+			// due at 5 s never came).
 			{15 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), withRecheck(share(15*sec, 0, 0, false), 16*sec)},
 			{16 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), share(16*sec, 10*ps, 20, true)},
 		}},
@@ -86,7 +88,7 @@ func tableCases() []tableCase {
 			{0, "k", tenPerSecond, report("a", 5, 0, 5*sec), share(0, 2*ps+54000001, 5, true)},
 			// b, not measured: half of the rest.
 			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0),
-				withRecheck(share(100*time.Millisecond, (10*ps-2*ps-54000001)/2, 7, true), 15*sec+sec)},
+				withRecheck(share(100*time.Millisecond, (10*ps-2*ps-54000001)/2, 7, true), 6*sec)},
 		}},
 		{"a lower limit lowers the share at the next report", []step{
 			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 5*ps, 10, true)},
