@@ -36,13 +36,26 @@ type streamBucket struct {
 	// held is the token bucket last sent, which Strategy compares with
 	// as Envoy does; nil when none.
 	held *typev3.RateLimitStrategy
+	// spentUntil is when the windows that deny the bucket have all reset
+	// (zero when none is spent): until then a re-check must not replace
+	// the DENY_ALL, which only the reset's push lifts.
+	spentUntil time.Time
+	// sent: an assignment for the bucket went out on this stream.
+	sent bool
+	// waitUntil is set when the bucket's first report on this stream was
+	// a periodic one (Envoy had the bucket before: a reconnect, which may
+	// hold an assignment another stream sent). While its share is capped
+	// below its target, nothing is sent, so Envoy keeps that assignment
+	// (still counted under the old stream's client until it lapses),
+	// until waitUntil, one TTL on, by when it has expired in Envoy.
+	waitUntil time.Time
 }
 
 // usage is one accepted BucketQuotaUsage being handled.
 type usage struct {
 	b               *streamBucket
 	allowed, denied uint64
-	elapsed         time.Duration // > 0 for a report; 0 for a re-check
+	elapsed         time.Duration // > 0 for a periodic report; 0 for a subscription
 	limits          []*rules.Limit
 	entries         []*rlv3.RateLimitDescriptor_Entry
 	first           int // the index of its first counter in the report's store call
@@ -54,7 +67,7 @@ const accepted Refusal = numRefusals
 // accept checks u against the sanity caps and returns its usage, with its
 // bucket (new buckets join the stream here), or why it is refused.
 // seen holds the buckets of the report so far.
-func (st *stream) accept(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, seen map[string]bool) (*usage, Refusal) {
+func (st *stream) accept(now time.Time, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, seen map[string]bool) (*usage, Refusal) {
 	lim := &st.s.limits
 	entries := u.GetBucketId().GetBucket()
 	if len(entries) == 0 {
@@ -75,7 +88,7 @@ func (st *stream) accept(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 
 	total, carry := bits.Add64(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), 0)
 	// elapsed ≤ MaxElapsed, so the product cannot overflow for any sane
 	// MaxRate; bits.Mul64 makes sure for any.
-	hi, most := bits.Mul64(lim.MaxRate, uint64((elapsed+time.Second-1)/time.Second))
+	hi, most := bits.Mul64(lim.MaxRate, uint64(max((elapsed+time.Second-1)/time.Second, 1)))
 	if carry != 0 || hi == 0 && total > most {
 		return nil, RefusedAbsurdCounts
 	}
@@ -89,6 +102,9 @@ func (st *stream) accept(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 
 			return nil, RefusedMaxBuckets
 		}
 		b = &streamBucket{id: u.GetBucketId(), key: key}
+		if elapsed > 0 {
+			b.waitUntil = now.Add(st.s.ttl)
+		}
 		st.buckets[key] = b
 		st.s.obs.Buckets(1)
 	}
@@ -96,14 +112,15 @@ func (st *stream) accept(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 
 	return &usage{b: b, allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(), elapsed: elapsed}, accepted
 }
 
-// elapsedOf returns a usage's time_elapsed as the ledger takes it: > 0.
+// elapsedOf returns a usage's time_elapsed as the ledger takes it.
 // Envoy 1.40 truncates it to whole seconds, and its first report of a new
-// bucket (the subscription, sent at the bucket's first request) says 0, so
-// 0 or missing is read as the 1 s it is less than. Negative, malformed and
-// longer than most is not believed.
+// bucket (the subscription, sent at the bucket's first request) says 0:
+// 0 or missing is passed on as 0, a demand not yet measured (Report). The
+// sanity cap on counts reads it as the 1 s it is less than. Negative,
+// malformed and longer than most is not believed.
 func elapsedOf(d *durationpb.Duration, most time.Duration) (time.Duration, bool) {
 	if d == nil {
-		return time.Second, true
+		return 0, true
 	}
 	if d.CheckValid() != nil || d.GetSeconds() < 0 || d.GetNanos() < 0 {
 		return 0, false
@@ -112,8 +129,6 @@ func elapsedOf(d *durationpb.Duration, most time.Duration) (time.Duration, bool)
 	switch {
 	case e > most:
 		return 0, false
-	case e == 0:
-		return time.Second, true
 	}
 	return e, true
 }
@@ -193,6 +208,7 @@ func (b *streamBucket) send(v *verdict, now time.Time) *rlqsv3.RateLimitQuotaRes
 	a := v.action(b.id, now)
 	if a != nil && v.kind != KindAbandon {
 		b.held = v.strategy
+		b.sent = true
 	}
 	return a
 }
@@ -240,7 +256,7 @@ func (v *verdict) action(id *rlqsv3.BucketId, now time.Time) *rlqsv3.RateLimitQu
 // have had (streamBucket.next, pushed by the stream).
 func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeResult) verdict {
 	b := w.b
-	b.pushAt, b.next, b.recheckAt = time.Time{}, verdict{}, time.Time{}
+	b.pushAt, b.next, b.recheckAt, b.spentUntil = time.Time{}, verdict{}, time.Time{}, time.Time{}
 	if len(w.limits) == 0 {
 		if b.ruled {
 			// Envoy drops the bucket; its next request subscribes again
@@ -279,6 +295,7 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 		// failure mode decided. The next report decides again.
 		b.recheckAt = time.Time{}
 	}
+	b.spentUntil = resetAt
 	if !resetAt.IsZero() && held.kind != KindDenyAll && !held.keep {
 		held.expires = now.Add(st.s.ttl)
 		if resetAt.Before(held.expires) {
@@ -335,7 +352,19 @@ func (st *stream) limitVerdict(ctx context.Context, now time.Time, w *usage, l *
 		reset = spentFor(c, res, now)
 	}
 	w.b.recheckAt = earliest(w.b.recheckAt, share.Recheck)
+	if w.b.waiting(now, share) {
+		w.b.recheckAt = earliest(w.b.recheckAt, w.b.waitUntil)
+		return verdict{keep: true}, reset
+	}
 	return st.shareVerdict(share, w.b.held), reset
+}
+
+// waiting reports whether b, first reported periodically on this stream
+// and sent nothing yet, should still be sent nothing at now: its share is
+// capped below its target (Share.Recheck is set), so an assignment now
+// would replace, with less, the one Envoy may hold from another stream.
+func (b *streamBucket) waiting(now time.Time, share Share) bool {
+	return !b.sent && now.Before(b.waitUntil) && !share.Recheck.IsZero()
 }
 
 // shareVerdict is a ledger's share as the verdict Envoy gets: its token
@@ -361,8 +390,11 @@ func (st *stream) shareVerdict(share Share, held *typev3.RateLimitStrategy) verd
 func (st *stream) recheck(ctx context.Context, now time.Time, b *streamBucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	b.recheckAt = time.Time{}
 	limits, entries := st.s.counters.Rules().Domain(st.domain).MatchBucket(b.id.GetBucket())
+	if len(limits) == 0 {
+		return nil // the next report abandons the bucket
+	}
 	out := verdict{kind: KindAllowAll, ttl: st.s.ttl}
-	changed := false
+	changed, waiting := !b.sent, false
 	for _, l := range limits {
 		if l.Unlimited || l.Shadow || st.s.shadow {
 			continue // ALLOW_ALL, as at the report
@@ -375,12 +407,26 @@ func (st *stream) recheck(ctx context.Context, now time.Time, b *streamBucket) *
 		}
 		changed = changed || share.Changed
 		b.recheckAt = earliest(b.recheckAt, share.Recheck)
+		waiting = waiting || b.waiting(now, share)
 		if v := st.shareVerdict(share, b.held); v.stricter(&out) {
 			out = v
 		}
 	}
+	if waiting {
+		b.recheckAt = earliest(b.recheckAt, b.waitUntil)
+		return nil
+	}
 	if !changed {
 		return nil
+	}
+	if b.pushAt.IsZero() && now.Before(b.spentUntil) {
+		// A spent window denies the bucket: its DENY_ALL stays until the
+		// reset, which then pushes this share if it is still in force.
+		if b.spentUntil.Before(now.Add(st.s.ttl)) {
+			b.pushAt = b.spentUntil
+		} else {
+			return nil
+		}
 	}
 	if !b.pushAt.IsZero() {
 		out.expires = now.Add(st.s.ttl)

@@ -24,11 +24,18 @@ type Policy struct {
 	// one arrives. An answer later than Grace is an error term of the
 	// guarantee (docs/rlqs.md). Default 1 s.
 	Grace time.Duration
+	// ReportInterval is how often a client reports (Envoy 1.40: every 5 s,
+	// whatever the bucket's reporting_interval says). A client capped well
+	// below its target is re-checked Grace after another client's next
+	// report is due, when a decrease of that client's share (say, after a
+	// limit fell) has reached its Envoy. Default 5 s.
+	ReportInterval time.Duration
 }
 
 const (
 	defaultHysteresis = 50
 	defaultGrace      = time.Second
+	defaultInterval   = 5 * time.Second
 	// floorDiv sets the floor weight every client has on top of its
 	// demand: max(D, r)/(floorDiv·N). It keeps a client whose last interval
 	// was idle from being shut out until its next report (it holds at
@@ -61,6 +68,13 @@ func (p Policy) hysteresis() uint64 {
 		return defaultHysteresis
 	}
 	return uint64(p.Hysteresis)
+}
+
+func (p Policy) interval() time.Duration {
+	if p.ReportInterval <= 0 {
+		return defaultInterval
+	}
+	return p.ReportInterval
 }
 
 func (p Policy) grace() time.Duration {
@@ -173,7 +187,7 @@ func satAdd(a, b uint64) uint64 {
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetRate(f)
-	o := scan(now, others)
+	o := scan(now, others, p.interval()+p.grace())
 	if known && !prev.Expires.After(now) {
 		known = false // its assignment has lapsed in Envoy as well
 	}
@@ -183,8 +197,16 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	cur := p.measure(now, prev, known, r)
 	heldRate, heldBurst := prev.Counted(now)
 	target := o.target(rTot, cur)
+	want := target // what it would take were the room free
 
 	availRate := rTot - min(o.usedRate, rTot)
+	if cur.Estimated {
+		// Its demand is not measured yet: it takes at most half of the
+		// room no one holds, so newcomers each get some (r/2, r/4, …)
+		// until their first periodic report measures them.
+		own := min(prev.Rate, availRate)
+		target = min(target, own+(availRate-own)/2)
+	}
 	availBurst := f.Burst - min(o.usedBurst, f.Burst)
 	rate, burst := prev.Rate, prev.Burst
 	keep := known && rate <= availRate && burst <= availBurst && burst > 0 &&
@@ -216,8 +238,15 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		Expires: now.Add(ttl),
 		Changed: !known || rate != prev.Rate || burst != prev.Burst,
 	}
-	if !keep && rate < target && !o.freed.IsZero() {
-		share.Recheck = o.freed
+	if !keep && rate < want {
+		// Room comes free when a decrease in flight stops counting or
+		// another client's share lapses (a reconnected Envoy's old
+		// client, for one); and, for a client well short of its target,
+		// may come free at another client's next report.
+		share.Recheck = earliest(o.freed, o.lapse)
+		if rate < want-mulDiv(want, p.hysteresis(), milli) {
+			share.Recheck = earliest(share.Recheck, o.next)
+		}
 	}
 	return share, cur, o.expired
 }
@@ -229,9 +258,13 @@ type othersUse struct {
 	sumDemand           uint64    // the measured demands' sum
 	usedRate, usedBurst uint64    // what the unexpired clients count
 	freed               time.Time // the first moment a decrease in flight stops counting
+	lapse               time.Time // the first moment an unexpired client's share stops counting
+	next                time.Time // the first moment another client's next report has reached the ledger, with Grace
 }
 
-func scan(now time.Time, others map[string]ClientState) othersUse {
+// scan sums up others at now; after is how long after a client's last
+// report its next one has been answered (the report interval and Grace).
+func scan(now time.Time, others map[string]ClientState, after time.Duration) othersUse {
 	var o othersUse
 	for id, c := range others {
 		if !c.Expires.After(now) {
@@ -240,6 +273,10 @@ func scan(now time.Time, others map[string]ClientState) othersUse {
 		}
 		if c.PrevUntil.After(now) && (o.freed.IsZero() || c.PrevUntil.Before(o.freed)) {
 			o.freed = c.PrevUntil
+		}
+		o.lapse = earliest(o.lapse, c.Expires)
+		if n := c.Reported.Add(after); !c.Reported.IsZero() && n.After(now) {
+			o.next = earliest(o.next, n)
 		}
 		o.live++
 		if !c.Estimated {
@@ -279,7 +316,10 @@ func (p Policy) measure(now time.Time, prev ClientState, known bool, r Report) C
 // target is the client cur's target rate beside o: r·(d_i + φ)/(D + n·φ)
 // with φ = max(D, r)/(floorDiv·n), where a client whose demand is
 // Estimated is taken to want the measured clients' average (all of r when
-// none is measured).
+// none is measured). A measured client's target is at most 2·d_i + φ:
+// headroom over its demand, so a bucket used below its limit leaves room
+// for newcomers. When D ≥ r the proportional target is the smaller
+// (r·(d_i+φ)/(D+nφ) ≤ d_i + φ), so a busy fleet's division is unchanged.
 func (o othersUse) target(rTot uint64, cur ClientState) uint64 {
 	measured, sumDemand := o.measured, o.sumDemand
 	if !cur.Estimated {
@@ -297,7 +337,11 @@ func (o othersUse) target(rTot uint64, cur ClientState) uint64 {
 	}
 	total := satAdd(sumDemand, mulSat(guess, n-measured))
 	phi := max(total, rTot)/(floorDiv*n) + 1
-	return min(mulDiv(rTot, satAdd(demand, phi), satAdd(total, mulSat(phi, n))), rTot)
+	t := min(mulDiv(rTot, satAdd(demand, phi), satAdd(total, mulSat(phi, n))), rTot)
+	if !cur.Estimated {
+		t = min(t, satAdd(mulSat(cur.Demand, 2), phi))
+	}
+	return t
 }
 
 func mulSat(a, b uint64) uint64 {

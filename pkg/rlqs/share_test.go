@@ -87,14 +87,39 @@ func TestDivide(t *testing.T) {
 		dropped []string
 	}{
 		{
-			name: "alone, new: the whole rate", r: Report{Client: "a", Allowed: 1},
-			want: Share{Rate: 10000 * u, Burst: 20, Changed: true},
+			// Its demand is not measured yet: half of the free room.
+			name: "alone, new: half the rate", r: Report{Client: "a", Allowed: 1},
+			want: Share{Rate: 5000 * u, Burst: 10, Changed: true},
+		},
+		{
+			// A second newcomer: half of what the first left.
+			name:    "new beside a newcomer: a quarter",
+			clients: map[string]ClientState{"b": {Estimated: true, Rate: 5000 * u, Burst: 10, Expires: live}},
+			r:       Report{Client: "a", Allowed: 1},
+			want:    Share{Rate: 2500 * u, Burst: 5, Changed: true, Recheck: live},
+		},
+		{
+			// b at 1/s holds 2·1/s + φ (φ = 10000u/32+1): the rest is
+			// free, and a newcomer gets half of it, not nothing.
+			name:    "new beside a bucket used below its limit: half the free room",
+			clients: map[string]ClientState{"b": {Demand: 1000 * u, Rate: 2000*u + 27000001, Burst: 5, Expires: live}},
+			r:       Report{Client: "a", Allowed: 1},
+			want:    Share{Rate: (10000*u - 2000*u - 27000001) / 2, Burst: 7, Changed: true, Recheck: live},
+		},
+		{
+			// 1/s beside b's 1/s: the proportional target is half of r,
+			// but a measured client takes at most 2·d + φ, φ = 10000u/32+1.
+			name:    "measured below the limit: twice its demand and the floor",
+			clients: map[string]ClientState{"b": {Demand: 1000 * u, Rate: 2000*u + 27000001, Burst: 5, Expires: live}},
+			r:       Report{Client: "a", Allowed: 5, Elapsed: 5 * time.Second},
+			want:    Share{Rate: 2000*u + 27000001, Burst: 4, Changed: true},
 		},
 		{
 			name:    "new beside a holder of everything: nothing yet",
 			clients: map[string]ClientState{"b": {Demand: 30000 * u, Rate: 10000 * u, Burst: 20, Expires: live}},
 			r:       Report{Client: "a", Allowed: 1},
-			want:    Share{Changed: true},
+			// Room frees when b's share lapses, unless b reports first.
+			want: Share{Changed: true, Recheck: live},
 		},
 		{
 			// d=20/s beside 10/s: φ = 30000u/32+1 = 81000001; target =
@@ -109,7 +134,18 @@ func TestDivide(t *testing.T) {
 			name:    "capped by what the others hold",
 			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 5000 * u, Burst: 10, Expires: live}},
 			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want:    Share{Rate: 5000 * u, Burst: 10, Changed: true},
+			// Room frees when b's share lapses, unless b reports first.
+			want: Share{Rate: 5000 * u, Burst: 10, Changed: true, Recheck: live},
+		},
+		{
+			// After a limit fell, b still holds 9/s of the 10/s; a, far
+			// short of its target, is re-checked when b's next report
+			// (due 5 s after its last, at 3 s) has been answered: 4 s.
+			name: "far short: re-checked at the others' next report",
+			clients: map[string]ClientState{"b": {Demand: 1000 * u, Rate: 9000 * u, Burst: 18, Expires: live,
+				Reported: t0.Add(-2 * time.Second)}},
+			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
+			want: Share{Rate: 1000 * u, Burst: 2, Changed: true, Recheck: t0.Add(4 * time.Second)},
 		},
 		{
 			name: "a decrease still in flight counts",

@@ -189,7 +189,7 @@ func (st *stream) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 		seen = make(map[string]bool, len(m.GetBucketQuotaUsages()))
 	)
 	for _, u := range m.GetBucketQuotaUsages() {
-		w, why := st.accept(u, seen)
+		w, why := st.accept(now, u, seen)
 		if why != accepted {
 			st.refuse(why, u)
 			continue

@@ -389,7 +389,8 @@ func TestRecheckPushesTheFreedShare(t *testing.T) {
 	f := newFixture(t, window.NewMemory())
 	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n")
 	a, b := f.open(t), f.open(t)
-	whole := isTokenBucket(t, "a alone", a.report(use("user=x", 0, 1, 0))["user=x"], 15*time.Second)
+	// a's demand is measured (20/s), so it holds the whole 10/s.
+	whole := isTokenBucket(t, "a alone", a.report(use("user=x", 5*time.Second, 0, 100))["user=x"], 15*time.Second)
 	if whole != 10*rlqs.PerSecond {
 		t.Fatalf("a alone holds rate %d, want the whole %d", whole, 10*rlqs.PerSecond)
 	}
@@ -439,9 +440,82 @@ func TestRecheckLeavesFailureModes(t *testing.T) {
 	f.advance(100 * time.Millisecond)
 	b.report(use("deny=x", 5*time.Second, 0, 25))
 	f.set(t0.Add(6 * time.Second))
+	b.noRecheckPush("after a failure mode denied the bucket, want nothing until the next report")
+}
+
+// noRecheckPush checks that nothing is pushed for 1.5 s on the real clock:
+// past a re-check due 900 ms after the client's last report.
+func (c *client) noRecheckPush(want string) {
+	c.t.Helper()
 	select {
-	case m := <-b.msgs:
-		t.Fatalf("pushed %s after a failure mode denied the bucket, want nothing until the next report", describe(m.GetBucketAction()[0]))
-	case <-time.After(1500 * time.Millisecond): // the re-check was due 900 ms after b's report
+	case m := <-c.msgs:
+		c.t.Fatalf("pushed %s %s", describe(m.GetBucketAction()[0]), want)
+	case <-time.After(1500 * time.Millisecond):
+	}
+}
+
+// TestRecheckKeepsASpentWindowDenied: a re-check that finds room never
+// replaces the DENY_ALL of a spent window. Envoy would start the token
+// bucket full and admit again before the window's reset (found with a real
+// Envoy after a limit was lowered: the share was 0, so no reset push was
+// due, and the re-check pushed a token bucket).
+func TestRecheckKeepsASpentWindowDenied(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	a, b := f.open(t), f.open(t)
+	f.set(t0.Add(10 * time.Second))
+	// a's demand (100/s, all denied: nothing charged) takes the whole
+	// 100 a minute; b subscribes and gets nothing.
+	isTokenBucket(t, "a busy", a.report(use("user=s", 5*time.Second, 0, 500))["user=s"], 15*time.Second)
+	f.advance(100 * time.Millisecond)
+	if d := describe(b.report(use("user=s", 0, 0, 1))["user=s"]); d != "deny@15s" {
+		t.Fatalf("b beside a holder of everything: %s, want deny@15s", d)
+	}
+	// a's demand falls to b's: a decrease, whose old share counts for
+	// the Grace, until 12 s.
+	f.set(t0.Add(11 * time.Second))
+	isTokenBucket(t, "a lowered", a.report(use("user=s", 5*time.Second, 0, 5))["user=s"], 15*time.Second)
+	// b's report spends the window (100 admitted); its share is 0 until
+	// a's old share stops counting at 12 s, when a re-check is due.
+	f.advance(100 * time.Millisecond)
+	if d := describe(b.report(use("user=s", time.Second, 100, 0))["user=s"]); d != "deny@15s" {
+		t.Fatalf("b spends the window: %s, want deny@15s", d)
+	}
+	f.set(t0.Add(12 * time.Second))
+	b.noRecheckPush("while the window is spent (resets at 60 s), want nothing")
+}
+
+// TestReconnectKeepsTheHeldAssignment: an Envoy whose stream broke
+// reconnects (here or to another replica) as a new client, and its first
+// report is a periodic one. The ledger still counts its old client's share
+// until that lapses, so the new client is capped below its target; the
+// server then sends nothing, and Envoy keeps the assignment it holds
+// (which the old client's share counts), instead of one that would admit
+// nothing. At the old share's lapse the server pushes the new share.
+func TestReconnectKeepsTheHeldAssignment(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory())
+	f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n")
+	a := f.open(t)
+	// a's demand is 20/s: it holds the whole 10/s, counted until 16 s.
+	isTokenBucket(t, "a", a.report(use("user=x", 5*time.Second, 0, 100))["user=x"], 15*time.Second)
+	a.cancel()
+	a.end()
+	a2 := f.open(t)
+	for _, at := range []time.Duration{5 * time.Second, 15500 * time.Millisecond} {
+		f.set(t0.Add(at))
+		a2.send("edge", use("user=x", 5*time.Second, 10, 40))
+		a2.quiet()
+	}
+	f.set(t0.Add(16 * time.Second)) // a's share lapses; the re-check is due
+	got := isTokenBucket(t, "pushed at the old share's lapse", byBucket(a2.recv())["user=x"], 15*time.Second)
+	if got != 10*rlqs.PerSecond {
+		t.Fatalf("a2 alone pushed rate %d, want the whole %d", got, 10*rlqs.PerSecond)
+	}
+	// A new bucket on the same stream (a subscription) capped to 0 is
+	// still denied: Envoy holds nothing for it.
+	b := f.open(t)
+	if d := describe(b.report(use("user=x", 0, 1, 0))["user=x"]); d != "deny@15s" {
+		t.Fatalf("a subscription beside a holder of everything: %s, want deny@15s", d)
 	}
 }

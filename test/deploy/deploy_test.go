@@ -63,6 +63,7 @@ type bundle struct {
 	overlay       overlay // deploy/k8s-client-address
 
 	envoyRaw, rulesRaw []byte
+	rlqsDoc            []byte                            // docs/rlqs.md, which quotes deploy/envoy-rlqs.yaml
 	envoy              map[string]*bootstrapv3.Bootstrap // by file
 	rules              *rules.Set                        // rulesRaw, loaded
 	compose            compose
@@ -122,7 +123,8 @@ func load(t *testing.T) *bundle {
 
 	b.envoyRaw = readFile(t, root, envoyFile)
 	b.rulesRaw = readFile(t, root, rulesFile)
-	for _, f := range []string{envoyFile, envoyUDSFile, envoyComposeFile} {
+	b.rlqsDoc = readFile(t, root, rlqsDocFile)
+	for _, f := range []string{envoyFile, envoyUDSFile, envoyComposeFile, envoyRLQSFile} {
 		bs, err := decodeEnvoy(readFile(t, root, f))
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
@@ -173,6 +175,8 @@ var checks = []struct {
 	{"ratelimit filter", checkRateLimitFilter},
 	{"descriptor shapes", checkDescriptorShapes},
 	{"envoy variants", checkEnvoyVariants},
+	{"rlqs filter", checkRLQSFilter},
+	{"rlqs doc quotes the file", checkRLQSDoc},
 	{"compose", checkCompose},
 }
 

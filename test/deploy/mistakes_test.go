@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -41,6 +45,46 @@ func TestChecksCatchMistakes(t *testing.T) {
 				}
 			}
 		}
+	}
+	// rlqsFilter edits the RLQS bootstrap's filter config in place.
+	rlqsFilter := func(b *bundle, edit func(*rlqsfilterv3.RateLimitQuotaFilterConfig)) {
+		l, err := b.listener(envoyRLQSFile, "ingress")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := hcm(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &rlqsfilterv3.RateLimitQuotaFilterConfig{}
+		for _, hf := range h.GetHttpFilters() {
+			if hf.GetTypedConfig().MessageIs(f) {
+				if err := hf.GetTypedConfig().UnmarshalTo(f); err != nil {
+					t.Fatal(err)
+				}
+				edit(f)
+				if err := hf.GetTypedConfig().MarshalFrom(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().MarshalFrom(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// rlqsBucket edits the settings of the RLQS filter's first bucket matcher.
+	rlqsBucket := func(b *bundle, edit func(*rlqsfilterv3.RateLimitQuotaBucketSettings)) {
+		rlqsFilter(b, func(f *rlqsfilterv3.RateLimitQuotaFilterConfig) {
+			a := f.GetBucketMatchers().GetMatcherList().GetMatchers()[0].GetOnMatch().GetAction().GetTypedConfig()
+			s := &rlqsfilterv3.RateLimitQuotaBucketSettings{}
+			if err := a.UnmarshalTo(s); err != nil {
+				t.Fatal(err)
+			}
+			edit(s)
+			if err := a.MarshalFrom(s); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 	routeActions := func(b *bundle, edit func([]*routev3.RateLimit)) {
 		l, h, _, err := b.ingress(envoyFile)
@@ -188,6 +232,43 @@ func TestChecksCatchMistakes(t *testing.T) {
 		}},
 		{"rule without a limit", checkDescriptorShapes, func(b *bundle) {
 			editRules(b, "rate_limit: {unit: minute, requests_per_unit: 20}", "rate_limit: {unlimited: true}")
+		}},
+		{"rlqs domain misspelt", checkRLQSFilter, func(b *bundle) {
+			rlqsFilter(b, func(f *rlqsfilterv3.RateLimitQuotaFilterConfig) { f.Domain = "egde" })
+		}},
+		{"rlqs bucket key misspelt", checkRLQSFilter, func(b *bundle) {
+			rlqsBucket(b, func(s *rlqsfilterv3.RateLimitQuotaBucketSettings) {
+				m := s.GetBucketIdBuilder().GetBucketIdBuilder()
+				m["apikey"] = m["api_key"]
+				delete(m, "api_key")
+			})
+		}},
+		{"rlqs sub-second fill interval", checkRLQSFilter, func(b *bundle) {
+			rlqsBucket(b, func(s *rlqsfilterv3.RateLimitQuotaBucketSettings) {
+				s.GetExpiredAssignmentBehavior().GetFallbackRateLimit().GetTokenBucket().FillInterval = durationpb.New(500 * time.Millisecond)
+			})
+		}},
+		{"rlqs fallback without timeout", checkRLQSFilter, func(b *bundle) {
+			rlqsBucket(b, func(s *rlqsfilterv3.RateLimitQuotaBucketSettings) {
+				s.GetExpiredAssignmentBehavior().ExpiredAssignmentBehaviorTimeout = nil
+			})
+		}},
+		{"rlqs fails closed", checkRLQSFilter, func(b *bundle) {
+			rlqsBucket(b, func(s *rlqsfilterv3.RateLimitQuotaBucketSettings) {
+				s.GetNoAssignmentBehavior().GetFallbackRateLimit().Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}
+			})
+		}},
+		{"rlqs cluster on another port", checkRLQSFilter, func(b *bundle) {
+			c, _ := b.cluster(envoyRLQSFile, rlsCluster)
+			a, _ := endpoint(envoyRLQSFile, c)
+			a.GetSocketAddress().PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: 18081}
+		}},
+		{"rlqs doc drifts from the file", checkRLQSDoc, func(b *bundle) {
+			old := []byte("expired_assignment_behavior_timeout: 3600s")
+			if !bytes.Contains(b.rlqsDoc, old) {
+				t.Fatalf("%s has no %s to edit", rlqsDocFile, old)
+			}
+			b.rlqsDoc = bytes.Replace(b.rlqsDoc, old, []byte("expired_assignment_behavior_timeout: 600s"), 1)
 		}},
 		{"uds listener drifts", checkEnvoyVariants, func(b *bundle) {
 			b.envoy[envoyUDSFile].GetStaticResources().GetListeners()[0].Name = "other"

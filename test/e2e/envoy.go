@@ -64,7 +64,13 @@ func writeEnvoyTemplate(t *testing.T, envoyBin, dir string, tmpl *template.Templ
 	if err := tmpl.Execute(&b, p); err != nil {
 		t.Fatalf("render envoy config: %v", err)
 	}
-	cfg := b.Bytes()
+	return writeEnvoyFile(t, envoyBin, dir, b.Bytes())
+}
+
+// writeEnvoyFile writes cfg to dir/envoy.yaml and checks it with
+// `envoy --mode validate`.
+func writeEnvoyFile(t *testing.T, envoyBin, dir string, cfg []byte) string {
+	t.Helper()
 	path := filepath.Join(dir, "envoy.yaml")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		t.Fatal(err)
@@ -88,20 +94,21 @@ type envoy struct {
 	ledger map[string]int // stat suffix ("ok", "over_limit", ...) -> count
 }
 
-// startEnvoy starts Envoy on config and waits until the admin answers
-// /ready and the ingress listener accepts connections. The listener is
-// probed with a bare TCP connect, so no request reaches the filter.
-func startEnvoy(t *testing.T, envoyBin, name, config string) *envoy {
+// startEnvoy starts Envoy on config, with more command-line args if
+// given, and waits until the admin answers /ready and the ingress listener
+// accepts connections. The listener is probed with a bare TCP connect, so
+// no request reaches the filter.
+func startEnvoy(t *testing.T, envoyBin, name, config string, args ...string) *envoy {
 	t.Helper()
 	dir := filepath.Dir(config)
 	addrFile := filepath.Join(dir, "admin.addr")
-	p := startProc(t, name, envoyBin,
+	p := startProc(t, name, envoyBin, append([]string{
 		"-c", config,
 		"--use-dynamic-base-id",
 		"--concurrency", "1",
 		"-l", "warning",
 		"--admin-address-path", addrFile,
-	)
+	}, args...)...)
 	e := &envoy{proc: p, Name: name, ledger: map[string]int{}}
 	deadline := time.Now().Add(startTimeout)
 	for e.Admin == "" {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,15 @@ type sidecar struct {
 	*proc
 	GRPCAddr string // host:port of the rate limit service
 	HTTPAddr string // host:port of /readyz
+
+	killed atomic.Bool // by kill: its exit status is not checked
+}
+
+// kill kills the sidecar with SIGKILL, as a node failure would, and waits
+// until it has exited.
+func (s *sidecar) kill() {
+	s.killed.Store(true)
+	s.Kill()
 }
 
 // sidecarOptions configure startSidecar.
@@ -53,12 +63,15 @@ func startSidecar(t *testing.T, name string, o sidecarOptions) *sidecar {
 	}
 	p := startProc(t, name, o.Bin, append(args, o.Args...)...)
 	// Runs before startProc's cleanup (LIFO), which then only logs.
+	s := &sidecar{proc: p}
 	t.Cleanup(func() {
+		if s.killed.Load() {
+			return
+		}
 		if err := p.stop(); err != nil {
 			t.Errorf("%s: SIGTERM: %v, want exit status 0", name, err)
 		}
 	})
-	s := &sidecar{proc: p}
 	deadline := time.Now().Add(startTimeout)
 	for s.GRPCAddr == "" {
 		if p.Exited() {

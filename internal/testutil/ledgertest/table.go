@@ -40,43 +40,58 @@ func share(at time.Duration, rate, burst uint64, changed bool) rlqs.Share {
 	return rlqs.Share{Rate: rate, Burst: burst, Expires: Start.Add(at + tableTTL), Changed: changed}
 }
 
+// withRecheck is s with Recheck at `at`.
+func withRecheck(s rlqs.Share, at time.Duration) rlqs.Share {
+	s.Recheck = Start.Add(at)
+	return s
+}
+
 func tableCases() []tableCase {
 	sec := time.Second
 	return []tableCase{
-		{"alone: the whole rate, then only the TTL", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
-			{5 * sec, "k", tenPerSecond, report("a", 30, 20, 5*sec), share(5*sec, 10*ps, 20, false)},
+		{"alone: half the rate until measured, the whole once busy, then only the TTL", []step{
+			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 5*ps, 10, true)},
+			{5 * sec, "k", tenPerSecond, report("a", 30, 20, 5*sec), share(5*sec, 10*ps, 20, true)},
+			{10 * sec, "k", tenPerSecond, report("a", 30, 20, 5*sec), share(10*sec, 10*ps, 20, false)},
 		}},
 		{"a second client waits for the first one's decrease", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
-			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0), share(100*time.Millisecond, 0, 0, true)},
+			{0, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(0, 10*ps, 20, true)},
+			// b is not measured: half of the free room, none. b is
+			// re-checked when a's next report (due at 5 s) has been
+			// answered, with the Grace.
+			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0),
+				withRecheck(share(100*time.Millisecond, 0, 0, true), 6*sec)},
 			// a measures 20/s; b is estimated at the average (20/s): half.
 			// The old share counts until 6 s, so b is told to re-check.
 			{5 * sec, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(5*sec, 5*ps, 10, true)},
 			{5100 * time.Millisecond, "k", tenPerSecond, report("b", 0, 25, 5*sec),
-				func() rlqs.Share {
-					s := share(5100*time.Millisecond, 0, 0, false)
-					s.Recheck = Start.Add(6 * sec)
-					return s
-				}()},
+				withRecheck(share(5100*time.Millisecond, 0, 0, false), 6*sec)},
 			// b's re-check: 5/s against a's 20/s: r·(5/s + φ)/(25/s + 2φ)
 			// with φ = (25/s)/32 (+1) is 188047059 (2.18/s), within the
 			// 5/s free.
 			{6 * sec, "k", tenPerSecond, report("b", 0, 0, 0), share(6*sec, 188047059, 4, true)},
 		}},
 		{"an expired client frees its share", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
-			{sec, "k", tenPerSecond, report("b", 1, 0, 0), share(sec, 0, 0, true)},
-			// a's share counted until 0 + 15 s + 1 s of grace.
-			{15 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), share(15*sec, 0, 0, false)},
+			{0, "k", tenPerSecond, report("a", 50, 50, 5*sec), share(0, 10*ps, 20, true)},
+			{sec, "k", tenPerSecond, report("b", 1, 0, 0), withRecheck(share(sec, 0, 0, true), 6*sec)},
+			// a's share counted until 0 + 15 s + 1 s of grace (a's report
+			// due at 5 s never came).
+			{15 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), withRecheck(share(15*sec, 0, 0, false), 16*sec)},
 			{16 * sec, "k", tenPerSecond, report("b", 0, 50, 5*sec), share(16*sec, 10*ps, 20, true)},
 		}},
 		{"buckets are apart", []step{
-			{0, "k1", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
-			{0, "k2", tenPerSecond, report("b", 1, 0, 0), share(0, 10*ps, 20, true)},
+			{0, "k1", tenPerSecond, report("a", 1, 0, 0), share(0, 5*ps, 10, true)},
+			{0, "k2", tenPerSecond, report("b", 1, 0, 0), share(0, 5*ps, 10, true)},
+		}},
+		{"a bucket used below its limit leaves room for a newcomer", []step{
+			// 1/s: at most 2·1/s + φ, φ = max(D, r)/16 + 1.
+			{0, "k", tenPerSecond, report("a", 5, 0, 5*sec), share(0, 2*ps+54000001, 5, true)},
+			// b, not measured: half of the rest.
+			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0),
+				withRecheck(share(100*time.Millisecond, (10*ps-2*ps-54000001)/2, 7, true), 6*sec)},
 		}},
 		{"a lower limit lowers the share at the next report", []step{
-			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 10*ps, 20, true)},
+			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 5*ps, 10, true)},
 			{5 * sec, "k", rlqs.Fleet{Tokens: 2, Period: sec, Burst: 4}, report("a", 30, 20, 5*sec), share(5*sec, 2*ps, 4, true)},
 		}},
 		{"a zero limit denies", []step{
