@@ -121,13 +121,13 @@ func TestExpiredAndRewritten(t *testing.T) {
 	ctx := context.Background()
 	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
 	now := time.Now()
-	if s, err := a.Assign(ctx, now, "k", f, rlqs.Report{Client: "x", Allowed: 1}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
+	if s, err := a.Assign(ctx, now, "k", f, rlqs.Report{Client: "x", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
 		t.Fatalf("a: %+v, %v; want the whole rate", s, err)
 	}
 	if err := c.Del(ctx, "rlqs:k").Err(); err != nil { // as if it had expired
 		t.Fatal(err)
 	}
-	if s, err := b.Assign(ctx, now, "k", f, rlqs.Report{Client: "y", Allowed: 1}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
+	if s, err := b.Assign(ctx, now, "k", f, rlqs.Report{Client: "y", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
 		t.Fatalf("b: %+v, %v; want the whole rate of the empty bucket", s, err)
 	}
 	// a's cache still holds x alone; the write must find y.
