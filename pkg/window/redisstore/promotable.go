@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,10 +47,26 @@ type Promotable struct {
 	stop      chan struct{}
 	done      chan struct{}
 
-	mu  sync.Mutex
-	at  time.Time // of the last answer
+	// last is the last answer, nil before the first; read without a lock,
+	// since Count and None run on every script call.
+	last atomic.Pointer[answer]
+}
+
+// answer is one answer of the sentinels, kept for Count and None.
+type answer struct {
+	at  time.Time
 	n   int
 	err error
+}
+
+// state returns the last count, its age, and whether there is one (an
+// answer without error).
+func (p *Promotable) state() (n int, age time.Duration, ok bool) {
+	a := p.last.Load()
+	if a == nil || a.err != nil {
+		return 0, 0, false
+	}
+	return a.n, time.Since(a.at), true
 }
 
 // NewPromotable returns a Promotable for master through the sentinels with
@@ -96,9 +112,7 @@ func (p *Promotable) run() {
 
 // Count implements ReplicaCount.
 func (p *Promotable) Count() (int, bool) {
-	p.mu.Lock()
-	n, age, ok := p.n, time.Since(p.at), !p.at.IsZero() && p.err == nil
-	p.mu.Unlock()
+	n, age, ok := p.state()
 	if !ok || age >= p.every {
 		p.ask()
 	}
@@ -107,9 +121,7 @@ func (p *Promotable) Count() (int, bool) {
 
 // None implements ReplicaCount.
 func (p *Promotable) None() bool {
-	p.mu.Lock()
-	n, age, ok := p.n, time.Since(p.at), !p.at.IsZero() && p.err == nil
-	p.mu.Unlock()
+	n, age, ok := p.state()
 	if !ok || n != 0 || age >= 2*p.every {
 		return false
 	}
@@ -140,9 +152,7 @@ func (p *Promotable) Ask(ctx context.Context) (int, error) {
 
 // keep keeps an answer for Count and None.
 func (p *Promotable) keep(n int, err error) {
-	p.mu.Lock()
-	p.n, p.err, p.at = n, err, time.Now()
-	p.mu.Unlock()
+	p.last.Store(&answer{at: time.Now(), n: n, err: err})
 }
 
 // query asks the sentinels in turn; see Ask.

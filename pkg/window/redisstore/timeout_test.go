@@ -223,9 +223,14 @@ func TestBatchedTakeStopsWaitingAtItsDeadline(t *testing.T) {
 			// Two long callers: one in flight, one queued (filling a queue
 			// of one).
 			long := make(chan error, 2)
-			for i := range 2 {
+			for i, placed := range []func() bool{
+				func() bool { return s.batch.inFlight.Load() == 1 }, // the one worker sent it
+				func() bool { return len(s.batch.queue) == 1 },      // behind it, with no worker free
+			} {
 				go func() { _, err := take(5*time.Second, fmt.Sprintf("long%d/%s", i, tt.name)); long <- err }()
-				time.Sleep(50 * time.Millisecond) // orders them; far from any bound
+				if err := pollUntil(5*time.Second, placed); err != nil {
+					t.Fatalf("long Take #%d not in place: %v", i+1, err)
+				}
 			}
 			const n, short = 50, 200 * time.Millisecond
 			took := make(chan time.Duration, n)
