@@ -27,15 +27,6 @@ func startProc(name string, log io.Writer, stdout io.Writer, env []string, bin s
 		Stdout: stdout, Stderr: log})
 }
 
-// cpuTicks returns the process's utime+stime in clock ticks.
-func cpuTicks(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	return parseStatTicks(b)
-}
-
 // rss returns the process's resident set size in bytes.
 func rss(pid int) (uint64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")

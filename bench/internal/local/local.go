@@ -1,6 +1,7 @@
 // Package local holds what the harness, the load generators and the fault runs
-// need on loopback: an address, an HTTP GET, a connected gRPC client (Dial) and
-// SleepUntil. Free ports are internal/testutil/proctest's FreePorts.
+// need on loopback: an address, an HTTP GET, a connected gRPC client (Dial),
+// SleepUntil and a process's CPU ticks. Free ports are internal/testutil/proctest's
+// FreePorts.
 package local
 
 import (
