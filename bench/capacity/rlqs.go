@@ -22,12 +22,13 @@ type usageCosts struct {
 	usagesPerReport                            float64 // the run's buckets per report, for the label
 }
 
-// measuredRLQS is what docs/capacity.md quotes for scenario rlqs (medians of 3 runs of 60 s, 40 Envoys × 500
-// buckets at 5 s reports, the Redis ledger; round trips are its scripts, one per usage, and the charges' batch),
-// and measuredRLQSA scenario a's cost per decision in the same run, on the same machine (busy: see the page).
+// measuredRLQS is what docs/capacity.md quotes for scenario rlqs (`make rlqs-bench PUBLISH=1` of 2026-11-26
+// 22:05 UTC: medians of 3 runs of 60 s, 40 Envoys × 500 buckets at 5 s reports, the Redis ledger; round trips
+// are its scripts, one per usage, and the charges' batch), and measuredRLQSA scenario a's cost per decision in
+// the same run, on the same machine.
 var (
-	measuredRLQS  = usageCosts{sidecarUs: 40.0, redisUs: 22.3, roundTrips: 1.0, redisBytes: 355, usagesPerReport: 500}
-	measuredRLQSA = costs{name: "a", sidecarUs: 33.6, redisUs: 7.2, roundTrips: 0.08, redisBytes: 88}
+	measuredRLQS  = usageCosts{sidecarUs: 59.3, redisUs: 42.5, roundTrips: 1.0, redisBytes: 528, usagesPerReport: 500}
+	measuredRLQSA = costs{name: "a", sidecarUs: 38.4, redisUs: 8.4, roundTrips: 0.08, redisBytes: 88}
 )
 
 // rlqsInputs are RLQS's usage costs and ShouldRateLimit's cost per decision (scenario a) from one run, and

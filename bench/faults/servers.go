@@ -201,21 +201,6 @@ func metric(body, name string) float64 {
 // cpuTicks is the process's user and system time, in clock ticks (USER_HZ,
 // 100 on Linux), or 0 when it cannot be read.
 func cpuTicks(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command name, in parentheses, may hold spaces: fields count from
-	// after it. utime and stime are fields 14 and 15 of the line.
-	_, rest, ok := strings.Cut(string(b), ") ")
-	if !ok {
-		return 0
-	}
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseUint(f[11], 10, 64)
-	s, _ := strconv.ParseUint(f[12], 10, 64)
-	return u + s
+	n, _ := local.CPUTicks(pid)
+	return n
 }

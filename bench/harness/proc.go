@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/proctest"
 )
 
@@ -25,15 +25,6 @@ func startProc(name string, log io.Writer, stdout io.Writer, env []string, bin s
 	}
 	return proctest.Start(proctest.Options{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
 		Stdout: stdout, Stderr: log})
-}
-
-// cpuTicks returns the process's utime+stime in clock ticks.
-func cpuTicks(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	return parseStatTicks(b)
 }
 
 // rss returns the process's resident set size in bytes.
@@ -99,21 +90,10 @@ func waitListening(ctx context.Context, p *proctest.Process, out io.Reader, log 
 func waitReady(ctx context.Context, p *proctest.Process, url string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := &http.Client{Timeout: time.Second}
 	return p.WaitFor(ctx, 50*time.Millisecond, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return nil
+		ctx, cancel := context.WithTimeout(ctx, time.Second) // per attempt
+		defer cancel()
+		_, err := local.Get(ctx, url)
+		return err
 	})
 }

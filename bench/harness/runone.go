@@ -183,7 +183,7 @@ func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.
 	return func(lg *proctest.Process) sample {
 		var s sample
 		if t.pid != 0 {
-			if v, err := cpuTicks(t.pid); err == nil {
+			if v, err := local.CPUTicks(t.pid); err == nil {
 				s.serverTicks, s.haveServer = v, true
 			}
 			s.serverRSS, _ = rss(t.pid)
@@ -192,7 +192,7 @@ func (b *bench) sampler(ctx context.Context, t target, nodes redisNodes, log io.
 			}
 		}
 		if lg != nil {
-			if v, err := cpuTicks(lg.Pid()); err == nil {
+			if v, err := local.CPUTicks(lg.Pid()); err == nil {
 				s.loadgenTicks, s.haveLoadgen = v, true
 			}
 		}

@@ -48,12 +48,11 @@ type winKey struct {
 // envoy is one simulated Envoy: one stream reporting every bucket, its filter's state per bucket, and the
 // demand it sees (share of the fleet's).
 type envoy struct {
-	o      options
-	share  float64 // of the fleet's demand per bucket
-	ids    []*rlqspb.BucketId
-	tally  *tally
-	span   span
-	window time.Duration
+	o     options
+	share float64 // of the fleet's demand per bucket
+	ids   []*rlqspb.BucketId
+	tally *tally
+	span  span
 
 	mu       sync.Mutex // guards what the receiver and the ticker share: buckets
 	buckets  []*envoyrlqs.Bucket
@@ -67,7 +66,7 @@ type envoy struct {
 var settings = envoyrlqs.Settings{NoAssignment: envoyrlqs.Blanket(typev3.RateLimitStrategy_ALLOW_ALL)}
 
 func newEnvoy(o options, share float64, t *tally, sp span) *envoy {
-	e := &envoy{o: o, share: share, tally: t, span: sp, window: o.window,
+	e := &envoy{o: o, share: share, tally: t, span: sp,
 		buckets: make([]*envoyrlqs.Bucket, o.buckets), offered: make([]float64, o.buckets), admitted: map[winKey]uint64{}}
 	for j := range o.buckets {
 		e.ids = append(e.ids, &rlqspb.BucketId{Bucket: map[string]string{o.key: bucketValue(j)}})
@@ -161,7 +160,7 @@ func (e *envoy) stream(ctx context.Context, client rlqspb.RateLimitQuotaServiceC
 
 // decide offers every bucket its demand over dt and decides it.
 func (e *envoy) decide(now time.Time, dt time.Duration) {
-	win := window.At(now, e.window).Start
+	win := window.At(now, e.o.window).Start
 	in := e.span.holds(now)
 	var offered, admitted uint64
 	e.mu.Lock()

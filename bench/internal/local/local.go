@@ -1,5 +1,7 @@
-// Package local holds what the harness and the fault runs need to start
-// servers on loopback and read them: free ports and an HTTP GET.
+// Package local holds what the harness, the load generators and the fault runs
+// need on loopback: an address, an HTTP GET, a connected gRPC client (Dial),
+// SleepUntil and a process's CPU ticks. Free ports are internal/testutil/proctest's
+// FreePorts.
 package local
 
 import (
