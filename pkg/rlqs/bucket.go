@@ -170,11 +170,9 @@ type verdict struct {
 	kind     Kind
 	keep     bool
 	strategy *typev3.RateLimitStrategy // for KindTokenBucket
-	rate     uint64                    // the share's Rate, for KindTokenBucket: the lower is more restrictive
-	burst    uint64
-	ttl      time.Duration // for a quota assignment
-	expires  time.Time     // when the assignment lapses, for a push
-	failed   bool          // a failure mode decided it
+	ttl      time.Duration             // for a quota assignment
+	expires  time.Time                 // when the assignment lapses, for a push
+	failed   bool                      // a failure mode decided it
 }
 
 // rank orders verdicts by how restrictive they are; the most restrictive
@@ -197,7 +195,9 @@ func (v *verdict) stricter(w *verdict) bool {
 		return v.rank() > w.rank()
 	}
 	if v.kind == KindTokenBucket {
-		return v.rate < w.rate || v.rate == w.rate && v.burst < w.burst
+		// The lower rate, then the smaller burst, is more restrictive.
+		vr, wr := StrategyRate(v.strategy), StrategyRate(w.strategy)
+		return vr < wr || vr == wr && v.strategy.GetTokenBucket().GetMaxTokens() < w.strategy.GetTokenBucket().GetMaxTokens()
 	}
 	return v.kind == KindDenyAll && v.ttl > w.ttl // the longer denial
 }
@@ -375,7 +375,7 @@ func (st *stream) shareVerdict(share Share, held *typev3.RateLimitStrategy) verd
 	if s.GetTokenBucket() == nil {
 		return verdict{kind: KindDenyAll, ttl: st.s.ttl}
 	}
-	return verdict{kind: KindTokenBucket, strategy: s, rate: StrategyRate(s), burst: uint64(s.GetTokenBucket().GetMaxTokens()), ttl: st.s.ttl}
+	return verdict{kind: KindTokenBucket, strategy: s, ttl: st.s.ttl}
 }
 
 // recheck asks the ledger again, at b's recheckAt, for b's shares, with a

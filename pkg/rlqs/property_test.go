@@ -41,12 +41,7 @@ func TestGuaranteeMemory(t *testing.T) {
 func TestShares(t *testing.T) {
 	t.Parallel()
 	const h = 0.05
-	for _, sc := range ledgertest.Scenarios() {
-		switch sc.Name {
-		case "2:1 at 3x", "100:1 at 3x", "ten equal at 3x", "window rule 2:1", "forty skewed":
-		default:
-			continue
-		}
+	for _, sc := range ledgertest.Named(t, "2:1 at 3x", "100:1 at 3x", "ten equal at 3x", "window rule 2:1", "forty skewed") {
 		t.Run("busy "+sc.Name, func(t *testing.T) {
 			t.Parallel()
 			m := rlqs.NewMemory(rlqs.Policy{})
@@ -71,12 +66,7 @@ func TestShares(t *testing.T) {
 	}
 	t.Run("idle and gone", func(t *testing.T) {
 		t.Parallel()
-		var sc ledgertest.Scenario
-		for _, s := range ledgertest.Scenarios() {
-			if s.Name == "joins and leaves" {
-				sc = s
-			}
-		}
+		sc := ledgertest.Named(t, "joins and leaves")[0]
 		// b is idle from 80 s; c's stream broke at 100 s for good; a's
 		// stream was down from 40 s to 70 s (a#0, then a#1).
 		sc.Dur = 115 * time.Second

@@ -12,6 +12,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -309,6 +310,23 @@ func (m *sim) checkRates(now time.Time) {
 
 // tokenFleet is a token_bucket rule of 10 per second with a burst of 20.
 var tokenFleet = rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 20}
+
+// Named returns the Scenarios of these names, in this order, and fails t
+// when one is missing, so a test that picks scenarios by name cannot
+// quietly run none of them after a rename.
+func Named(t testing.TB, names ...string) []Scenario {
+	t.Helper()
+	all := Scenarios()
+	out := make([]Scenario, 0, len(names))
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(sc Scenario) bool { return sc.Name == n })
+		if i < 0 {
+			t.Fatalf("ledgertest: no scenario %q", n)
+		}
+		out = append(out, all[i])
+	}
+	return out
+}
 
 // Scenarios are the property test's cases: skewed demand, joins and leaves,
 // limit changes, bursts, slow answers, many clients.
