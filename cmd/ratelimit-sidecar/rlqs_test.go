@@ -131,9 +131,17 @@ func TestRLQSReplicasDivideOneBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Each Envoy asks for the whole rule: 50 requests a second.
+		// Replica 0's Envoy reports a measured demand of 50 requests a
+		// second, the whole rule and more. Replica 1's is a new Envoy: its
+		// first report is a subscription (elapsed 0), which is answered at
+		// once. (A periodic first report that the ledger caps is answered
+		// with nothing, as after a reconnect, until the old share lapses a
+		// TTL later: that would make this test wait 15 s.) With one ledger
+		// per replica, replica 1 would grant half the rule on top of
+		// replica 0's whole.
+		elapsed := map[int]time.Duration{0: 5 * time.Second, 1: 0}[i]
 		if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
-			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"k": "v"}}, TimeElapsed: durationpb.New(5 * time.Second),
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"k": "v"}}, TimeElapsed: durationpb.New(elapsed),
 			NumRequestsAllowed: 1, NumRequestsDenied: 249,
 		}}}); err != nil {
 			t.Fatal(err)
