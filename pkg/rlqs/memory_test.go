@@ -36,7 +36,7 @@ func BenchmarkMemoryAssign(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				r := rlqs.Report{Client: ids[i%clients], Allowed: 100, Denied: 10, Elapsed: 5 * time.Second}
-				if _, err := m.Assign(ctx, now, "bucket", f, r, time.Minute); err != nil {
+				if _, err := rlqs.AssignOne(ctx, m, now, "bucket", f, r, time.Minute); err != nil {
 					b.Fatal(err)
 				}
 				i++

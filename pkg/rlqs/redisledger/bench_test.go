@@ -39,7 +39,7 @@ func BenchmarkAssign(b *testing.B) {
 				}
 				assign := func(i int) {
 					r := rlqs.Report{Client: ids[i%clients], Allowed: 100, Denied: 10, Elapsed: 5 * time.Second}
-					if _, err := ls[i%replicas].Assign(ctx, now, "bucket", f, r, time.Minute); err != nil {
+					if _, err := rlqs.AssignOne(ctx, ls[i%replicas], now, "bucket", f, r, time.Minute); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -94,7 +94,7 @@ func BenchmarkAssignContended(b *testing.B) {
 			var n atomic.Int64
 			assign := func(i int) error {
 				r := rlqs.Report{Client: ids[i%clients], Allowed: uint64(i % 7), Denied: 1, Elapsed: 5 * time.Second}
-				_, err := ls[i%2].Assign(ctx, start.Add(time.Duration(i)*step), "bucket", f, r, 15*time.Second)
+				_, err := rlqs.AssignOne(ctx, ls[i%2], start.Add(time.Duration(i)*step), "bucket", f, r, 15*time.Second)
 				return err
 			}
 			for i := range clients {
