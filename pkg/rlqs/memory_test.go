@@ -15,6 +15,16 @@ func TestMemoryTable(t *testing.T) {
 	ledgertest.Table(t, func(*testing.T) rlqs.Ledger { return rlqs.NewMemory(rlqs.Policy{}) })
 }
 
+func TestMemoryBatch(t *testing.T) {
+	t.Parallel()
+	ledgertest.Batch(t, func(*testing.T) rlqs.Ledger { return rlqs.NewMemory(rlqs.Policy{}) })
+}
+
+func TestMemoryConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	ledgertest.ConcurrentBatches(t, 8, 20, 10, rlqs.NewMemory(rlqs.Policy{}))
+}
+
 func TestMemoryConcurrent(t *testing.T) {
 	t.Parallel()
 	ledgertest.Concurrent(t, 16, 50, rlqs.NewMemory(rlqs.Policy{}))

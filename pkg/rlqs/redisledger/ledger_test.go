@@ -15,7 +15,8 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// The same cases as the memory ledger's, on a single node, behind
+// The same cases as the memory ledger's, one request and batches, on a
+// single node, behind
 // Sentinel, and on a cluster (where the cases' keys land on several
 // nodes).
 func TestTable(t *testing.T) {
@@ -31,6 +32,10 @@ func TestTable(t *testing.T) {
 			n := 0
 			ledgertest.Table(t, func(*testing.T) rlqs.Ledger {
 				n++ // a prefix per case: the cases share the server
+				return New(c, Options{Prefix: "rlqs:" + strings.Repeat("x", n) + ":"})
+			})
+			ledgertest.Batch(t, func(*testing.T) rlqs.Ledger {
+				n++
 				return New(c, Options{Prefix: "rlqs:" + strings.Repeat("x", n) + ":"})
 			})
 		})
