@@ -296,8 +296,7 @@ func (l *Ledger) divide(now time.Time, it *item, try int) {
 		delete(snap.clients, id)
 	}
 	it.share, it.cur = share, cur
-	it.next = strconv.FormatUint(rand.Uint64(), 36)
-	it.args = l.commitArgs(now, q.Fleet, q.Report.Client, share, cur, expired, snap.version, it.next, it.reread)
+	it.args, it.next = l.commitArgs(now, q.Fleet, q.Report.Client, share, cur, expired, snap.version, it.reread)
 }
 
 // written reads the commit script's answer to it's write: done, with its
@@ -332,21 +331,42 @@ func (l *Ledger) written(it *item) (again bool, err error) {
 }
 
 // commitArgs are commit.lua's arguments for writing cur, the state of
-// client's share, divided on version.
-func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version, next string, reread bool) []any {
-	enc := appendState(nil, cur)
-	head, tail := splitState(enc)
-	args := make([]any, 16, 16+len(expired))
-	args[0], args[1], args[2], args[3] = version, next, max(cur.Expires.Sub(now).Milliseconds()+1, 1), clientPrefix+client
-	// now rounds down: a share the script finds expired has expired.
-	args[4], args[5], args[6] = string(enc), flag(reread), msDown(now)
-	args[7], args[8], args[9] = min(rlqs.FleetRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst
-	args[10], args[11], args[12], args[13] = share.Rate, share.Burst, head, tail
-	args[14], args[15] = msUp(now.Add(l.grace())), scanGap.Milliseconds()
+// client's share, divided on version, and the version the write sets.
+// The numbers, the client's field and its state are formatted into one
+// string, of which the arguments are parts: a write costs a handful of
+// allocations, not one per number.
+func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version string, reread bool) (args []any, next string) {
+	var arr [256]byte
+	buf := append(arr[:0], version...)
+	buf = append(buf, ',')
+	nextAt := len(buf)
+	buf = strconv.AppendUint(buf, rand.Uint64(), 36)
+	nextEnd := len(buf)
+	buf = append(buf, ',', '0')
+	if reread {
+		buf[len(buf)-1] = '1'
+	}
+	for _, v := range [...]uint64{
+		uint64(max(cur.Expires.Sub(now).Milliseconds()+1, 1)),
+		msDown(now), // rounded down: a share the script finds expired has expired
+		min(rlqs.FleetRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst,
+		share.Rate, share.Burst, msUp(now.Add(l.grace())), uint64(scanGap.Milliseconds()),
+	} {
+		buf = append(buf, ',')
+		buf = strconv.AppendUint(buf, v, 10)
+	}
+	headEnd := len(buf)
+	buf = append(buf, clientPrefix...)
+	buf = append(buf, client...)
+	fieldEnd := len(buf)
+	buf = appendState(buf, cur)
+	s := string(buf)
+	args = make([]any, 3, 3+len(expired))
+	args[0], args[1], args[2] = s[:headEnd], s[headEnd:fieldEnd], s[fieldEnd:]
 	for _, id := range expired {
 		args = append(args, clientPrefix+id)
 	}
-	return args
+	return args, s[nextAt:nextEnd]
 }
 
 // capped reads the commit script's answer to a write it capped on the
@@ -375,13 +395,6 @@ func (l *Ledger) capped(b *bucket, f rlqs.Fleet, client string, share rlqs.Share
 		got.Recheck = c.freed
 	}
 	return got, nil
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 func isInt(v any) bool {
