@@ -136,6 +136,12 @@ func elapsedOf(d *durationpb.Duration, most time.Duration) (time.Duration, bool)
 // bucketKey names a bucket_id on its stream: its entries in key order,
 // escaped as counter keys are, so distinct buckets never share a name.
 func bucketKey(entries map[string]string) string {
+	if len(entries) == 1 {
+		// The common bucket of one entry needs no sort.
+		for k, v := range entries {
+			return string(window.AppendKeyEntry(nil, k, v))
+		}
+	}
 	var b []byte
 	for _, k := range slices.Sorted(maps.Keys(entries)) {
 		b = window.AppendKeyEntry(b, k, entries[k])
