@@ -21,14 +21,10 @@ import (
 // nodes).
 func TestTable(t *testing.T) {
 	t.Parallel()
-	for name, start := range map[string]func(t *testing.T) client{
-		"single":   func(t *testing.T) client { return redistest.Start(t).BoundedClient(t) },
-		"sentinel": func(t *testing.T) client { return redistest.StartSentinel(t).FailoverClient(t) },
-		"cluster":  func(t *testing.T) client { return redistest.StartCluster(t, 3).Client(t) },
-	} {
+	for name, start := range servers() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := start(t)
+			c := start(t)()
 			n := 0
 			ledgertest.Table(t, func(*testing.T) rlqs.Ledger {
 				n++ // a prefix per case: the cases share the server
