@@ -14,8 +14,10 @@ type Policy struct {
 	// rise above the rate it holds before the ledger raises the share:
 	// within it the client keeps its share and only its TTL is extended,
 	// which spares Envoy a new token bucket at every report. A target
-	// below the share always lowers it. Default 50 (5%); a negative value
-	// turns it off.
+	// below the share lowers it beyond the same margin. Default 50 (5%);
+	// a negative value turns it off. Whatever the target, a client whose
+	// report shows denials and no admission keeps a share that still fits
+	// (its bucket is refilling a fraction of a token; see refilling).
 	Hysteresis int
 	// Grace bounds how long an assignment takes to reach Envoy. Envoy
 	// starts the TTL when the assignment arrives, so the ledger counts a
@@ -183,7 +185,7 @@ func satAdd(a, b uint64) uint64 {
 // the report r received at now, it returns the client's new share and
 // state, and the clients whose shares have expired (for the ledger to
 // drop). It never returns a share that would take the unexpired clients'
-// counted rates or bursts above f's, except for the one-token floor of a
+// counted rates or bursts above f's, except for the 2-token floor of a
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetRate(f)
@@ -209,10 +211,26 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	}
 	availBurst := f.Burst - min(o.usedBurst, f.Burst)
 	rate, burst := prev.Rate, prev.Burst
-	keep := known && rate <= availRate && burst <= availBurst && burst > 0 &&
-		absDiff(target, rate) <= mulDiv(rate, p.hysteresis(), milli)
+	// A share may be kept while it fits beside the others: its burst
+	// within what they leave, or at the floor every client with a rate
+	// gets anyway (a new share would have it too).
+	fits := known && rate <= availRate && burst > 0 && burst <= max(availBurst, minBurst)
+	keep := fits && (absDiff(target, rate) <= mulDiv(rate, p.hysteresis(), milli) || refilling(prev, r))
 	if !keep {
 		rate = min(target, availRate)
+		if rate > 0 && rate < oneADay {
+			// Not below one token a day while there is room: Strategy
+			// sends a share below it as DENY_ALL, and a token bucket
+			// that replaces a blanket rule starts full, so a share
+			// flipping across that edge (an idle report puts it at the
+			// floor, a busy one above) would gain max_tokens at every
+			// flip. Without the room it holds nothing rather than a
+			// rate Envoy cannot use.
+			rate = oneADay
+			if availRate < oneADay {
+				rate = 0
+			}
+		}
 		burst = 0
 		if rate > 0 {
 			// A burst in proportion to the rate, but at least minBurst.
@@ -249,6 +267,28 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		}
 	}
 	return share, cur, o.expired
+}
+
+// oneADay is a rate of one token a day, the least Strategy encodes as a
+// token bucket.
+const oneADay = PerSecond / (24 * 60 * 60)
+
+// refilling reports whether the client's token bucket is refilling a
+// fraction of a token that a replacement would lose: it holds a token
+// bucket, and its report shows demand but no admission, so the bucket held
+// less than one token for the whole report. Envoy starts a replacing
+// bucket at the old one's fill ratio rounded down to whole tokens, so
+// replacing it at every report (as noisy demand of a few requests a report
+// would) keeps it from ever reaching a whole token. Only a share that
+// refills less than a token per report can show this. Once it admits, the
+// fraction it holds is what it refilled since, and the next report may
+// replace it at little cost.
+func refilling(prev ClientState, r Report) bool {
+	if r.Allowed != 0 || r.Denied == 0 {
+		return false
+	}
+	_, _, _, ok := tokenBucket(Share{Rate: prev.Rate, Burst: prev.Burst})
+	return ok
 }
 
 // othersUse sums up a bucket's other clients at one instant.

@@ -259,6 +259,72 @@ func TestDivide(t *testing.T) {
 	}
 }
 
+// TestDivideSlowShares covers shares that refill less than a token per
+// report: kept while their bucket refills a fraction of a token (a
+// replacement would floor it away), and never left below one token a day
+// while there is room (DENY_ALL and back would refill the bucket at once).
+func TestDivideSlowShares(t *testing.T) {
+	t.Parallel()
+	const ttl = 15 * time.Second
+	hourly := WindowFleet(5, time.Hour) // 120000 a second's unit, B = 1
+	daily := WindowFleet(3, 24*time.Hour)
+	live := t0.Add(time.Hour)
+	// a holds 2/3 of 5 an hour, b 1/3; both at the 2-token floor, above B.
+	split := func() map[string]ClientState {
+		return map[string]ClientState{
+			"a": {Demand: PerSecond / 2, Rate: 80000, Burst: 2, Expires: live, Reported: t0.Add(-5 * time.Second)},
+			"b": {Demand: PerSecond / 4, Rate: 40000, Burst: 2, Expires: live, Reported: t0.Add(-3 * time.Second)},
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		f       Fleet
+		clients map[string]ClientState
+		r       Report
+		keep    bool   // the share is kept (want only checked when false)
+		want    uint64 // the rate, when not kept
+		burst   uint64
+	}{
+		// 2 in 5 s against 2.5 measured before: a target 7% lower.
+		{name: "denied only: kept though the target moved", f: hourly, clients: split(),
+			r: Report{Client: "a", Denied: 2, Elapsed: 5 * time.Second}, keep: true},
+		// d = 0.4/s beside 0.25/s, φ = D/32 + 1: 120000·(d+φ)/(D+2φ).
+		{name: "admitted: replaced", f: hourly, clients: split(),
+			r: Report{Client: "a", Allowed: 1, Denied: 1, Elapsed: 5 * time.Second}, want: 73031, burst: 2},
+		// 2 an hour: a's 80000 does not fit beside b's 40000.
+		{name: "denied only, but no longer fits: replaced", f: WindowFleet(2, time.Hour), clients: split(),
+			r: Report{Client: "a", Denied: 4, Elapsed: 5 * time.Second}, want: 8000, burst: 2},
+		{name: "idle beside a busy client: one token a day, not DENY_ALL", f: daily,
+			clients: map[string]ClientState{"b": {Demand: PerSecond, Rate: 2000, Burst: 2, Expires: live}},
+			r:       Report{Client: "a", Elapsed: 5 * time.Second}, want: oneADay, burst: 2},
+		{name: "idle with less than a token a day free: nothing", f: daily,
+			clients: map[string]ClientState{"b": {Demand: PerSecond, Rate: 2500, Burst: 2, Expires: live}},
+			r:       Report{Client: "a", Elapsed: 5 * time.Second}, want: 0, burst: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			before := tc.clients[tc.r.Client]
+			got := divide(Policy{}, t0, tc.f, tc.clients, tc.r, ttl)
+			if tc.keep {
+				if got.Changed || got.Rate != before.Rate || got.Burst != before.Burst {
+					t.Errorf("share = %+v, want %d/%d kept", got, before.Rate, before.Burst)
+				}
+				// Without the deferral the target moved beyond the
+				// hysteresis: the case would not test it.
+				cur := tc.clients[tc.r.Client]
+				o := scan(t0, map[string]ClientState{"b": tc.clients["b"]}, 6*time.Second)
+				if tgt := o.target(FleetRate(tc.f), cur); absDiff(tgt, before.Rate) <= before.Rate/20 {
+					t.Errorf("target %d within the hysteresis of %d", tgt, before.Rate)
+				}
+				return
+			}
+			if got.Rate != tc.want || got.Burst != tc.burst {
+				t.Errorf("share = %+v, want rate %d burst %d", got, tc.want, tc.burst)
+			}
+		})
+	}
+}
+
 // TestDivideOverflow feeds the policy values near the top of uint64: it
 // must not wrap around into large shares.
 func TestDivideOverflow(t *testing.T) {

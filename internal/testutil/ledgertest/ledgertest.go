@@ -72,8 +72,13 @@ type Scenario struct {
 	// a report whose time_elapsed is 0 with counts (a server may read a
 	// subscription as 1 s instead of passing 0 on).
 	ZeroElapsedAs time.Duration
-	Trace         bool // log every report and its answer
-	NoRecheck     bool // the server ignores Share.Recheck
+	// MaxInjected, when not 0, is the most tokens the clients may gain at
+	// once (new buckets, max_tokens growing) over the whole run: E_jump,
+	// which a share flipping between DENY_ALL and a token bucket would
+	// raise at every flip.
+	MaxInjected uint64
+	Trace       bool // log every report and its answer
+	NoRecheck   bool // the server ignores Share.Recheck
 }
 
 func constant(rate float64) func(time.Duration) float64 {
@@ -136,7 +141,11 @@ type simClient struct {
 	stream  int                       // current stream number; a new one after each down period
 	wasDown bool                      // the last report was lost
 	held    *typev3.RateLimitStrategy // what the server sent on this stream
-	ledger  rlqs.Ledger
+	// recheckAt is the re-check due on this stream (the earliest
+	// Share.Recheck not yet run; zero when none): the server keeps one per
+	// stream and bucket.
+	recheckAt time.Time
+	ledger    rlqs.Ledger
 }
 
 // Result is what a Run measured.
@@ -203,7 +212,11 @@ func (m *sim) step(e *event) {
 		c.b.Apply(e.at, e.action)
 		m.checkRates(e.at)
 	case evRecheck:
-		if !m.down(c, e.at) && e.stream == c.stream {
+		if !e.at.Equal(c.recheckAt) || e.stream != c.stream {
+			break // superseded by an earlier one, or lost with its stream
+		}
+		c.recheckAt = time.Time{}
+		if !m.down(c, e.at) {
 			m.assign(e.client, e.at, envoyrlqs.Usage{})
 		}
 	case evReport:
@@ -254,6 +267,7 @@ func (m *sim) report(i int, now time.Time, u envoyrlqs.Usage) {
 		c.wasDown = false
 		c.stream++
 		c.held = nil // a new stream: the server knows nothing of it
+		c.recheckAt = time.Time{}
 	}
 	m.assign(i, now, u)
 }
@@ -277,7 +291,8 @@ func (m *sim) assign(i int, now time.Time, u envoyrlqs.Usage) {
 		m.t.Logf("%v %s %+v -> %+v %v", now.Sub(Start), r.Client, u, share, st)
 	}
 	m.push(&event{at: now.Add(c.spec.Delay), kind: evDeliver, client: i, action: envoyrlqs.Assign(st, m.s.TTL), stream: c.stream})
-	if !share.Recheck.IsZero() && !m.s.NoRecheck {
+	if !share.Recheck.IsZero() && !m.s.NoRecheck && (c.recheckAt.IsZero() || share.Recheck.Before(c.recheckAt)) {
+		c.recheckAt = share.Recheck
 		m.push(&event{at: share.Recheck, kind: evRecheck, client: i, stream: c.stream})
 	}
 }
@@ -340,7 +355,7 @@ func Scenarios() []Scenario {
 			Demand: constant(0.05 + rng.Float64()*rng.Float64()*3), Delay: time.Duration(rng.IntN(900)) * time.Millisecond,
 		}
 	}
-	return []Scenario{
+	return append([]Scenario{
 		{Name: "2:1 at 3x", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Full: ReportEvery, Clients: []ClientSpec{
 			{Name: "a", Demand: constant(20), Delay: 20 * time.Millisecond},
 			{Name: "b", Join: 300 * time.Millisecond, Demand: constant(10), Delay: 20 * time.Millisecond},
@@ -392,6 +407,14 @@ func Scenarios() []Scenario {
 			{Name: "b", Demand: steps(5, 30, 5), Delay: 900 * time.Millisecond},
 			{Name: "c", Join: 10 * time.Second, Demand: constant(10), Delay: 900 * time.Millisecond},
 		}},
+		{Name: "forty skewed", Fleet: fixedFleet(rlqs.Fleet{Tokens: 30, Period: time.Second, Burst: 30}), Dur: 2 * time.Minute,
+			TTL: ttl, Clients: many},
+	}, slowScenarios(ttl)...)
+}
+
+// slowScenarios are the Scenarios of rules slower than a token a minute.
+func slowScenarios(ttl time.Duration) []Scenario {
+	return []Scenario{
 		// Rules slower than a token a minute: each share gets a day's
 		// fill_interval. Demand far above the limit (clients hammering a
 		// rule of 5 an hour), split 2:1, steady enough per report (50 and
@@ -399,19 +422,37 @@ func Scenarios() []Scenario {
 		// replaced at every report loses Envoy's fraction of a token each
 		// time (docs/rlqs.md).
 		{Name: "5 an hour 2:1", Fleet: fixedFleet(rlqs.WindowFleet(5, time.Hour)), Dur: 3 * time.Hour, TTL: ttl,
-			Full: time.Hour, Least: 0.9, Clients: []ClientSpec{
+			Full: time.Hour, Least: 0.9, MaxInjected: 4, Clients: []ClientSpec{
 				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
 				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
 			}},
 		// 3 a day between two Envoys is 1.97 and 1.03 a day: whole tokens a
 		// day make that 1 and 1, two thirds of the rule.
 		{Name: "3 a day 2:1", Fleet: fixedFleet(rlqs.WindowFleet(3, 24*time.Hour)), Dur: 30 * time.Hour, TTL: ttl,
-			Full: 6 * time.Hour, Least: 0.6, Clients: []ClientSpec{
+			Full: 6 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: []ClientSpec{
 				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
 				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
 			}},
-		{Name: "forty skewed", Fleet: fixedFleet(rlqs.Fleet{Tokens: 30, Period: time.Second, Burst: 30}), Dur: 2 * time.Minute,
-			TTL: ttl, Clients: many},
+		// The same rules at low demand, still above the limit: a few
+		// requests per report, so the demand measured moves by tens of
+		// percent from report to report (2 against 3), and at 3 a day the
+		// slower Envoy's reports alternate between one request and none.
+		// A share replaced at every report never refills a whole token
+		// (Envoy floors the fill ratio), so the policy must not replace a
+		// slow share for noise; and a share that drops to DENY_ALL at an
+		// idle report comes back as a full bucket (E_jump). The slow
+		// rules' runs may gain at once only the two new buckets' 2 tokens
+		// each (MaxInjected).
+		{Name: "5 an hour, low demand", Fleet: fixedFleet(rlqs.WindowFleet(5, time.Hour)), Dur: 3 * time.Hour, TTL: ttl,
+			Full: time.Hour, Least: 0.8, MaxInjected: 4, Clients: []ClientSpec{
+				{Name: "a", Demand: constant(0.5), Delay: 20 * time.Millisecond},
+				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(0.25), Delay: 20 * time.Millisecond},
+			}},
+		{Name: "3 a day, low demand", Fleet: fixedFleet(rlqs.WindowFleet(3, 24*time.Hour)), Dur: 36 * time.Hour, TTL: ttl,
+			Full: 12 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: []ClientSpec{
+				{Name: "a", Demand: constant(0.2), Delay: 20 * time.Millisecond},
+				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(0.1), Delay: 20 * time.Millisecond},
+			}},
 	}
 }
 
@@ -494,6 +535,12 @@ func CheckBound(t testing.TB, sc Scenario, res Result) {
 		}
 		f, _ := worst.Float64()
 		t.Logf("T=%v: worst admitted/bound %.3f at %v", T, f, worstAt)
+	}
+	total := prefix[len(inj)]
+	t.Logf("tokens gained at once: %.3f in %d jumps", float64(total)/1000, len(inj))
+	if sc.MaxInjected != 0 && total > int64(sc.MaxInjected)*1000 {
+		t.Fatalf("Envoy gained %.3f tokens at once over the run, above %d: shares flip between DENY_ALL and a token bucket",
+			float64(total)/1000, sc.MaxInjected)
 	}
 	if res.MaxExcess > 2*uint64(res.Floors) {
 		t.Fatalf("max_tokens in force exceeded B by %d, more than the two-token floors of %d clients", res.MaxExcess, res.Floors)
