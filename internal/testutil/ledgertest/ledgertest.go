@@ -155,6 +155,8 @@ type Result struct {
 	MaxExcess uint64     // max over time of (Σ max_tokens in force − B)⁺
 	Floors    int        // most clients at once
 	Requests  int
+	Replaced  int     // token buckets Envoy created (new or replacing)
+	Floored   float64 // tokens replacements lost to Envoy's rounding down
 }
 
 // sim is one Run's state.
@@ -197,6 +199,11 @@ func Run(t testing.TB, s Scenario, ledgers []rlqs.Ledger) Result {
 		m.step(e)
 	}
 	m.res.Floors = len(m.clients)
+	for _, c := range m.clients {
+		st := c.b.Stats()
+		m.res.Replaced += st.Replaced
+		m.res.Floored += st.Floored
+	}
 	return m.res
 }
 
@@ -409,7 +416,7 @@ func Scenarios() []Scenario {
 		}},
 		{Name: "forty skewed", Fleet: fixedFleet(rlqs.Fleet{Tokens: 30, Period: time.Second, Burst: 30}), Dur: 2 * time.Minute,
 			TTL: ttl, Clients: many},
-	}, slowScenarios(ttl)...)
+	}, append(slowScenarios(ttl), fleetScenarios(ttl)...)...)
 }
 
 // slowScenarios are the Scenarios of rules slower than a token a minute.
@@ -454,6 +461,38 @@ func slowScenarios(ttl time.Duration) []Scenario {
 				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(0.1), Delay: 20 * time.Millisecond},
 			}},
 	}
+}
+
+// fleetScenarios are the Scenarios of the bench's large skewed fleets.
+func fleetScenarios(ttl time.Duration) []Scenario {
+	return []Scenario{
+		// The bench fleet (bench/rlqsload): a rule of 2000 per 20 s, the
+		// demand at 3× the limit split over the Envoys by Zipf's law
+		// (exponent 1), the Envoys' first requests spread over one report
+		// interval. 40 Envoys is the bench's fleet per bucket; 400 the
+		// fleet of one replica at 400 Envoys per bucket.
+		{Name: "zipf forty at 3x", Fleet: fixedFleet(rlqs.WindowFleet(2000, 20*time.Second)), Dur: 2 * time.Minute, TTL: ttl,
+			Full: 2 * ReportEvery, Clients: zipf(40, 300)},
+		{Name: "zipf four hundred at 3x", Fleet: fixedFleet(rlqs.WindowFleet(2000, 20*time.Second)), Dur: 2 * time.Minute, TTL: ttl,
+			Full: 2 * ReportEvery, Clients: zipf(400, 300)},
+	}
+}
+
+// zipf is n clients whose demands sum to total requests a second, split
+// by Zipf's law with exponent 1 (the first the busiest), their first
+// requests spread evenly over one report interval, each answered after
+// 1 ms.
+func zipf(n int, total float64) []ClientSpec {
+	var h float64
+	for i := range n {
+		h += 1 / float64(i+1)
+	}
+	cs := make([]ClientSpec, n)
+	for i := range cs {
+		cs[i] = ClientSpec{Name: fmt.Sprintf("z%d", i), Join: ReportEvery * time.Duration(i) / time.Duration(n),
+			Demand: constant(total / h / float64(i+1)), Delay: time.Millisecond}
+	}
+	return cs
 }
 
 // windowBound is, for the window [s, s+T], the fleet's largest rate and
@@ -537,7 +576,8 @@ func CheckBound(t testing.TB, sc Scenario, res Result) {
 		t.Logf("T=%v: worst admitted/bound %.3f at %v", T, f, worstAt)
 	}
 	total := prefix[len(inj)]
-	t.Logf("tokens gained at once: %.3f in %d jumps", float64(total)/1000, len(inj))
+	t.Logf("tokens gained at once: %.3f in %d jumps; %d token buckets made, %.1f tokens lost to Envoy's rounding down",
+		float64(total)/1000, len(inj), res.Replaced, res.Floored)
 	if sc.MaxInjected != 0 && total > int64(sc.MaxInjected)*1000 {
 		t.Fatalf("Envoy gained %.3f tokens at once over the run, above %d: shares flip between DENY_ALL and a token bucket",
 			float64(total)/1000, sc.MaxInjected)
