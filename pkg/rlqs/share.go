@@ -226,7 +226,7 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	// within what they leave, or at the floor every client with a rate
 	// gets anyway (a new share would have it too).
 	fits := known && rate <= availRate && burst > 0 && burst <= max(availBurst, minBurst)
-	keep := fits && (p.near(o, rTot, cur, r, el, rate, spare) || refilling(prev, r))
+	keep := fits && (p.near(o, rTot, cur, r, el, rate, spare) || refilling(prev, r, el))
 	if !keep {
 		rate = min(target, availRate)
 		if rate > 0 && rate < oneADay {
@@ -320,16 +320,19 @@ const oneADay = PerSecond / (24 * 60 * 60)
 
 // refilling reports whether the client's token bucket is refilling a
 // fraction of a token that a replacement would lose: it holds a token
-// bucket, and its report shows demand but no admission, so the bucket held
-// less than one token for the whole report. Envoy starts a replacing
-// bucket at the old one's fill ratio rounded down to whole tokens, so
-// replacing it at every report (as noisy demand of a few requests a report
-// would) keeps it from ever reaching a whole token. Only a share that
-// refills less than a token per report can show this. Once it admits, the
-// fraction it holds is what it refilled since, and the next report may
-// replace it at little cost.
-func refilling(prev ClientState, r Report) bool {
-	if r.Allowed != 0 || r.Denied == 0 {
+// bucket that refills less than one token over the report's el, and the
+// report shows demand but no admission, so the bucket held less than one
+// token for the whole report. Envoy starts a replacing bucket at the old
+// one's fill ratio rounded down to whole tokens, so replacing it at every
+// report (as noisy demand of a few requests a report would) keeps it from
+// ever reaching a whole token. Once it admits, the fraction it holds is
+// what it refilled since, and the next report may replace it at little
+// cost. A faster share that reports no admission is not refilling (it was
+// denied for another reason: a spent window, a report out of step), and
+// is divided as usual.
+func refilling(prev ClientState, r Report, el time.Duration) bool {
+	if r.Allowed != 0 || r.Denied == 0 || el <= 0 ||
+		mulDiv(prev.Rate, uint64(el), uint64(time.Second)) >= PerSecond {
 		return false
 	}
 	_, _, _, ok := tokenBucket(Share{Rate: prev.Rate, Burst: prev.Burst})

@@ -328,6 +328,15 @@ func TestDivideSlowShares(t *testing.T) {
 		// 2 an hour: a's 80000 does not fit beside b's 40000.
 		{name: "denied only, but no longer fits: replaced", f: WindowFleet(2, time.Hour), clients: split(),
 			r: Report{Client: "a", Denied: 4, Elapsed: 5 * time.Second}, want: 8000, burst: 2},
+		// 5/s refills 25 tokens over the report: denied for another
+		// reason (a spent window, say), so divided as usual: 0.2/s
+		// beside 10/s, φ = 10.2/32 + 1 (in the unit).
+		{name: "denied only, but refilling whole tokens: replaced", f: Fleet{Tokens: 10, Period: time.Second, Burst: 20},
+			clients: map[string]ClientState{
+				"a": {Demand: 10 * PerSecond, Rate: 5 * PerSecond, Burst: 10, Expires: live},
+				"b": {Demand: 10 * PerSecond, Rate: 5 * PerSecond, Burst: 10, Expires: live},
+			},
+			r: Report{Client: "a", Denied: 1, Elapsed: 5 * time.Second}, want: 41356402, burst: 2},
 		{name: "idle beside a busy client: one token a day, not DENY_ALL", f: daily,
 			clients: map[string]ClientState{"b": {Demand: PerSecond, Rate: 2000, Burst: 2, Expires: live}},
 			r:       Report{Client: "a", Elapsed: 5 * time.Second}, want: oneADay, burst: 2},
