@@ -70,6 +70,42 @@ func TestReferenceEnv(t *testing.T) {
 		{"the sidecar's own flags: no cap", []string{"-redis-url", "redis://h:1/0"}, map[string]string{"RLS_CONFIG": "r"}, func(o *options) string {
 			return want(o.redisTimeout == 15*time.Millisecond && o.redisTimeoutCap == 0, "15ms without a deadline, no cap", o)
 		}, ""},
+		// REQUEST_TIMEOUT (newer than f2fb157): a deadline on cache work
+		// that never extends an earlier one; the shorter of it and
+		// REDIS_TIMEOUT bounds every call.
+		{"request timeout under redis timeout", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REQUEST_TIMEOUT": "50ms"}, func(o *options) string {
+			return want(o.redisTimeout == 50*time.Millisecond && o.redisTimeoutCap == 50*time.Millisecond, "50ms without a deadline and at most", o)
+		}, ""},
+		{"request timeout over redis timeout", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "2s", "REQUEST_TIMEOUT": "5s"}, func(o *options) string {
+			return want(o.redisTimeout == 2*time.Second && o.redisTimeoutCap == 2*time.Second, "REDIS_TIMEOUT's 2s, the shorter", o)
+		}, ""},
+		{"request timeout with redis timeout 0", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "0", "REQUEST_TIMEOUT": "3s"}, func(o *options) string {
+			return want(o.redisTimeout == 3*time.Second && o.redisTimeoutCap == 3*time.Second, "3s without a deadline and at most", o)
+		}, ""},
+		{"request timeout 0: off", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REQUEST_TIMEOUT": "0s"}, func(o *options) string {
+			return want(o.redisTimeout == 10*time.Second && o.redisTimeoutCap == 10*time.Second, "REDIS_TIMEOUT's default alone", o)
+		}, ""},
+		{"request timeout without redis", nil, map[string]string{"RLS_CONFIG": "r", "REQUEST_TIMEOUT": "1s"}, func(o *options) string {
+			return want(o.redisTimeoutCap == 0 && hasNote(o, "REQUEST_TIMEOUT", "in memory"), "no cap and a note", o)
+		}, ""},
+		{"negative request timeout", nil, map[string]string{"RLS_CONFIG": "r", "REQUEST_TIMEOUT": "-1s"}, nil, `REQUEST_TIMEOUT="-1s": want a duration of 0 or more`},
+		{"max concurrent requests: warned", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "100"}, func(o *options) string {
+			return want(hasWarning(o, "MAX_CONCURRENT_REQUESTS", "not capped"), "a warning", o)
+		}, ""},
+		{"max concurrent requests 0: nothing to say", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "0"}, func(o *options) string {
+			return want(!hasNote(o, "MAX_CONCURRENT_REQUESTS", ""), "no note", o)
+		}, ""},
+		{"negative max concurrent requests", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "-2"}, nil, `MAX_CONCURRENT_REQUESTS="-2": want a whole number, 0 or more`},
+		{"calendar month: warned", nil, map[string]string{"RLS_CONFIG": "r", "USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(o *options) string {
+			return want(hasWarning(o, "USE_CALENDAR_MONTH_RATE_LIMIT", "30 days"), "a warning", o)
+		}, ""},
+		{"bad calendar month", nil, map[string]string{"RLS_CONFIG": "r", "USE_CALENDAR_MONTH_RATE_LIMIT": "yes please"}, nil, `USE_CALENDAR_MONTH_RATE_LIMIT="yes please"`},
+		{"request headers: warned", nil, map[string]string{"RLS_CONFIG": "r", "LIMIT_REQUEST_HEADERS_ENABLED": "true", "LIMIT_REQUEST_LIMIT_HEADER": "X-Limit"}, func(o *options) string {
+			return want(hasWarning(o, "LIMIT_REQUEST_HEADERS_ENABLED", "upstream request") && hasNote(o, "LIMIT_REQUEST_LIMIT_HEADER", "not used"), "a warning and a note", o)
+		}, ""},
+		{"readonly and sanitize: noted", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR": "true", "SANITIZE_DESCRIPTOR_METRIC_DOTS": "true"}, func(o *options) string {
+			return want(hasNote(o, "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "READONLY") && hasNote(o, "SANITIZE_DESCRIPTOR_METRIC_DOTS", "statsd") && !hasWarning(o, "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", ""), "two notes, no warning", o)
+		}, ""},
 		{"bad redis timeout", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TIMEOUT": "soon"}, nil, `REDIS_TIMEOUT="soon"`},
 		{"redis single unix by default", nil, map[string]string{"RLS_CONFIG": "r", "REDIS_URL": "/var/run/redis.sock", "REDIS_AUTH": "secret"}, func(o *options) string {
 			return want(o.redisURL == "unix:///var/run/redis.sock" && o.redis.username == "" && o.redis.password == "secret", "unix socket URL and password", o)
@@ -253,6 +289,16 @@ func want(ok bool, what string, _ *options) string {
 		return ""
 	}
 	return what
+}
+
+// hasWarning reports whether a note on name containing text is a warning.
+func hasWarning(o *options, name, text string) bool {
+	for _, n := range o.refNotes {
+		if n.name == name && n.warn && strings.Contains(n.text, text) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasNote(o *options, name, text string) bool {

@@ -28,6 +28,8 @@ const (
 	noteHealthConn = "not used: readiness always pings the store (-health-interval)"
 	noteHealthRule = "not used: health is SERVING only once rules are loaded and the store answers"
 	noteMapper     = "not used: metric names are fixed (docs/operations.md#metrics)"
+	noteSanitize   = "not used: it renames statsd metrics; Prometheus labels keep descriptor values as they are"
+	noteReadOnly   = "not needed: a Redis connection that answers READONLY (a demoted master behind a Service or DNS name) is always closed, and the next call dials again"
 )
 
 // refVars is every environment variable of envoyproxy/ratelimit's settings,
@@ -44,6 +46,10 @@ var refVars = []refVar{
 	refFlag("LOG_FORMAT", "log-format", refLogFormat, anyStore),
 	{names: []string{"CONFIG_TYPE"}, to: refConfigType},
 	refFlag("FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start", boolConv, anyStore),
+	// Newer than f2fb157 (the reference's settings at f9b242bf): its
+	// REQUEST_TIMEOUT is read with REDIS_TIMEOUT below, as both bound a
+	// Redis call.
+	{names: []string{"MAX_CONCURRENT_REQUESTS"}, to: refMaxConcurrent},
 	refFlag("CONFIG_GRPC_XDS_NODE_ID", "xds-node-id", nil, anyStore),
 	refFlag("CONFIG_GRPC_XDS_NODE_METADATA", "xds-node-metadata", nil, anyStore),
 	refFlag("CONFIG_GRPC_XDS_SERVER_URL", "xds-server-url", nil, anyStore),
@@ -63,6 +69,7 @@ var refVars = []refVar{
 		"EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS"}, note: noteStats},
 	{names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, defs: []string{"false", ":9090", "/metrics"}, to: refPrometheus},
 	{names: []string{"PROMETHEUS_MAPPER_YAML"}, note: noteMapper},
+	{names: []string{"SANITIZE_DESCRIPTOR_METRIC_DOTS"}, note: noteSanitize},
 	refFlag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "metrics-response-time-ms", boolConv, anyStore),
 	{names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, defs: []string{refDefaultRuntimeRoot, "", "config"}, to: runtimePath, always: true},
 	{names: []string{"RUNTIME_IGNOREDOTFILES"}, to: refIgnoreDotFiles},
@@ -73,7 +80,10 @@ var refVars = []refVar{
 	{names: []string{"CACHE_KEY_PREFIX"}, to: refCacheKeyPrefix},
 	{names: []string{"BACKEND_TYPE"}, to: refBackendType},
 	{names: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, to: refStopIncrement},
+	{names: []string{"USE_CALENDAR_MONTH_RATE_LIMIT"}, to: refCalendarMonth},
 	{names: []string{"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}, note: noteHeaders},
+	{names: []string{"LIMIT_REQUEST_HEADERS_ENABLED", "LIMIT_REQUEST_LIMIT_HEADER", "LIMIT_REQUEST_REMAINING_HEADER",
+		"LIMIT_REQUEST_RESET_HEADER"}, defs: []string{"false"}, to: refRequestHeaders},
 	{names: []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, note: noteHealthRule},
 	{names: []string{"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL"}, defs: []string{"unix", "SINGLE", "/var/run/nutcracker/ratelimit.sock"}, to: refRedisAddr, always: true},
 	refFlag("REDIS_POOL_SIZE", "redis-pool-size", intConv, redisOnly),
@@ -91,7 +101,8 @@ var refVars = []refVar{
 		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM"}, note: notePerSecond},
 	{names: []string{"REDIS_SENTINEL_AUTH"}, to: refRedisAuth("REDIS_SENTINEL_AUTH", "redis-sentinel-username", "redis-sentinel-password")},
 	{names: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"}, note: noteHealthConn},
-	{names: []string{"REDIS_TIMEOUT"}, defs: []string{refDefaultRedisTimeout}, to: refRedisTimeout, always: true},
+	{names: []string{"REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR"}, note: noteReadOnly},
+	{names: []string{"REDIS_TIMEOUT", "REQUEST_TIMEOUT"}, defs: []string{refDefaultRedisTimeout, "0"}, to: refRedisTimeout, always: true},
 	refFlag("REDIS_STARTUP_INITIAL_INTERVAL", "redis-startup-initial-interval", refDuration, redisOnly),
 	refFlag("REDIS_STARTUP_MAX_INTERVAL", "redis-startup-max-interval", refDuration, redisOnly),
 	refFlag("REDIS_STARTUP_MAX_ELAPSED_TIME", "redis-startup-max-elapsed", refDuration, redisOnly),
@@ -376,15 +387,24 @@ func refRedisAuth(name, userFlag, passFlag string) func(m *refMapping, v []strin
 }
 
 // refRedisTimeout maps REDIS_TIMEOUT, the reference's Redis client timeout
-// (dial and each read or write; 10s by default), onto -redis-timeout (a
-// call without a deadline) and -redis-timeout-cap (every call): started
-// with the reference's Redis variables, no call waits longer than the
-// reference's would, and a request with a deadline still keeps its
-// margin for answering (see redisstore.Options). Without Redis it is only noted, when set.
+// (dial and each read or write; 10s by default), and REQUEST_TIMEOUT, its
+// newer deadline on a call's cache work (0, the default, for none; it never
+// extends an earlier deadline), onto -redis-timeout (a call without a
+// deadline) and -redis-timeout-cap (every call): started with the
+// reference's Redis variables, no call waits longer than the reference's
+// would, the shorter of the two, and a request with a deadline still keeps
+// its margin for answering (see redisstore.Options). Without Redis they are
+// only noted, when set: the in-memory store never waits.
 func refRedisTimeout(m *refMapping, v []string) error {
+	request, err := refNonNegativeDuration("REQUEST_TIMEOUT", v[1])
+	if err != nil {
+		return err
+	}
 	if !m.redis {
-		if m.getenv("REDIS_TIMEOUT") != "" {
-			m.setRedis("REDIS_TIMEOUT") // notes it as not used
+		for _, n := range []string{"REDIS_TIMEOUT", "REQUEST_TIMEOUT"} {
+			if m.getenv(n) != "" {
+				m.setRedis(n) // notes it as not used
+			}
 		}
 		return nil
 	}
@@ -397,6 +417,71 @@ func refRedisTimeout(m *refMapping, v []string) error {
 		// a deadline waits the reference's default.
 		timeout, maxTimeout = refDefaultRedisTimeout, "0s"
 	}
-	m.set([]string{"REDIS_TIMEOUT"}, nil, "redis-timeout", timeout, "redis-timeout-cap", maxTimeout)
+	if request > 0 {
+		t, _ := time.ParseDuration(timeout)
+		timeout = min(t, request).String()
+		if c, _ := time.ParseDuration(maxTimeout); c <= 0 || request < c {
+			maxTimeout = request.String()
+		}
+	}
+	m.set([]string{"REDIS_TIMEOUT", "REQUEST_TIMEOUT"}, nil, "redis-timeout", timeout, "redis-timeout-cap", maxTimeout)
+	return nil
+}
+
+// refNonNegativeDuration reads a duration the reference refuses to start
+// with when negative.
+func refNonNegativeDuration(name, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration of 0 or more, such as 500ms", name, v)
+	}
+	return d, nil
+}
+
+// refMaxConcurrent checks MAX_CONCURRENT_REQUESTS as the reference does (a
+// whole number, 0 or more) and warns when it asks for a cap: the sidecar
+// has none, so calls over it are served rather than refused with
+// ResourceExhausted.
+func refMaxConcurrent(m *refMapping, v []string) error {
+	n, err := strconv.Atoi(v[0])
+	if err != nil || n < 0 {
+		return fmt.Errorf("MAX_CONCURRENT_REQUESTS=%q: want a whole number, 0 or more", v[0])
+	}
+	if n > 0 {
+		m.note("MAX_CONCURRENT_REQUESTS", "not supported: ShouldRateLimit calls are not capped, so calls over it are served, not refused with ResourceExhausted; each Redis call is bounded by its deadline and the batch queue is bounded (docs/reliability.md)", true)
+	}
+	return nil
+}
+
+// refCalendarMonth warns when USE_CALENDAR_MONTH_RATE_LIMIT asks for
+// calendar months: here a month window is the reference's default, 30 days
+// counted from the Unix epoch.
+func refCalendarMonth(m *refMapping, v []string) error {
+	on, err := refBool("USE_CALENDAR_MONTH_RATE_LIMIT", v[0])
+	if err != nil {
+		return err
+	}
+	if on {
+		m.note("USE_CALENDAR_MONTH_RATE_LIMIT", "not supported: a MONTH limit keeps the reference's default window, 30 days counted from the Unix epoch, not the calendar month", true)
+	}
+	return nil
+}
+
+// refRequestHeaders warns when LIMIT_REQUEST_HEADERS_ENABLED asks for the
+// limit headers on the upstream request, which the sidecar does not add;
+// its header names are then only noted.
+func refRequestHeaders(m *refMapping, v []string) error {
+	on, err := refBool("LIMIT_REQUEST_HEADERS_ENABLED", v[0])
+	if err != nil {
+		return err
+	}
+	if on {
+		m.note("LIMIT_REQUEST_HEADERS_ENABLED", "not supported: no limit headers are added to the upstream request (request_headers_to_add); the answer's own headers are those of docs/rules.md", true)
+	}
+	for _, n := range []string{"LIMIT_REQUEST_LIMIT_HEADER", "LIMIT_REQUEST_REMAINING_HEADER", "LIMIT_REQUEST_RESET_HEADER"} {
+		if m.getenv(n) != "" {
+			m.note(n, "not used: no limit headers are added to the upstream request", false)
+		}
+	}
 	return nil
 }

@@ -14,8 +14,10 @@ type Policy struct {
 	// rise above the rate it holds before the ledger raises the share:
 	// within it the client keeps its share and only its TTL is extended,
 	// which spares Envoy a new token bucket at every report. A target
-	// below the share always lowers it. Default 50 (5%); a negative value
-	// turns it off.
+	// below the share lowers it beyond the same margin. Default 50 (5%);
+	// a negative value turns it off. Whatever the target, a client whose
+	// report shows denials and no admission keeps a share that still fits
+	// (its bucket is refilling a fraction of a token; see refilling).
 	Hysteresis int
 	// Grace bounds how long an assignment takes to reach Envoy. Envoy
 	// starts the TTL when the assignment arrives, so the ledger counts a
@@ -183,7 +185,7 @@ func satAdd(a, b uint64) uint64 {
 // the report r received at now, it returns the client's new share and
 // state, and the clients whose shares have expired (for the ledger to
 // drop). It never returns a share that would take the unexpired clients'
-// counted rates or bursts above f's, except for the one-token floor of a
+// counted rates or bursts above f's, except for the 2-token floor of a
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetRate(f)
@@ -194,7 +196,7 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 	if !known {
 		prev = ClientState{}
 	}
-	cur := p.measure(now, prev, known, r)
+	cur, el := p.measure(now, prev, known, r)
 	heldRate, heldBurst := prev.Counted(now)
 	target := o.target(rTot, cur)
 	want := target // what it would take were the room free
@@ -207,12 +209,39 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		own := min(prev.Rate, availRate)
 		target = min(target, own+(availRate-own)/2)
 	}
+	// A client that was denied (its demand exceeds its share) may take
+	// half of the room no one holds beyond its target, up to its demand,
+	// so room the others' targets leave (their measures move from report
+	// to report) is used rather than left idle; the other half stays for
+	// the next reporter or a newcomer. What it takes beyond its target it
+	// gives back at its next report once the room is gone.
+	var spare uint64
+	if !cur.Estimated && r.Denied > 0 {
+		spare = (availRate - min(prev.Rate, availRate)) / 2
+		target = withSpare(target, spare, cur.Demand)
+	}
 	availBurst := f.Burst - min(o.usedBurst, f.Burst)
 	rate, burst := prev.Rate, prev.Burst
-	keep := known && rate <= availRate && burst <= availBurst && burst > 0 &&
-		absDiff(target, rate) <= mulDiv(rate, p.hysteresis(), milli)
+	// A share may be kept while it fits beside the others: its burst
+	// within what they leave, or at the floor every client with a rate
+	// gets anyway (a new share would have it too).
+	fits := known && rate <= availRate && burst > 0 && burst <= max(availBurst, minBurst)
+	keep := fits && (p.near(o, rTot, cur, r, el, rate, spare) || refilling(prev, r, el))
 	if !keep {
 		rate = min(target, availRate)
+		if rate > 0 && rate < oneADay {
+			// Not below one token a day while there is room: Strategy
+			// sends a share below it as DENY_ALL, and a token bucket
+			// that replaces a blanket rule starts full, so a share
+			// flipping across that edge (an idle report puts it at the
+			// floor, a busy one above) would gain max_tokens at every
+			// flip. Without the room it holds nothing rather than a
+			// rate Envoy cannot use.
+			rate = oneADay
+			if availRate < oneADay {
+				rate = 0
+			}
+		}
 		burst = 0
 		if rate > 0 {
 			// A burst in proportion to the rate, but at least minBurst.
@@ -249,6 +278,65 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		}
 	}
 	return share, cur, o.expired
+}
+
+// near reports whether rate is close enough to the client's target that a
+// new token bucket is not worth its cost (Envoy floors the replaced
+// bucket's tokens, up to one token a replacement): within the hysteresis
+// of the targets its report is consistent with. A report of n requests
+// over el measures a rate between (n−1)/el and (n+1)/el (Envoy counts
+// whole requests), which for a client of a few requests a report is tens
+// of percent either way; a share inside that range is as right as the
+// measure can tell.
+func (p Policy) near(o othersUse, rTot uint64, cur ClientState, r Report, el time.Duration, rate, spare uint64) bool {
+	h := mulDiv(rate, p.hysteresis(), milli)
+	t := func(d uint64) uint64 {
+		c := cur
+		c.Demand = d
+		return withSpare(o.target(rTot, c), spare, d)
+	}
+	lo, hi := t(cur.Demand), t(cur.Demand)
+	if el > 0 && !cur.Estimated {
+		n := satAdd(r.Allowed, r.Denied)
+		hi = t(perSecond(satAdd(n, 1), el))
+		if n > 0 {
+			lo = t(perSecond(n-1, el))
+		}
+	}
+	return satAdd(rate, h) >= lo && rate <= satAdd(hi, h)
+}
+
+// withSpare is target raised by spare, but not above demand.
+func withSpare(target, spare, demand uint64) uint64 {
+	if spare == 0 {
+		return target
+	}
+	return max(target, min(satAdd(target, spare), demand))
+}
+
+// oneADay is a rate of one token a day, the least Strategy encodes as a
+// token bucket.
+const oneADay = PerSecond / (24 * 60 * 60)
+
+// refilling reports whether the client's token bucket is refilling a
+// fraction of a token that a replacement would lose: it holds a token
+// bucket that refills less than one token over the report's el, and the
+// report shows demand but no admission, so the bucket held less than one
+// token for the whole report. Envoy starts a replacing bucket at the old
+// one's fill ratio rounded down to whole tokens, so replacing it at every
+// report (as noisy demand of a few requests a report would) keeps it from
+// ever reaching a whole token. Once it admits, the fraction it holds is
+// what it refilled since, and the next report may replace it at little
+// cost. A faster share that reports no admission is not refilling (it was
+// denied for another reason: a spent window, a report out of step), and
+// is divided as usual.
+func refilling(prev ClientState, r Report, el time.Duration) bool {
+	if r.Allowed != 0 || r.Denied == 0 || el <= 0 ||
+		mulDiv(prev.Rate, uint64(el), uint64(time.Second)) >= PerSecond {
+		return false
+	}
+	_, _, _, ok := tokenBucket(Share{Rate: prev.Rate, Burst: prev.Burst})
+	return ok
 }
 
 // othersUse sums up a bucket's other clients at one instant.
@@ -311,22 +399,28 @@ func scan(now time.Time, others map[string]ClientState, after time.Duration) oth
 // a new bucket says 0 s) is Estimated; a known client reporting no elapsed
 // time (a re-check) keeps its last measure. The share fields are prev's,
 // without a decrease in flight (the last one is in force by now).
-func (p Policy) measure(now time.Time, prev ClientState, known bool, r Report) ClientState {
+func (p Policy) measure(now time.Time, prev ClientState, known bool, r Report) (ClientState, time.Duration) {
 	cur := prev
 	cur.PrevRate, cur.PrevBurst, cur.PrevUntil = 0, 0, time.Time{}
-	if el := r.Elapsed; el > 0 {
+	el := r.Elapsed
+	if el > 0 {
 		// Envoy truncates the elapsed time to whole seconds (a bucket's
 		// first report after 1.9 s says 1 s); the time between two reports
 		// as the ledger saw them is closer when it agrees.
 		if m := now.Sub(prev.Reported); known && !prev.Reported.IsZero() && m >= el && m < el+time.Second+p.grace() {
 			el = m
 		}
-		cur.Demand = mulDiv(satAdd(r.Allowed, r.Denied), PerSecond*uint64(time.Second), uint64(el))
+		cur.Demand = perSecond(satAdd(r.Allowed, r.Denied), el)
 		cur.Estimated = false
 	} else if !known {
 		cur.Demand, cur.Estimated = 0, true
 	}
-	return cur
+	return cur, el
+}
+
+// perSecond is n requests over el as a rate in the unit of PerSecond.
+func perSecond(n uint64, el time.Duration) uint64 {
+	return mulDiv(n, PerSecond*uint64(time.Second), uint64(el))
 }
 
 // target is the client cur's target rate beside o: r·(d_i + φ)/(D + n·φ)
@@ -366,11 +460,4 @@ func mulSat(a, b uint64) uint64 {
 		return math.MaxUint64
 	}
 	return lo
-}
-
-func absDiff(a, b uint64) uint64 {
-	if a > b {
-		return a - b
-	}
-	return b - a
 }

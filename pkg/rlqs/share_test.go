@@ -127,7 +127,7 @@ func TestDivide(t *testing.T) {
 			// 10000u−3000u (7/s) is free.
 			name:    "2:1 demand",
 			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6, Expires: live}},
-			r:       Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			r:       Report{Client: "a", Allowed: 100, Elapsed: 5 * time.Second},
 			want:    Share{Rate: 567529411, Burst: 13, Changed: true},
 		},
 		{
@@ -159,7 +159,7 @@ func TestDivide(t *testing.T) {
 			name: "a decrease past its grace does not",
 			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6,
 				PrevRate: 8000 * u, PrevBurst: 16, PrevUntil: t0, Expires: live}},
-			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			r:    Report{Client: "a", Allowed: 100, Elapsed: 5 * time.Second},
 			want: Share{Rate: 567529411, Burst: 13, Changed: true},
 		},
 		{
@@ -168,8 +168,41 @@ func TestDivide(t *testing.T) {
 				"a": {Demand: 20000 * u, Rate: 6300 * u, Burst: 12, Expires: live},
 				"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6, Expires: live},
 			},
-			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			r:    Report{Client: "a", Allowed: 100, Elapsed: 5 * time.Second},
 			want: Share{Rate: 6300 * u, Burst: 12},
+		},
+		{
+			// 4 requests in 5 s: 0.8/s gives a target of 0.539/s, more
+			// than 5% below a's 0.59/s; 5 requests (1/s) would give
+			// 0.598/s. The count cannot tell: kept.
+			name: "a few requests: kept within what the count can tell",
+			clients: map[string]ClientState{
+				"a": {Demand: 800 * u, Rate: 590 * u, Burst: 2, Expires: live},
+				"b": {Demand: 30000 * u, Rate: 9000 * u, Burst: 18, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 4, Elapsed: 5 * time.Second},
+			want: Share{Rate: 590 * u, Burst: 2},
+		},
+		{
+			// a is denied: beyond its target (567529411, as above) it
+			// takes half of the 3/s no one holds, 1.5/s.
+			name: "denied: half the room no one holds",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000 * u, Rate: 6000 * u, Burst: 12, Expires: live},
+				"b": {Demand: 10000 * u, Rate: 1000 * u, Burst: 2, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{Rate: 567529411 + 1500*u, Burst: 16, Changed: true},
+		},
+		{
+			// ... but not beyond its demand.
+			name: "denied: the room no one holds up to its demand",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000 * u, Rate: 1000 * u, Burst: 2, Expires: live},
+				"b": {Demand: 10000 * u, Rate: 1000 * u, Burst: 2, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 5, Denied: 5, Elapsed: 5 * time.Second},
+			want: Share{Rate: 2000 * u, Burst: 4, Changed: true},
 		},
 		{
 			name: "beyond hysteresis above the target: lowered",
@@ -254,6 +287,85 @@ func TestDivide(t *testing.T) {
 				if _, ok := clients[id]; ok {
 					t.Errorf("client %q not dropped", id)
 				}
+			}
+		})
+	}
+}
+
+// TestDivideSlowShares covers shares that refill less than a token per
+// report: kept while their bucket refills a fraction of a token (a
+// replacement would floor it away), and never left below one token a day
+// while there is room (DENY_ALL and back would refill the bucket at once).
+func TestDivideSlowShares(t *testing.T) {
+	t.Parallel()
+	const ttl = 15 * time.Second
+	hourly := WindowFleet(5, time.Hour) // 120000 a second's unit, B = 1
+	daily := WindowFleet(3, 24*time.Hour)
+	live := t0.Add(time.Hour)
+	// a holds 2/3 of 5 an hour, b 1/3; both at the 2-token floor, above B.
+	split := func() map[string]ClientState {
+		return map[string]ClientState{
+			"a": {Demand: PerSecond / 2, Rate: 80000, Burst: 2, Expires: live, Reported: t0.Add(-5 * time.Second)},
+			"b": {Demand: PerSecond / 4, Rate: 40000, Burst: 2, Expires: live, Reported: t0.Add(-3 * time.Second)},
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		f       Fleet
+		clients map[string]ClientState
+		r       Report
+		keep    bool   // the share is kept (want only checked when false)
+		want    uint64 // the rate, when not kept
+		burst   uint64
+	}{
+		// 1 in 5 s against 2.5 measured before: a target 33% lower, and
+		// below what 2 in 5 s would give (73031).
+		{name: "denied only: kept though the target moved", f: hourly, clients: split(),
+			r: Report{Client: "a", Denied: 1, Elapsed: 5 * time.Second}, keep: true},
+		// d = 0.2/s beside 0.25/s, φ = D/32 + 1: 120000·(d+φ)/(D+2φ).
+		{name: "admitted: replaced", f: hourly, clients: split(),
+			r: Report{Client: "a", Allowed: 1, Elapsed: 5 * time.Second}, want: 53725, burst: 2},
+		// 2 an hour: a's 80000 does not fit beside b's 40000.
+		{name: "denied only, but no longer fits: replaced", f: WindowFleet(2, time.Hour), clients: split(),
+			r: Report{Client: "a", Denied: 4, Elapsed: 5 * time.Second}, want: 8000, burst: 2},
+		// 5/s refills 25 tokens over the report: denied for another
+		// reason (a spent window, say), so divided as usual: 0.2/s
+		// beside 10/s, φ = 10.2/32 + 1 (in the unit).
+		{name: "denied only, but refilling whole tokens: replaced", f: Fleet{Tokens: 10, Period: time.Second, Burst: 20},
+			clients: map[string]ClientState{
+				"a": {Demand: 10 * PerSecond, Rate: 5 * PerSecond, Burst: 10, Expires: live},
+				"b": {Demand: 10 * PerSecond, Rate: 5 * PerSecond, Burst: 10, Expires: live},
+			},
+			r: Report{Client: "a", Denied: 1, Elapsed: 5 * time.Second}, want: 41356402, burst: 2},
+		{name: "idle beside a busy client: one token a day, not DENY_ALL", f: daily,
+			clients: map[string]ClientState{"b": {Demand: PerSecond, Rate: 2000, Burst: 2, Expires: live}},
+			r:       Report{Client: "a", Elapsed: 5 * time.Second}, want: oneADay, burst: 2},
+		{name: "idle with less than a token a day free: nothing", f: daily,
+			clients: map[string]ClientState{"b": {Demand: PerSecond, Rate: 2500, Burst: 2, Expires: live}},
+			r:       Report{Client: "a", Elapsed: 5 * time.Second}, want: 0, burst: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			before := tc.clients[tc.r.Client]
+			got := divide(Policy{}, t0, tc.f, tc.clients, tc.r, ttl)
+			if tc.keep {
+				if got.Changed || got.Rate != before.Rate || got.Burst != before.Burst {
+					t.Errorf("share = %+v, want %d/%d kept", got, before.Rate, before.Burst)
+				}
+				// Without the deferral the target moved beyond the
+				// hysteresis: the case would not test it.
+				cur := tc.clients[tc.r.Client]
+				o := scan(t0, map[string]ClientState{"b": tc.clients["b"]}, 6*time.Second)
+				// Nor within the hysteresis of what one more request would
+				// have measured.
+				cur.Demand = perSecond(tc.r.Denied+1, tc.r.Elapsed)
+				if tgt := o.target(FleetRate(tc.f), cur); before.Rate <= tgt+tgt/20 {
+					t.Errorf("target %d within the hysteresis of %d", tgt, before.Rate)
+				}
+				return
+			}
+			if got.Rate != tc.want || got.Burst != tc.burst {
+				t.Errorf("share = %+v, want rate %d burst %d", got, tc.want, tc.burst)
 			}
 		})
 	}

@@ -9,36 +9,30 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// fillInterval is the fill_interval of every token bucket Strategy sends
-// for a share of at least one token a minute, unless the rate needs a
-// shorter one to fit tokens_per_fill in 32 bits. Envoy 1.40 refills
-// continuously at tokens_per_fill / fill_interval (in whole seconds), so the
-// interval changes only the rounding: at 60 s a client loses less than one
-// token a minute to it. One interval for all rates also makes max_tokens
-// and tokens_per_fill alone tell two assignments apart, which is all Envoy
-// compares (it ignores the seconds of fill_interval).
-const fillInterval = 60
-
-// slowFillInterval is the fill_interval of a share below one token a
-// minute (a rule of a few an hour or a day, or a small part of one): a
-// day, so such a share loses less than one token a day to rounding, and a
-// share below one token a day is DENY_ALL. It is one interval for all slow
-// shares, for the same reason as fillInterval; Envoy's token bucket takes
-// rates down to one token a year, far below it. A day is the cap: a rule
-// slower than that (a week's window) still admits while a client's share
-// is at least one a day.
-const slowFillInterval = 24 * 60 * 60
+// fillInterval is the fill_interval of every token bucket Strategy sends,
+// unless the rate needs a shorter one to fit tokens_per_fill in 32 bits
+// (above 49,710 tokens a second): a day. Envoy 1.40 refills continuously at
+// tokens_per_fill / fill_interval (in whole seconds; its token bucket takes
+// rates down to one token a year), so the interval changes only the
+// rounding of k = ⌊rate · F⌋: at a day a client loses less than one token a
+// day to it. (At 60 s, the interval before, each client lost up to a token
+// a minute: with 400 clients of a rule of 100 a second, 2% of the rule.) A
+// share below one token a day is DENY_ALL. One interval for all rates also
+// makes max_tokens and tokens_per_fill alone tell two assignments apart,
+// which is all Envoy compares (it ignores the seconds of fill_interval).
+const fillInterval = 24 * 60 * 60
 
 // Strategy returns the rate_limit_strategy that gives a client the share
 // s, given held, the strategy the client holds (nil when none):
 //   - a token_bucket{max_tokens: s.Burst, tokens_per_fill: k,
 //     fill_interval: F whole seconds} with k/F ≤ s's rate (rounded down,
-//     never up), k ≥ 1, F = 60 s unless k would not fit 32 bits, and
-//     F = one day (slowFillInterval) for a share below one token a minute;
+//     never up), k ≥ 1, F = one day (fillInterval) unless k would not fit
+//     32 bits;
 //   - DENY_ALL when s's rate is below one token a day or its burst is 0.
 //
 // When the token bucket would differ from held's only in the seconds of
-// fill_interval, which Envoy 1.40 does not compare (it would keep the old
+// fill_interval (one of a day against one of an assignment before, or a
+// very fast share's shorter one), which Envoy 1.40 does not compare (it would keep the old
 // bucket), k is lowered by one so Envoy sees the change. The result never
 // has a sub-second fill_interval or nanos, which 1.40 turns into "admit
 // everything". It never returns ALLOW_ALL.
@@ -82,20 +76,21 @@ func tokenBucket(s Share) (maxTokens, k uint32, f int64, ok bool) {
 		return 0, 0, 0, false
 	}
 	maxTokens = uint32(min(s.Burst, math.MaxUint32))
-	if mulDiv(s.Rate, fillInterval, PerSecond) == 0 {
-		// Below one token a minute, so below 1440 a day: k fits 32 bits.
-		if k := mulDiv(s.Rate, slowFillInterval, PerSecond); k > 0 {
-			return maxTokens, uint32(k), slowFillInterval, true
-		}
-		return 0, 0, 0, false
+	perDay := mulDiv(s.Rate, fillInterval, PerSecond)
+	if perDay == 0 {
+		return 0, 0, 0, false // below one token a day
 	}
-	for f = fillInterval; f >= 1; f-- {
-		if k := mulDiv(s.Rate, uint64(f), PerSecond); k <= math.MaxUint32 {
-			return maxTokens, uint32(k), f, true
-		}
+	if perDay <= math.MaxUint32 {
+		return maxTokens, uint32(perDay), fillInterval, true
 	}
-	// Over 2^32 tokens a second: the most one bucket can take.
-	return maxTokens, math.MaxUint32, 1, true
+	// The longest whole-second F with ⌊rate·F⌋ ≤ 2^32 − 1 (rate ≥ 2^32
+	// a day here, so F < a day).
+	f = int64(mulDiv(math.MaxUint32, PerSecond, s.Rate))
+	if f < 1 {
+		// Over 2^32 tokens a second: the most one bucket can take.
+		return maxTokens, math.MaxUint32, 1, true
+	}
+	return maxTokens, uint32(mulDiv(s.Rate, uint64(f), PerSecond)), f, true
 }
 
 // StrategyRate is the rate, in the unit of PerSecond,

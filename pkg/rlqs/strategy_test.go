@@ -21,37 +21,46 @@ func bucket(maxTokens, perFill uint32, interval time.Duration) *typev3.RateLimit
 func TestStrategy(t *testing.T) {
 	t.Parallel()
 	deny := blanket(typev3.RateLimitStrategy_DENY_ALL)
+	const day = 24 * time.Hour
 	for _, tc := range []struct {
 		name string
 		s    Share
 		held *typev3.RateLimitStrategy
 		want *typev3.RateLimitStrategy
 	}{
-		{"100 per second", Share{Rate: 100 * PerSecond, Burst: 50}, nil, bucket(50, 6000, time.Minute)},
-		{"rounds down", Share{Rate: 6568 * PerSecond / 1000, Burst: 13}, nil, bucket(13, 394, time.Minute)}, // 394.08
-		{"one a minute", Share{Rate: PerSecond / 60, Burst: 1}, nil, bucket(1, 1, time.Minute)},
-		// Below one a minute: a day's interval, k rounded down.
-		{"just below one a minute", Share{Rate: PerSecond/60 - 1, Burst: 2}, nil, bucket(2, 1439, 24*time.Hour)},
-		{"5 an hour", Share{Rate: 5 * PerSecond / 3600, Burst: 2}, nil, bucket(2, 120, 24*time.Hour)},
-		{"half of 5 an hour", Share{Rate: 5 * PerSecond / 7200, Burst: 2}, nil, bucket(2, 60, 24*time.Hour)},
-		{"3 a day", Share{Rate: 3 * PerSecond / 86400, Burst: 2}, nil, bucket(2, 3, 24*time.Hour)},
-		{"one a day", Share{Rate: PerSecond / 86400, Burst: 2}, nil, bucket(2, 1, 24*time.Hour)},
+		{"100 per second", Share{Rate: 100 * PerSecond, Burst: 50}, nil, bucket(50, 8_640_000, day)},
+		{"rounds down", Share{Rate: 6568 * PerSecond / 1000, Burst: 13}, nil, bucket(13, 567475, day)}, // 567475.2
+		{"one a minute", Share{Rate: PerSecond / 60, Burst: 1}, nil, bucket(1, 1440, day)},
+		{"just below one a minute", Share{Rate: PerSecond/60 - 1, Burst: 2}, nil, bucket(2, 1439, day)},
+		{"5 an hour", Share{Rate: 5 * PerSecond / 3600, Burst: 2}, nil, bucket(2, 120, day)},
+		{"half of 5 an hour", Share{Rate: 5 * PerSecond / 7200, Burst: 2}, nil, bucket(2, 60, day)},
+		{"3 a day", Share{Rate: 3 * PerSecond / 86400, Burst: 2}, nil, bucket(2, 3, day)},
+		{"one a day", Share{Rate: PerSecond / 86400, Burst: 2}, nil, bucket(2, 1, day)},
 		{"below one a day", Share{Rate: PerSecond/86400 - 1, Burst: 2}, nil, deny},
 		{"no burst", Share{Rate: 100 * PerSecond}, nil, deny},
 		{"zero", Share{}, nil, deny},
-		// 80M/s: 4.8e9 a minute overflows 32 bits, 53 s gives 4.24e9.
+		// 49,710/s is 4,294,944,000 a day, within 32 bits; 49,711/s is
+		// not: the longest interval that fits is 86,398 s.
+		{"the most a day's interval takes", Share{Rate: 49_710 * PerSecond, Burst: 1}, nil, bucket(1, 4_294_944_000, day)},
+		{"just beyond a day's interval", Share{Rate: 49_711 * PerSecond, Burst: 1}, nil,
+			bucket(1, 49_711*86_398, 86_398*time.Second)},
+		// 80M/s: 53 s gives 4.24e9.
 		{"shorter interval for big rates", Share{Rate: 80_000_000 * PerSecond, Burst: 1 << 40}, nil,
 			bucket(math.MaxUint32, 4_240_000_000, 53*time.Second)},
 		{"beyond one bucket", Share{Rate: math.MaxUint64, Burst: 5}, nil, bucket(5, math.MaxUint32, time.Second)},
-		// Held differs only in the seconds, which Envoy does not compare.
+		// Held differs only in the seconds, which Envoy does not compare
+		// (a minute was the interval of an earlier build).
 		{"seconds-only change from a minute to a day", Share{Rate: 5 * PerSecond / 3600, Burst: 2}, bucket(2, 120, time.Minute),
-			bucket(2, 119, 24*time.Hour)},
-		{"seconds-only change moves k", Share{Rate: 100 * PerSecond, Burst: 50}, bucket(50, 6000, 30*time.Second),
-			bucket(50, 5999, time.Minute)},
-		{"same as held", Share{Rate: 100 * PerSecond, Burst: 50}, bucket(50, 6000, time.Minute), bucket(50, 6000, time.Minute)},
-		{"held with nanos differs anyway", Share{Rate: 100 * PerSecond, Burst: 50}, bucket(50, 6000, 30*time.Second+1),
-			bucket(50, 6000, time.Minute)},
-		{"held blanket", Share{Rate: 100 * PerSecond, Burst: 50}, deny, bucket(50, 6000, time.Minute)},
+			bucket(2, 119, day)},
+		{"seconds-only change moves k", Share{Rate: 100 * PerSecond, Burst: 50}, bucket(50, 8_640_000, 30*time.Second),
+			bucket(50, 8_639_999, day)},
+		{"seconds-only change, k of one: max_tokens moves", Share{Rate: PerSecond / 86400, Burst: 2}, bucket(2, 1, time.Minute),
+			bucket(1, 1, day)},
+		{"seconds-only change, nothing left to move", Share{Rate: PerSecond / 86400, Burst: 1}, bucket(1, 1, time.Minute), deny},
+		{"same as held", Share{Rate: 100 * PerSecond, Burst: 50}, bucket(50, 8_640_000, day), bucket(50, 8_640_000, day)},
+		{"held with nanos differs anyway", Share{Rate: 100 * PerSecond, Burst: 50}, bucket(50, 8_640_000, 30*time.Second+1),
+			bucket(50, 8_640_000, day)},
+		{"held blanket", Share{Rate: 100 * PerSecond, Burst: 50}, deny, bucket(50, 8_640_000, day)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -114,11 +123,13 @@ func FuzzStrategy(f *testing.F) {
 		}
 		sec, nanos := tb.GetFillInterval().GetSeconds(), tb.GetFillInterval().GetNanos()
 		k := uint64(tb.GetTokensPerFill().GetValue())
-		if sec < 1 || sec > 60 && sec != 24*60*60 || nanos != 0 || k == 0 || tb.GetMaxTokens() == 0 {
-			t.Fatalf("Strategy(%+v) = %v: fill_interval must be 1..60 whole seconds or a day, k and max_tokens ≥ 1", s, got)
+		if sec < 1 || sec > 24*60*60 || nanos != 0 || k == 0 || tb.GetMaxTokens() == 0 {
+			t.Fatalf("Strategy(%+v) = %v: fill_interval must be 1 s to a day in whole seconds, k and max_tokens ≥ 1", s, got)
 		}
-		if hi, lo := bits.Mul64(rate, 60); sec == 24*60*60 && (hi > 0 || lo >= PerSecond) {
-			t.Fatalf("Strategy(%+v) = %v: a day's fill_interval for a share of a token a minute or more", s, got)
+		// Less than a day only when a day's k would not fit 32 bits:
+		// rate·86400 ≥ 2^32·PerSecond.
+		if hi, lo := bits.Mul64(rate, 24*60*60); sec != 24*60*60 && hi == 0 && lo/PerSecond <= math.MaxUint32 {
+			t.Fatalf("Strategy(%+v) = %v: shorter than a day though a day's k fits 32 bits", s, got)
 		}
 		if uint64(tb.GetMaxTokens()) > burst {
 			t.Fatalf("Strategy(%+v) = %v: max_tokens above the burst", s, got)

@@ -525,3 +525,50 @@ func (l *rlqsLoad) timeline() string {
 	}
 	return b.String()
 }
+
+// TestRLQSDayRule checks, through a real Envoy 1.40, the strategy pkg/rlqs sends for a share below one
+// token a minute: a token bucket refilled once a day (fill_interval 86400 s). Envoy computes its rate in
+// whole seconds, so a fill interval it mishandled would either divide by zero and admit every request (as a
+// sub-second interval does) or never admit. Rule: api_key "slow", 3 a day; one Envoy with the shipped
+// deploy/envoy-rlqs.yaml sends a request every 500 ms for 12 s. The first is decided by
+// no_assignment_behavior (ALLOW_ALL) and subscribes; the assignment's new bucket starts full (the share's
+// 2-token floor) and admits two more; the next report charges 3, the window is spent and the bucket is
+// denied until it resets. So between 2 and L = 3 are admitted, and the rest denied.
+func TestRLQSDayRule(t *testing.T) {
+	t.Parallel()
+	rulesDir := t.TempDir()
+	writeAtomic(t, filepath.Join(rulesDir, "rules.yaml"), []byte(`domain: edge
+descriptors:
+  - key: api_key
+    value: slow
+    rate_limit: {unit: day, requests_per_unit: 3}
+`))
+	sc := startSidecar(t, "sidecar-day", sidecarOptions{Bin: sidecarBin, Rules: rulesDir})
+	app := startUpstream(t)
+	e := startEnvoy(t, envoyBin, "envoy-day", writeRLQSEnvoyConfig(t, t.TempDir(), port(t, app.Listener.Addr().String()), sc, sc),
+		"--component-log-level", "rate_limit_quota:debug")
+
+	const every, run, limit = 500 * time.Millisecond, 12 * time.Second, 3
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	load := &rlqsLoad{}
+	load.start(ctx, t, e, "slow", every)
+	<-ctx.Done()
+	load.wait()
+	if err := load.failure(); err != nil {
+		t.Fatal(err)
+	}
+	sent, denied := load.denied("slow")
+	admitted := sent - denied
+	t.Logf("api_key slow (3 a day): %d requests, %d admitted, %d denied", sent, admitted, denied)
+	if day := 24 * time.Hour; start.Truncate(day) != time.Now().Truncate(day) {
+		t.Skip("the run straddled a day window's reset (00:00 UTC): two windows' limits apply")
+	}
+	if admitted < 2 || admitted > limit {
+		t.Errorf("admitted %d, want 2 to %d: the day-fill token bucket admits its 2 tokens and the spent window denies the rest", admitted, limit)
+	}
+	if denied < sent-limit || sent < 15 {
+		t.Errorf("%d of %d denied, want all but at most %d of at least 15", denied, sent, limit)
+	}
+}

@@ -70,6 +70,10 @@ type Stats struct {
 	// Replaced counts token buckets created by assignments (new or
 	// replacing); Extended counts assignments that only restarted the TTL.
 	Replaced, Extended int
+	// Floored is the tokens replacements lost: a replacing bucket starts
+	// at the old one's fill ratio rounded down to whole tokens, so each
+	// loses up to one token (more when max_tokens shrinks).
+	Floored float64
 }
 
 // New returns a bucket that has seen no request yet.
@@ -219,6 +223,8 @@ func (b *Bucket) tokenBucketFor(now time.Time, s *typev3.RateLimitStrategy) *tok
 	nb := newTokenBucket(float64(maxTokens), rate, t, float64(initial))
 	if gain := float64(initial) - before; gain > 0 {
 		b.stats.Injected += gain
+	} else {
+		b.stats.Floored -= gain
 	}
 	b.stats.Replaced++
 	return nb

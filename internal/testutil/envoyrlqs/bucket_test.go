@@ -136,15 +136,17 @@ func TestReplace(t *testing.T) {
 		next      *typev3.RateLimitStrategy
 		wantToken float64 // tokens right after the second assignment
 		replaced  int
+		floored   float64 // tokens the replacement lost
 	}{
 		// Same strategy: the running bucket (2 of 10 left) carries over.
-		{"same extends", TokenBucket(10, 1, time.Minute), 2, 1},
+		{"same extends", TokenBucket(10, 1, time.Minute), 2, 1, 0},
 		// Only the seconds of fill_interval differ: Envoy sees no change.
-		{"seconds ignored", TokenBucket(10, 1, 10*time.Second), 2, 1},
+		{"seconds ignored", TokenBucket(10, 1, 10*time.Second), 2, 1, 0},
 		// Nanos differ: a new bucket at the old fill ratio, 20% of 20.
-		{"nanos compared", TokenBucket(20, 1, time.Minute+time.Nanosecond), 4, 2},
-		// More tokens: the fill ratio is kept, floor(0.2 × 7) = 1.
-		{"ratio floored", TokenBucket(7, 2, time.Minute), 1, 2},
+		{"nanos compared", TokenBucket(20, 1, time.Minute+time.Nanosecond), 4, 2, 0},
+		// Fewer tokens: the fill ratio is kept, floor(0.2 × 7) = 1, and
+		// the 2 held less 1 are lost.
+		{"ratio floored", TokenBucket(7, 2, time.Minute), 1, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -160,8 +162,8 @@ func TestReplace(t *testing.T) {
 			if !ok || math.Abs(got-tc.wantToken) > 0.01 {
 				t.Fatalf("Tokens = %v, %v, want %v", got, ok, tc.wantToken)
 			}
-			if s := b.Stats(); s.Replaced != tc.replaced {
-				t.Fatalf("Replaced = %d, want %d", s.Replaced, tc.replaced)
+			if s := b.Stats(); s.Replaced != tc.replaced || math.Abs(s.Floored-tc.floored) > 0.01 {
+				t.Fatalf("Replaced = %d, Floored = %v; want %d, %v", s.Replaced, s.Floored, tc.replaced, tc.floored)
 			}
 		})
 	}

@@ -72,8 +72,13 @@ type Scenario struct {
 	// a report whose time_elapsed is 0 with counts (a server may read a
 	// subscription as 1 s instead of passing 0 on).
 	ZeroElapsedAs time.Duration
-	Trace         bool // log every report and its answer
-	NoRecheck     bool // the server ignores Share.Recheck
+	// MaxInjected, when not 0, is the most tokens the clients may gain at
+	// once (new buckets, max_tokens growing) over the whole run: E_jump,
+	// which a share flipping between DENY_ALL and a token bucket would
+	// raise at every flip.
+	MaxInjected uint64
+	Trace       bool // log every report and its answer
+	NoRecheck   bool // the server ignores Share.Recheck
 }
 
 func constant(rate float64) func(time.Duration) float64 {
@@ -136,7 +141,11 @@ type simClient struct {
 	stream  int                       // current stream number; a new one after each down period
 	wasDown bool                      // the last report was lost
 	held    *typev3.RateLimitStrategy // what the server sent on this stream
-	ledger  rlqs.Ledger
+	// recheckAt is the re-check due on this stream (the earliest
+	// Share.Recheck not yet run; zero when none): the server keeps one per
+	// stream and bucket.
+	recheckAt time.Time
+	ledger    rlqs.Ledger
 }
 
 // Result is what a Run measured.
@@ -146,6 +155,8 @@ type Result struct {
 	MaxExcess uint64     // max over time of (Σ max_tokens in force − B)⁺
 	Floors    int        // most clients at once
 	Requests  int
+	Replaced  int     // token buckets Envoy created (new or replacing)
+	Floored   float64 // tokens replacements lost to Envoy's rounding down
 }
 
 // sim is one Run's state.
@@ -188,6 +199,11 @@ func Run(t testing.TB, s Scenario, ledgers []rlqs.Ledger) Result {
 		m.step(e)
 	}
 	m.res.Floors = len(m.clients)
+	for _, c := range m.clients {
+		st := c.b.Stats()
+		m.res.Replaced += st.Replaced
+		m.res.Floored += st.Floored
+	}
 	return m.res
 }
 
@@ -203,7 +219,11 @@ func (m *sim) step(e *event) {
 		c.b.Apply(e.at, e.action)
 		m.checkRates(e.at)
 	case evRecheck:
-		if !m.down(c, e.at) && e.stream == c.stream {
+		if !e.at.Equal(c.recheckAt) || e.stream != c.stream {
+			break // superseded by an earlier one, or lost with its stream
+		}
+		c.recheckAt = time.Time{}
+		if !m.down(c, e.at) {
 			m.assign(e.client, e.at, envoyrlqs.Usage{})
 		}
 	case evReport:
@@ -254,6 +274,7 @@ func (m *sim) report(i int, now time.Time, u envoyrlqs.Usage) {
 		c.wasDown = false
 		c.stream++
 		c.held = nil // a new stream: the server knows nothing of it
+		c.recheckAt = time.Time{}
 	}
 	m.assign(i, now, u)
 }
@@ -277,7 +298,8 @@ func (m *sim) assign(i int, now time.Time, u envoyrlqs.Usage) {
 		m.t.Logf("%v %s %+v -> %+v %v", now.Sub(Start), r.Client, u, share, st)
 	}
 	m.push(&event{at: now.Add(c.spec.Delay), kind: evDeliver, client: i, action: envoyrlqs.Assign(st, m.s.TTL), stream: c.stream})
-	if !share.Recheck.IsZero() && !m.s.NoRecheck {
+	if !share.Recheck.IsZero() && !m.s.NoRecheck && (c.recheckAt.IsZero() || share.Recheck.Before(c.recheckAt)) {
+		c.recheckAt = share.Recheck
 		m.push(&event{at: share.Recheck, kind: evRecheck, client: i, stream: c.stream})
 	}
 }
@@ -340,7 +362,7 @@ func Scenarios() []Scenario {
 			Demand: constant(0.05 + rng.Float64()*rng.Float64()*3), Delay: time.Duration(rng.IntN(900)) * time.Millisecond,
 		}
 	}
-	return []Scenario{
+	return append([]Scenario{
 		{Name: "2:1 at 3x", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Full: ReportEvery, Clients: []ClientSpec{
 			{Name: "a", Demand: constant(20), Delay: 20 * time.Millisecond},
 			{Name: "b", Join: 300 * time.Millisecond, Demand: constant(10), Delay: 20 * time.Millisecond},
@@ -392,6 +414,14 @@ func Scenarios() []Scenario {
 			{Name: "b", Demand: steps(5, 30, 5), Delay: 900 * time.Millisecond},
 			{Name: "c", Join: 10 * time.Second, Demand: constant(10), Delay: 900 * time.Millisecond},
 		}},
+		{Name: "forty skewed", Fleet: fixedFleet(rlqs.Fleet{Tokens: 30, Period: time.Second, Burst: 30}), Dur: 2 * time.Minute,
+			TTL: ttl, Clients: many},
+	}, append(slowScenarios(ttl), fleetScenarios(ttl)...)...)
+}
+
+// slowScenarios are the Scenarios of rules slower than a token a minute.
+func slowScenarios(ttl time.Duration) []Scenario {
+	return []Scenario{
 		// Rules slower than a token a minute: each share gets a day's
 		// fill_interval. Demand far above the limit (clients hammering a
 		// rule of 5 an hour), split 2:1, steady enough per report (50 and
@@ -399,20 +429,70 @@ func Scenarios() []Scenario {
 		// replaced at every report loses Envoy's fraction of a token each
 		// time (docs/rlqs.md).
 		{Name: "5 an hour 2:1", Fleet: fixedFleet(rlqs.WindowFleet(5, time.Hour)), Dur: 3 * time.Hour, TTL: ttl,
-			Full: time.Hour, Least: 0.9, Clients: []ClientSpec{
+			Full: time.Hour, Least: 0.9, MaxInjected: 4, Clients: []ClientSpec{
 				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
 				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
 			}},
 		// 3 a day between two Envoys is 1.97 and 1.03 a day: whole tokens a
 		// day make that 1 and 1, two thirds of the rule.
 		{Name: "3 a day 2:1", Fleet: fixedFleet(rlqs.WindowFleet(3, 24*time.Hour)), Dur: 30 * time.Hour, TTL: ttl,
-			Full: 6 * time.Hour, Least: 0.6, Clients: []ClientSpec{
+			Full: 6 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: []ClientSpec{
 				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
 				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
 			}},
-		{Name: "forty skewed", Fleet: fixedFleet(rlqs.Fleet{Tokens: 30, Period: time.Second, Burst: 30}), Dur: 2 * time.Minute,
-			TTL: ttl, Clients: many},
+		// The same rules at low demand, still above the limit: a few
+		// requests per report, so the demand measured moves by tens of
+		// percent from report to report (2 against 3), and at 3 a day the
+		// slower Envoy's reports alternate between one request and none.
+		// A share replaced at every report never refills a whole token
+		// (Envoy floors the fill ratio), so the policy must not replace a
+		// slow share for noise; and a share that drops to DENY_ALL at an
+		// idle report comes back as a full bucket (E_jump). The slow
+		// rules' runs may gain at once only the two new buckets' 2 tokens
+		// each (MaxInjected).
+		{Name: "5 an hour, low demand", Fleet: fixedFleet(rlqs.WindowFleet(5, time.Hour)), Dur: 3 * time.Hour, TTL: ttl,
+			Full: time.Hour, Least: 0.8, MaxInjected: 4, Clients: []ClientSpec{
+				{Name: "a", Demand: constant(0.5), Delay: 20 * time.Millisecond},
+				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(0.25), Delay: 20 * time.Millisecond},
+			}},
+		{Name: "3 a day, low demand", Fleet: fixedFleet(rlqs.WindowFleet(3, 24*time.Hour)), Dur: 36 * time.Hour, TTL: ttl,
+			Full: 12 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: []ClientSpec{
+				{Name: "a", Demand: constant(0.2), Delay: 20 * time.Millisecond},
+				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(0.1), Delay: 20 * time.Millisecond},
+			}},
 	}
+}
+
+// fleetScenarios are the Scenarios of the bench's large skewed fleets.
+func fleetScenarios(ttl time.Duration) []Scenario {
+	return []Scenario{
+		// The bench fleet (bench/rlqsload): a rule of 2000 per 20 s, the
+		// demand at 3× the limit split over the Envoys by Zipf's law
+		// (exponent 1), the Envoys' first requests spread over one report
+		// interval. 40 Envoys is the bench's fleet per bucket; 400 the
+		// fleet of one replica at 400 Envoys per bucket.
+		{Name: "zipf forty at 3x", Fleet: fixedFleet(rlqs.WindowFleet(2000, 20*time.Second)), Dur: 2 * time.Minute, TTL: ttl,
+			Full: 2 * ReportEvery, Clients: zipf(40, 300)},
+		{Name: "zipf four hundred at 3x", Fleet: fixedFleet(rlqs.WindowFleet(2000, 20*time.Second)), Dur: 2 * time.Minute, TTL: ttl,
+			Full: 2 * ReportEvery, Clients: zipf(400, 300)},
+	}
+}
+
+// zipf is n clients whose demands sum to total requests a second, split
+// by Zipf's law with exponent 1 (the first the busiest), their first
+// requests spread evenly over one report interval, each answered after
+// 1 ms.
+func zipf(n int, total float64) []ClientSpec {
+	var h float64
+	for i := range n {
+		h += 1 / float64(i+1)
+	}
+	cs := make([]ClientSpec, n)
+	for i := range cs {
+		cs[i] = ClientSpec{Name: fmt.Sprintf("z%d", i), Join: ReportEvery * time.Duration(i) / time.Duration(n),
+			Demand: constant(total / h / float64(i+1)), Delay: time.Millisecond}
+	}
+	return cs
 }
 
 // windowBound is, for the window [s, s+T], the fleet's largest rate and
@@ -494,6 +574,13 @@ func CheckBound(t testing.TB, sc Scenario, res Result) {
 		}
 		f, _ := worst.Float64()
 		t.Logf("T=%v: worst admitted/bound %.3f at %v", T, f, worstAt)
+	}
+	total := prefix[len(inj)]
+	t.Logf("tokens gained at once: %.3f in %d jumps; %d token buckets made, %.1f tokens lost to Envoy's rounding down",
+		float64(total)/1000, len(inj), res.Replaced, res.Floored)
+	if sc.MaxInjected != 0 && total > int64(sc.MaxInjected)*1000 {
+		t.Fatalf("Envoy gained %.3f tokens at once over the run, above %d: shares flip between DENY_ALL and a token bucket",
+			float64(total)/1000, sc.MaxInjected)
 	}
 	if res.MaxExcess > 2*uint64(res.Floors) {
 		t.Fatalf("max_tokens in force exceeded B by %d, more than the two-token floors of %d clients", res.MaxExcess, res.Floors)
