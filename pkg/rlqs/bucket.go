@@ -444,6 +444,13 @@ func (st *stream) recheckAll(ctx context.Context, now time.Time, actions []*rlqs
 			key := st.s.counters.Counter(st.domain, entries, l).Key
 			reqs = append(reqs, Request{Key: key, Fleet: fleetOf(l), Report: Report{Client: st.client}, TTL: st.s.ttl})
 		}
+		if len(reqs)-d.first == 1 && b.sent {
+			// Quiet once Envoy holds an assignment: recheck sends a share
+			// only if it changed, and then with a new TTL. Not with several
+			// limits: one that changed would send, with a new TTL, the
+			// assignment another one's unwritten share may decide.
+			reqs[d.first].Quiet = true
+		}
 		due = append(due, d)
 	}
 	var res []Result

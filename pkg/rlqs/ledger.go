@@ -61,6 +61,13 @@ type Request struct {
 	Fleet  Fleet
 	Report Report
 	TTL    time.Duration
+	// Quiet says the caller sends the share only if it changed, and the
+	// client holds its last one (a stream's re-check of a bucket it sent
+	// an assignment): a ledger may then leave a share that is unchanged
+	// and unexpired unwritten, answering it with Changed false and the
+	// Expires it already had. Nothing goes to Envoy, so its assignment
+	// still lapses no later than the ledger counts it.
+	Quiet bool
 }
 
 // Result is a Ledger's answer to one Request: the client's Share, or Err

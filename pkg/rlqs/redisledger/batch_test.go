@@ -144,3 +144,57 @@ func TestConcurrentBatches(t *testing.T) {
 	ledgertest.ConcurrentBatches(t, 8, 20, 10,
 		New(srv.BoundedClient(t), Options{}), New(srv.BoundedClient(t), Options{}))
 }
+
+// A Quiet request (a re-check whose share is sent only if it changed)
+// writes nothing when the client's share is unchanged and unexpired: no
+// round trip, the hash as it was, and the share's old expiry. Otherwise it
+// is written as any request.
+func TestQuiet(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rc := srv.BoundedClient(t)
+	l := New(srv.BoundedClient(t), Options{})
+	ctx := context.Background()
+	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
+	t0 := time.Now().Truncate(time.Millisecond)
+	first, err := rlqs.AssignOne(ctx, l, t0, "k", f, rlqs.Report{Client: "x", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recheck := rlqs.Report{Client: "x"}
+	for i, step := range []struct {
+		at      time.Duration
+		f       rlqs.Fleet
+		quiet   bool
+		written bool
+	}{
+		{time.Second, f, true, false},     // unchanged: nothing written
+		{2 * time.Second, f, false, true}, // not quiet: written
+		{3 * time.Second, rlqs.Fleet{Tokens: 2, Period: time.Second, Burst: 2}, true, true}, // a lower limit changes the share
+		{2 * time.Minute, rlqs.Fleet{Tokens: 2, Period: time.Second, Burst: 2}, true, true}, // expired: written again
+	} {
+		before, err := rc.HGetAll(ctx, "rlqs:k").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		trips := l.RoundTrips()
+		res := l.Assign(ctx, t0.Add(step.at), []rlqs.Request{{Key: "k", Fleet: step.f, Report: recheck, TTL: time.Minute, Quiet: step.quiet}})
+		if res[0].Err != nil {
+			t.Fatalf("step %d: %v", i, res[0].Err)
+		}
+		after, err := rc.HGetAll(ctx, "rlqs:k").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote := l.RoundTrips() != trips
+		if wrote != step.written || !step.written && fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("step %d: %d round trips, hash %v -> %v; want written %v", i, l.RoundTrips()-trips, before, after, step.written)
+		}
+		if !step.written && (res[0].Share.Changed || !res[0].Share.Expires.Equal(first.Expires) || res[0].Share.Rate != first.Rate) {
+			t.Fatalf("step %d: %+v, want the unchanged share of %+v", i, res[0].Share, first)
+		}
+		if step.written && i == 2 && !res[0].Share.Changed {
+			t.Fatalf("step %d: %+v, want a changed share", i, res[0].Share)
+		}
+	}
+}

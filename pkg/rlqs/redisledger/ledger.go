@@ -223,8 +223,7 @@ func (l *Ledger) assignWave(ctx context.Context, now time.Time, wave []*item) {
 	for try := 1; len(live) > 0; try++ {
 		todo := live[:0:0]
 		for _, it := range live {
-			if it.b.snap != nil && it.out.Err == nil {
-				l.divide(now, it, try)
+			if it.b.snap != nil && it.out.Err == nil && l.divide(now, it, try) {
 				todo = append(todo, it)
 			}
 		}
@@ -285,18 +284,30 @@ func (l *Ledger) fail(it *item, err error) {
 	it.out.Err = fmt.Errorf("%w: rlqs bucket %q: %w", window.ErrStore, it.q.Key, err)
 }
 
-// divide computes it's write for this try on its bucket's copy.
-func (l *Ledger) divide(now time.Time, it *item, try int) {
+// divide computes it's write for this try on its bucket's copy, and
+// reports whether there is one: a Quiet request whose share is unchanged
+// is answered from the copy and writes nothing.
+func (l *Ledger) divide(now time.Time, it *item, try int) bool {
 	q, snap := it.q, it.b.snap
 	it.reread = try < l.tries && now.Sub(it.b.read) >= l.refresh
 	prev, known := snap.clients[q.Report.Client]
 	delete(snap.clients, q.Report.Client)
 	share, cur, expired := l.policy.Divide(now, q.Fleet, snap.clients, prev, known, q.Report, q.TTL)
 	for _, id := range expired {
-		delete(snap.clients, id)
+		delete(snap.clients, id) // expired: the copy counts them as Redis does
+	}
+	if q.Quiet && known && !share.Changed && prev.Expires.After(now) {
+		// The client's entry, which only this stream writes, stays as it
+		// is in Redis and in the copy: the bucket's sums do not change, and
+		// the share Envoy holds lapses by the entry's expiry.
+		snap.clients[q.Report.Client] = prev
+		share.Expires = prev.Expires.Add(-l.grace())
+		it.out.Share = share
+		return false
 	}
 	it.share, it.cur = share, cur
 	it.args, it.next = l.commitArgs(now, q.Fleet, q.Report.Client, share, cur, expired, snap.version, it.reread)
+	return true
 }
 
 // written reads the commit script's answer to it's write: done, with its
