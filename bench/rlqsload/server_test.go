@@ -16,10 +16,13 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/local"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/bench/internal/result"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs/redisledger"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
 
 // serverRules give every bucket {user: b<j>} 60 requests per 2 s.
@@ -37,7 +40,7 @@ func TestAgainstServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a fleet for 5.5 s")
 	}
-	addr := startServer(t)
+	addr, _ := startServer(t, window.NewMemory(), rlqs.NewMemory(rlqs.Policy{}))
 	var stdout, stderr bytes.Buffer
 	args := []string{"-addr", addr, "-streams", "3", "-buckets", "4", "-interval", "1s", "-tick", "20ms",
 		"-warmup", "1500ms", "-duration", "4s", "-limit", "60", "-window", "2s", "-json"}
@@ -58,15 +61,14 @@ func TestAgainstServer(t *testing.T) {
 	}
 }
 
-// startServer serves pkg/rlqs with serverRules on the in-memory store and ledger, on a loopback port, until the
-// test ends, and returns its address.
-func startServer(tb testing.TB) string {
+// startServer serves pkg/rlqs with serverRules on store and ledger, on a loopback port, until the test ends,
+// and returns its address.
+func startServer(tb testing.TB, store window.Store, ledger rlqs.Ledger) (string, *rlqs.Server) {
 	tb.Helper()
 	rs, err := rules.Parse([]string{"rules.yaml"}, map[string][]byte{"rules.yaml": []byte(serverRules)})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	store := window.NewMemory()
 	rls, err := envoyrls.NewServer(envoyrls.Options{Store: store, Rules: rs})
 	if err != nil {
 		tb.Fatal(err)
@@ -75,7 +77,7 @@ func startServer(tb testing.TB) string {
 	if t, ok := tb.(*testing.T); ok {
 		logger = zaptest.NewLogger(t)
 	}
-	srv, err := rlqs.New(rlqs.Options{Counters: rls, Store: store, Ledger: rlqs.NewMemory(rlqs.Policy{}), Logger: logger})
+	srv, err := rlqs.New(rlqs.Options{Counters: rls, Store: store, Ledger: ledger, Logger: logger})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -88,15 +90,33 @@ func startServer(tb testing.TB) string {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	tb.Cleanup(func() { srv.Drain(); g.GracefulStop(); <-served; srv.Wait() })
-	return lis.Addr().String()
+	return lis.Addr().String(), srv
 }
 
-// BenchmarkReport sends usage reports of 20 buckets on one stream to pkg/rlqs in this process (in-memory store
-// and ledger: the server's own work, no Redis) and waits for each answer: time and allocations per report,
-// client and server together, and µs per usage. The harness's scenario rlqs measures the sidecar on Redis.
+// BenchmarkReport sends usage reports of 20 buckets on one stream to pkg/rlqs in this process and waits for each
+// answer: time and allocations per report, client and server together, and µs per usage. With the in-memory
+// store and ledger (store=memory) that is the server's own work; on a local redis-server (store=redis: the
+// Redis window store and ledger) it adds the Redis clients' work and the wait for Redis, and reports the Redis
+// round trips per usage (the store's and the ledger's; 2/20 once the ledger has the buckets: one charge, one
+// pipeline of writes). The harness's scenario rlqs measures the sidecar process on Redis.
 func BenchmarkReport(b *testing.B) {
+	b.Run("store=memory", func(b *testing.B) {
+		addr, _ := startServer(b, window.NewMemory(), rlqs.NewMemory(rlqs.Policy{}))
+		benchReport(b, addr, nil)
+	})
+	b.Run("store=redis", func(b *testing.B) {
+		srv := redistest.Start(b)
+		store := redisstore.New(srv.BoundedClient(b), redisstore.Options{})
+		ledger := redisledger.New(srv.BoundedClient(b), redisledger.Options{})
+		addr, _ := startServer(b, store, ledger)
+		benchReport(b, addr, func() uint64 { return store.RoundTrips() + ledger.RoundTrips() })
+	})
+}
+
+// benchReport is BenchmarkReport against the server at addr; roundTrips, when not nil, counts its Redis
+// round trips.
+func benchReport(b *testing.B, addr string, roundTrips func() uint64) {
 	const buckets = 20
-	addr := startServer(b)
 	cc, err := local.Dial(b.Context(), addr, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
@@ -112,9 +132,7 @@ func BenchmarkReport(b *testing.B) {
 			BucketId:    &rlqsv3.BucketId{Bucket: map[string]string{"user": bucketValue(j)}},
 			TimeElapsed: durationpb.New(5 * time.Second), NumRequestsAllowed: 10, NumRequestsDenied: 1})
 	}
-	b.ReportAllocs()
-	start := time.Now()
-	for b.Loop() {
+	report := func() {
 		if err := st.Send(msg); err != nil {
 			b.Fatal(err)
 		}
@@ -122,5 +140,20 @@ func BenchmarkReport(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N)/buckets, "µs/usage")
+	report() // the subscription: the ledger reads the buckets
+	var trips0 uint64
+	if roundTrips != nil {
+		trips0 = roundTrips()
+	}
+	b.ReportAllocs()
+	start := time.Now()
+	n := 0
+	for b.Loop() {
+		report()
+		n++
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(n)/buckets, "µs/usage")
+	if roundTrips != nil {
+		b.ReportMetric(float64(roundTrips()-trips0)/float64(n)/buckets, "roundtrips/usage")
+	}
 }

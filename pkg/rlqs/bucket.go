@@ -136,6 +136,12 @@ func elapsedOf(d *durationpb.Duration, most time.Duration) (time.Duration, bool)
 // bucketKey names a bucket_id on its stream: its entries in key order,
 // escaped as counter keys are, so distinct buckets never share a name.
 func bucketKey(entries map[string]string) string {
+	if len(entries) == 1 {
+		// The common bucket of one entry needs no sort.
+		for k, v := range entries {
+			return string(window.AppendKeyEntry(nil, k, v))
+		}
+	}
 	var b []byte
 	for _, k := range slices.Sorted(maps.Keys(entries)) {
 		b = window.AppendKeyEntry(b, k, entries[k])
@@ -143,11 +149,43 @@ func bucketKey(entries map[string]string) string {
 	return string(b)
 }
 
-// takeResult is the answer of a report's store call.
+// takeResult is the answer of a report's store call, and of its ledger
+// call.
 type takeResult struct {
 	reqs []window.Counter
 	res  []window.Result
 	err  error
+	// shares holds the ledger's answers; ledgerAt[i], the index in it of
+	// counter i's, is -1 for a counter the ledger was not asked about.
+	shares   []Result
+	ledgerAt []int
+}
+
+// assign asks the ledger, in one call, for the client's share of every
+// limit of the report whose verdict is a share: not unlimited, not in
+// shadow mode, and charged (a counter the store failed for takes its
+// failure mode).
+func (st *stream) assign(ctx context.Context, now time.Time, work []*usage, t *takeResult) {
+	t.ledgerAt = make([]int, len(t.reqs))
+	var reqs []Request
+	for _, w := range work {
+		slot := w.first
+		for _, l := range w.limits {
+			if l.Unlimited {
+				continue
+			}
+			t.ledgerAt[slot] = -1
+			if !t.failed(slot) && !l.Shadow && !st.s.shadow {
+				t.ledgerAt[slot] = len(reqs)
+				reqs = append(reqs, Request{Key: t.reqs[slot].Key, Fleet: fleetOf(l), TTL: st.s.ttl,
+					Report: Report{Client: st.client, Allowed: w.allowed, Denied: w.denied, Elapsed: w.elapsed}})
+			}
+			slot++
+		}
+	}
+	if len(reqs) > 0 {
+		t.shares = st.s.ledger.Assign(ctx, now, reqs)
+	}
 }
 
 // failed reports whether the store failed for counter i.
@@ -254,7 +292,7 @@ func (v *verdict) action(id *rlqsv3.BucketId, now time.Time) *rlqsv3.RateLimitQu
 // restrictive of its limits' verdicts (see limitVerdict). A bucket denied
 // because a window is spent gets, at the reset, the assignment it would
 // have had (streamBucket.next, pushed by the stream).
-func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeResult) verdict {
+func (st *stream) decide(now time.Time, w *usage, t *takeResult) verdict {
 	b := w.b
 	b.pushAt, b.next, b.recheckAt, b.spentUntil = time.Time{}, verdict{}, time.Time{}, time.Time{}
 	if len(w.limits) == 0 {
@@ -276,7 +314,7 @@ func (st *stream) decide(ctx context.Context, now time.Time, w *usage, t *takeRe
 		if l.Unlimited {
 			continue
 		}
-		v, reset := st.limitVerdict(ctx, now, w, l, t, slot)
+		v, reset := st.limitVerdict(now, w, l, t, slot)
 		slot++
 		failed = failed || v.failed
 		if v.stricter(&held) {
@@ -332,7 +370,7 @@ func (st *stream) forget(b *streamBucket) {
 // of the limit as a token bucket, and when the window's budget is spent,
 // reset > 0, the time until it admits again, during which the bucket is
 // denied instead (see decide).
-func (st *stream) limitVerdict(ctx context.Context, now time.Time, w *usage, l *rules.Limit, t *takeResult, slot int) (v verdict, reset time.Duration) {
+func (st *stream) limitVerdict(now time.Time, w *usage, l *rules.Limit, t *takeResult, slot int) (v verdict, reset time.Duration) {
 	if t.failed(slot) {
 		return st.failureVerdict(l), 0
 	}
@@ -340,10 +378,9 @@ func (st *stream) limitVerdict(ctx context.Context, now time.Time, w *usage, l *
 		return verdict{kind: KindAllowAll, ttl: st.s.ttl}, 0
 	}
 	c, res := &t.reqs[slot], t.res[slot]
-	share, err := st.s.ledger.Assign(ctx, now, c.Key, fleetOf(l),
-		Report{Client: st.client, Allowed: w.allowed, Denied: w.denied, Elapsed: w.elapsed}, st.s.ttl)
+	share, err := t.shares[t.ledgerAt[slot]].Share, t.shares[t.ledgerAt[slot]].Err
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			st.s.log.Debug("rlqs: ledger failed; applying the failure mode", zap.String("rule", l.Rule), zap.Error(err))
 		}
 		return st.failureVerdict(l), 0
@@ -378,33 +415,82 @@ func (st *stream) shareVerdict(share Share, held *typev3.RateLimitStrategy) verd
 	return verdict{kind: KindTokenBucket, strategy: s, ttl: st.s.ttl}
 }
 
-// recheck asks the ledger again, at b's recheckAt, for b's shares, with a
-// report of no counts and no elapsed time: the room another client's
-// decrease held is free by now, and the client need not wait for its next
-// report (up to 5 s) to grow into it. It returns b's new assignment when a
-// share changed, nil to send nothing. Nothing is charged, and the rules
-// served now decide; a bucket whose rule went away, or a ledger that
-// fails, gets nothing here: its next report abandons it or applies the
-// failure modes. For a bucket a spent window denies, the new assignment is
-// what the window's reset pushes (streamBucket.next).
-func (st *stream) recheck(ctx context.Context, now time.Time, b *streamBucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	b.recheckAt = time.Time{}
-	limits, entries := st.s.counters.Rules().Domain(st.domain).MatchBucket(b.id.GetBucket())
-	if len(limits) == 0 {
-		return nil // the next report abandons the bucket
+// recheckAll asks the ledger again, in one call, for the shares of the
+// buckets whose recheckAt is due at now, with reports of no counts and no
+// elapsed time: the room another client's decrease held is free by now,
+// and the client need not wait for its next report (up to 5 s) to grow
+// into it. It appends to actions the buckets' new assignments where a
+// share changed (see recheck).
+func (st *stream) recheckAll(ctx context.Context, now time.Time, actions []*rlqsv3.RateLimitQuotaResponse_BucketAction) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
+	var (
+		due  []recheckDue
+		reqs []Request
+	)
+	dom := st.s.counters.Rules().Domain(st.domain)
+	for _, b := range st.buckets {
+		if b.recheckAt.IsZero() || b.recheckAt.After(now) {
+			continue
+		}
+		b.recheckAt = time.Time{}
+		limits, entries := dom.MatchBucket(b.id.GetBucket())
+		if len(limits) == 0 {
+			continue // the next report abandons the bucket
+		}
+		d := recheckDue{b: b, first: len(reqs)}
+		for _, l := range limits {
+			if l.Unlimited || l.Shadow || st.s.shadow {
+				continue // ALLOW_ALL, as at the report
+			}
+			key := st.s.counters.Counter(st.domain, entries, l).Key
+			reqs = append(reqs, Request{Key: key, Fleet: fleetOf(l), Report: Report{Client: st.client}, TTL: st.s.ttl})
+		}
+		if len(reqs)-d.first == 1 && b.sent {
+			// Quiet once Envoy holds an assignment: recheck sends a share
+			// only if it changed, and then with a new TTL. Not with several
+			// limits: one that changed would send, with a new TTL, the
+			// assignment another one's unwritten share may decide.
+			reqs[d.first].Quiet = true
+		}
+		due = append(due, d)
 	}
+	var res []Result
+	if len(reqs) > 0 {
+		res = st.s.ledger.Assign(ctx, now, reqs)
+	}
+	for i, d := range due {
+		end := len(res)
+		if i+1 < len(due) {
+			end = due[i+1].first
+		}
+		if a := st.recheck(now, d.b, res[d.first:end]); a != nil {
+			actions = append(actions, a)
+		}
+	}
+	return actions
+}
+
+// recheckDue is a bucket being re-checked, and the index of its first
+// request in the ledger call.
+type recheckDue struct {
+	b     *streamBucket
+	first int
+}
+
+// recheck returns b's new assignment from the ledger's answers to its
+// re-check, res, when a share changed; nil to send nothing. Nothing is
+// charged, and the rules served now decide; a ledger that fails gets
+// nothing here: the next report applies the failure modes. For a bucket a
+// spent window denies, the new assignment is what the window's reset
+// pushes (streamBucket.next).
+func (st *stream) recheck(now time.Time, b *streamBucket, res []Result) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	out := verdict{kind: KindAllowAll, ttl: st.s.ttl}
 	changed, waiting := !b.sent, false
-	for _, l := range limits {
-		if l.Unlimited || l.Shadow || st.s.shadow {
-			continue // ALLOW_ALL, as at the report
-		}
-		key := st.s.counters.Counter(st.domain, entries, l).Key
-		share, err := st.s.ledger.Assign(ctx, now, key, fleetOf(l), Report{Client: st.client}, st.s.ttl)
-		if err != nil {
+	for _, r := range res {
+		if r.Err != nil {
 			b.recheckAt = time.Time{}
 			return nil
 		}
+		share := r.Share
 		changed = changed || share.Changed
 		b.recheckAt = earliest(b.recheckAt, share.Recheck)
 		waiting = waiting || b.waiting(now, share)

@@ -53,16 +53,51 @@ type Share struct {
 	Recheck time.Time
 }
 
+// Request is one client's report of one bucket to a Ledger: Key names the
+// bucket as the rule's counter key does, Fleet is what the bucket's rule
+// allows, and the share granted is valid for TTL.
+type Request struct {
+	Key    string
+	Fleet  Fleet
+	Report Report
+	TTL    time.Duration
+	// Quiet says the caller sends the share only if it changed, and the
+	// client holds its last one (a stream's re-check of a bucket it sent
+	// an assignment): a ledger may then leave a share that is unchanged
+	// and unexpired unwritten, answering it with Changed false and the
+	// Expires it already had. Nothing goes to Envoy, so its assignment
+	// still lapses no later than the ledger counts it.
+	Quiet bool
+}
+
+// Result is a Ledger's answer to one Request: the client's Share, or Err
+// (wrapping window.ErrStore), which concerns that Request alone.
+type Result struct {
+	Share Share
+	Err   error
+}
+
 // Ledger keeps, per bucket, every client's recent demand and held share,
-// shared by all replicas (Redis) or by one (memory). Key names the bucket
-// as the rule's counter key does. Implementations are safe for concurrent
-// use; errors wrap window.ErrStore.
+// shared by all replicas (Redis) or by one (memory). Implementations are
+// safe for concurrent use.
 type Ledger interface {
-	// Assign records r at now and returns the client's share of f, valid
-	// for ttl.
+	// Assign records each request's report at now and returns, in the
+	// requests' order, each client's share of its request's Fleet. The
+	// requests of one call are one client's report (a stream's report or
+	// re-check), so a ledger may serve them together (the Redis ledger in
+	// one pipelined round trip); a request's failure does not fail the
+	// others. Requests of one Key are served in their order, as if by
+	// separate calls.
 	//
 	// There is no Leave: an Envoy whose stream ends keeps applying its
 	// assignment until the assignment's TTL runs out, so a share is given
 	// back only when it expires.
-	Assign(ctx context.Context, now time.Time, key string, f Fleet, r Report, ttl time.Duration) (Share, error)
+	Assign(ctx context.Context, now time.Time, reqs []Request) []Result
+}
+
+// AssignOne asks l for one client's share of one bucket: a call of
+// l.Assign with the one request.
+func AssignOne(ctx context.Context, l Ledger, now time.Time, key string, f Fleet, r Report, ttl time.Duration) (Share, error) {
+	res := l.Assign(ctx, now, []Request{{Key: key, Fleet: f, Report: r, TTL: ttl}})
+	return res[0].Share, res[0].Err
 }

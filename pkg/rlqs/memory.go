@@ -27,26 +27,34 @@ func NewMemory(p Policy) *Memory {
 }
 
 // Assign implements Ledger. It never fails.
-func (m *Memory) Assign(_ context.Context, now time.Time, key string, f Fleet, r Report, ttl time.Duration) (Share, error) {
+func (m *Memory) Assign(_ context.Context, now time.Time, reqs []Request) []Result {
+	out := make([]Result, len(reqs))
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for i := range reqs {
+		out[i].Share = m.assign(now, &reqs[i])
+	}
+	return out
+}
+
+func (m *Memory) assign(now time.Time, q *Request) Share {
 	m.calls++
 	if m.calls%sweepEvery == 0 {
 		m.sweep(now)
 	}
-	b := m.buckets[key]
+	b := m.buckets[q.Key]
 	if b == nil {
 		b = make(map[string]ClientState)
-		m.buckets[key] = b
+		m.buckets[q.Key] = b
 	}
-	prev, known := b[r.Client]
-	delete(b, r.Client)
-	share, cur, expired := m.policy.Divide(now, f, b, prev, known, r, ttl)
+	prev, known := b[q.Report.Client]
+	delete(b, q.Report.Client)
+	share, cur, expired := m.policy.Divide(now, q.Fleet, b, prev, known, q.Report, q.TTL)
 	for _, id := range expired {
 		delete(b, id)
 	}
-	b[r.Client] = cur
-	return share, nil
+	b[q.Report.Client] = cur
+	return share
 }
 
 // sweep drops every expired client and every bucket left empty.

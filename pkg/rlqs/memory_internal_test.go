@@ -15,7 +15,7 @@ func TestMemorySweep(t *testing.T) {
 	f := Fleet{Tokens: 1, Period: time.Second, Burst: 1}
 	ctx := context.Background()
 	for i := range sweepEvery - 1 {
-		if _, err := m.Assign(ctx, t0, fmt.Sprint(i), f, Report{Client: "a"}, time.Minute); err != nil {
+		if _, err := AssignOne(ctx, m, t0, fmt.Sprint(i), f, Report{Client: "a"}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -23,7 +23,7 @@ func TestMemorySweep(t *testing.T) {
 		t.Fatalf("%d buckets, want %d", got, sweepEvery-1)
 	}
 	// The next call sweeps: every share above has expired an hour later.
-	if _, err := m.Assign(ctx, t0.Add(time.Hour), "new", f, Report{Client: "a"}, time.Minute); err != nil {
+	if _, err := AssignOne(ctx, m, t0.Add(time.Hour), "new", f, Report{Client: "a"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(m.buckets); got != 1 {

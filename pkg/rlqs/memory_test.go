@@ -15,6 +15,16 @@ func TestMemoryTable(t *testing.T) {
 	ledgertest.Table(t, func(*testing.T) rlqs.Ledger { return rlqs.NewMemory(rlqs.Policy{}) })
 }
 
+func TestMemoryBatch(t *testing.T) {
+	t.Parallel()
+	ledgertest.Batch(t, func(*testing.T) rlqs.Ledger { return rlqs.NewMemory(rlqs.Policy{}) })
+}
+
+func TestMemoryConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	ledgertest.ConcurrentBatches(t, 8, 20, 10, rlqs.NewMemory(rlqs.Policy{}))
+}
+
 func TestMemoryConcurrent(t *testing.T) {
 	t.Parallel()
 	ledgertest.Concurrent(t, 16, 50, rlqs.NewMemory(rlqs.Policy{}))
@@ -36,7 +46,7 @@ func BenchmarkMemoryAssign(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				r := rlqs.Report{Client: ids[i%clients], Allowed: 100, Denied: 10, Elapsed: 5 * time.Second}
-				if _, err := m.Assign(ctx, now, "bucket", f, r, time.Minute); err != nil {
+				if _, err := rlqs.AssignOne(ctx, m, now, "bucket", f, r, time.Minute); err != nil {
 					b.Fatal(err)
 				}
 				i++

@@ -352,28 +352,44 @@ type othersUse struct {
 
 // scan sums up others at now; after is how long after a client's last
 // report its next one has been answered (the report interval and Grace).
+//
+// It runs once per division over every client of the bucket, so it does
+// each time comparison once: the next report is the earliest report after
+// now − after, plus after (adding is monotone), rather than an addition
+// per client.
 func scan(now time.Time, others map[string]ClientState, after time.Duration) othersUse {
 	var o othersUse
+	since := now.Add(-after)
+	var firstReport time.Time
 	for id, c := range others {
 		if !c.Expires.After(now) {
 			o.expired = append(o.expired, id)
 			continue
 		}
-		if c.PrevUntil.After(now) && (o.freed.IsZero() || c.PrevUntil.Before(o.freed)) {
-			o.freed = c.PrevUntil
+		cr, cb := c.Rate, c.Burst
+		if c.PrevUntil.After(now) {
+			// Counted: the old share counts while a decrease is in flight.
+			cr, cb = max(cr, c.PrevRate), max(cb, c.PrevBurst)
+			if o.freed.IsZero() || c.PrevUntil.Before(o.freed) {
+				o.freed = c.PrevUntil
+			}
 		}
-		o.lapse = earliest(o.lapse, c.Expires)
-		if n := c.Reported.Add(after); !c.Reported.IsZero() && n.After(now) {
-			o.next = earliest(o.next, n)
+		if o.lapse.IsZero() || c.Expires.Before(o.lapse) {
+			o.lapse = c.Expires
+		}
+		if !c.Reported.IsZero() && c.Reported.After(since) && (firstReport.IsZero() || c.Reported.Before(firstReport)) {
+			firstReport = c.Reported
 		}
 		o.live++
 		if !c.Estimated {
 			o.measured++
 			o.sumDemand = satAdd(o.sumDemand, c.Demand)
 		}
-		cr, cb := c.Counted(now)
 		o.usedRate = satAdd(o.usedRate, cr)
 		o.usedBurst = satAdd(o.usedBurst, cb)
+	}
+	if !firstReport.IsZero() {
+		o.next = firstReport.Add(after)
 	}
 	return o
 }

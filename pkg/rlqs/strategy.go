@@ -41,7 +41,14 @@ func Strategy(s Share, held *typev3.RateLimitStrategy) *typev3.RateLimitStrategy
 	if !ok {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
-	if h := held.GetTokenBucket(); h != nil && h.GetMaxTokens() == maxTokens &&
+	h := held.GetTokenBucket()
+	if h != nil && h.GetMaxTokens() == maxTokens && h.GetTokensPerFill().GetValue() == k &&
+		h.GetFillInterval().GetNanos() == 0 && h.GetFillInterval().GetSeconds() == f {
+		// The same again (most reports): held itself, which no one
+		// changes once sent, rather than three new messages a usage.
+		return held
+	}
+	if h != nil && h.GetMaxTokens() == maxTokens &&
 		h.GetTokensPerFill().GetValue() == k && h.GetFillInterval().GetNanos() == 0 &&
 		h.GetFillInterval().GetSeconds() != f {
 		if k > 1 {

@@ -147,3 +147,16 @@ func FuzzStrategy(f *testing.F) {
 		}
 	})
 }
+
+// The same token bucket again is the held message itself: a report that
+// changes nothing builds no new strategy.
+func TestStrategySameAgainIsHeld(t *testing.T) {
+	s := Share{Rate: 5 * PerSecond, Burst: 10}
+	held := Strategy(s, nil)
+	if got := Strategy(s, held); got != held {
+		t.Fatalf("Strategy(%+v, held) = %v, a new message; want held", s, got)
+	}
+	if got := Strategy(Share{Rate: 4 * PerSecond, Burst: 10}, held); got == held || proto.Equal(got, held) {
+		t.Fatalf("a lower share = %v, want a new strategy", got)
+	}
+}

@@ -122,14 +122,10 @@ func (st *stream) push(ctx context.Context, now time.Time) *rlqsv3.RateLimitQuot
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	ctx, cancel := context.WithTimeout(ctx, st.s.timeout)
 	defer cancel()
+	// The re-checks first, all in one ledger call: for a bucket still
+	// denied by a spent window they only update what the reset pushes.
+	resp.BucketAction = st.recheckAll(ctx, now, resp.BucketAction)
 	for _, b := range st.buckets {
-		// The re-check first: for a bucket still denied by a spent window
-		// it only updates what the reset pushes.
-		if !b.recheckAt.IsZero() && !b.recheckAt.After(now) {
-			if a := st.recheck(ctx, now, b); a != nil {
-				resp.BucketAction = append(resp.BucketAction, a)
-			}
-		}
 		if b.pushAt.IsZero() || b.pushAt.After(now) {
 			continue
 		}
@@ -223,8 +219,9 @@ func (st *stream) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 	}
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	taken := takeResult{reqs: reqs, res: res, err: err}
+	st.assign(ctx, now, work, &taken)
 	for _, w := range work {
-		d := st.decide(ctx, now, w, &taken)
+		d := st.decide(now, w, &taken)
 		if a := w.b.send(&d, now); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 			st.s.obs.Assignment(label, d.kind)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs/redisledger"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window/redisstore"
 )
@@ -517,5 +518,34 @@ func TestReconnectKeepsTheHeldAssignment(t *testing.T) {
 	b := f.open(t)
 	if d := describe(b.report(use("user=x", 0, 1, 0))["user=x"]); d != "deny@15s" {
 		t.Fatalf("a subscription beside a holder of everything: %s, want deny@15s", d)
+	}
+}
+
+// TestReportIsOneLedgerRoundTrip: a report's ledger writes, one per
+// limited bucket and limit, share one Redis round trip once the ledger
+// has the buckets (the subscription reads them and loads the script), and
+// each bucket still gets its own share.
+func TestReportIsOneLedgerRoundTrip(t *testing.T) {
+	t.Parallel()
+	l := redisledger.New(redistest.Start(t).BoundedClient(t), redisledger.Options{})
+	f := newFixture(t, window.NewMemory(), func(o *rlqs.Options) { o.Ledger = l })
+	c := f.open(t)
+	report := func(elapsed time.Duration) map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction {
+		// Four token buckets (two=x has two limits: five ledger
+		// requests), and three the ledger is not asked about.
+		return c.report(use("user=a", elapsed, 1, 0), use("user=b", elapsed, 2, 0), use("user=c", elapsed, 3, 0),
+			use("two=x", elapsed, 1, 0), use("user=vip", elapsed, 7, 0), use("tier=shadow", elapsed, 3, 0), use("other=x", elapsed, 1, 0))
+	}
+	report(0)
+	if got := l.RoundTrips(); got != 3 {
+		t.Fatalf("subscription: %d round trips, want 3 (read, write: NOSCRIPT, EVAL)", got)
+	}
+	f.advance(5 * time.Second)
+	got := report(5 * time.Second)
+	if trips := l.RoundTrips() - 3; trips != 1 {
+		t.Fatalf("report: %d round trips, want 1", trips)
+	}
+	for _, b := range []string{"user=a", "user=b", "user=c", "two=x"} {
+		isTokenBucket(t, b, got[b], 15*time.Second)
 	}
 }

@@ -288,7 +288,7 @@ func (m *sim) assign(i int, now time.Time, u envoyrlqs.Usage) {
 	if r.Elapsed == 0 && r.Allowed+r.Denied > 0 && m.s.ZeroElapsedAs > 0 {
 		r.Elapsed = m.s.ZeroElapsedAs
 	}
-	share, err := c.ledger.Assign(context.Background(), now, "bucket", m.s.Fleet(now.Sub(Start)), r, m.s.TTL)
+	share, err := rlqs.AssignOne(context.Background(), c.ledger, now, "bucket", m.s.Fleet(now.Sub(Start)), r, m.s.TTL)
 	if err != nil {
 		m.t.Fatalf("Assign at %v: %v", now.Sub(Start), err)
 	}

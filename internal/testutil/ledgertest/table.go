@@ -107,7 +107,7 @@ func Table(t *testing.T, newLedger func(t *testing.T) rlqs.Ledger) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLedger(t)
 			for i, s := range tc.steps {
-				got, err := l.Assign(context.Background(), Start.Add(s.at), s.key, s.f, s.r, tableTTL)
+				got, err := rlqs.AssignOne(context.Background(), l, Start.Add(s.at), s.key, s.f, s.r, tableTTL)
 				if err != nil {
 					t.Fatalf("step %d: Assign: %v", i, err)
 				}
@@ -134,7 +134,7 @@ func Concurrent(t *testing.T, workers, rounds int, ledgers ...rlqs.Ledger) {
 			var err error
 			for i := range rounds {
 				r := report(fmt.Sprintf("w%d", w), uint64(w+1)*uint64(i+1), 0, time.Second)
-				if last[w], err = l.Assign(context.Background(), Start, "hot", f, r, tableTTL); err != nil {
+				if last[w], err = rlqs.AssignOne(context.Background(), l, Start, "hot", f, r, tableTTL); err != nil {
 					break
 				}
 			}

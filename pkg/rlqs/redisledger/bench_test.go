@@ -39,7 +39,7 @@ func BenchmarkAssign(b *testing.B) {
 				}
 				assign := func(i int) {
 					r := rlqs.Report{Client: ids[i%clients], Allowed: 100, Denied: 10, Elapsed: 5 * time.Second}
-					if _, err := ls[i%replicas].Assign(ctx, now, "bucket", f, r, time.Minute); err != nil {
+					if _, err := rlqs.AssignOne(ctx, ls[i%replicas], now, "bucket", f, r, time.Minute); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -63,6 +63,58 @@ func BenchmarkAssign(b *testing.B) {
 				b.ReportMetric(float64(end-start)/float64(i), "roundtrips/op")
 			})
 		}
+	}
+}
+
+// BenchmarkAssignBatch is one client's report of 20 buckets, as a stream
+// sends it, among clients of the same buckets, through one replica's
+// Ledger, each client every 5 s of the clock the Assigns are given, against
+// a local redis-server: per usage (one bucket of the report), the round
+// trips (1/20 when the copies are current: one pipeline), the allocations
+// and Redis's CPU.
+func BenchmarkAssignBatch(b *testing.B) {
+	const buckets = 20
+	for _, clients := range []int{1, 10} {
+		b.Run(fmt.Sprintf("buckets=%d/clients=%d", buckets, clients), func(b *testing.B) {
+			srv := redistest.Start(b)
+			rc := srv.BoundedClient(b)
+			l := New(srv.BoundedClient(b), Options{})
+			ctx := context.Background()
+			f := rlqs.WindowFleet(2000, 20*time.Second)
+			start := time.Now()
+			reqs := make([][]rlqs.Request, clients)
+			for c := range reqs {
+				for k := range buckets {
+					reqs[c] = append(reqs[c], rlqs.Request{Key: fmt.Sprintf("bucket-%d", k), Fleet: f, TTL: 15 * time.Second,
+						Report: rlqs.Report{Client: fmt.Sprintf("envoy-%d", c), Allowed: 100, Denied: 10, Elapsed: 5 * time.Second}})
+				}
+			}
+			step := 5 * time.Second / time.Duration(clients)
+			assign := func(i int) {
+				for _, r := range l.Assign(ctx, start.Add(time.Duration(i)*step), reqs[i%clients]) {
+					if r.Err != nil {
+						b.Fatal(r.Err)
+					}
+				}
+			}
+			for i := range clients {
+				assign(i)
+			}
+			trips0 := l.RoundTrips()
+			if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			i := clients
+			b.ReportAllocs()
+			for b.Loop() {
+				assign(i)
+				i++
+			}
+			usages := float64((i - clients) * buckets)
+			b.ReportMetric(float64(l.RoundTrips()-trips0)/usages, "roundtrips/usage")
+			b.ReportMetric(redisUsec(b, rc)/usages, "redis-µs/usage")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/usages, "µs/usage")
+		})
 	}
 }
 
@@ -94,7 +146,7 @@ func BenchmarkAssignContended(b *testing.B) {
 			var n atomic.Int64
 			assign := func(i int) error {
 				r := rlqs.Report{Client: ids[i%clients], Allowed: uint64(i % 7), Denied: 1, Elapsed: 5 * time.Second}
-				_, err := ls[i%2].Assign(ctx, start.Add(time.Duration(i)*step), "bucket", f, r, 15*time.Second)
+				_, err := rlqs.AssignOne(ctx, ls[i%2], start.Add(time.Duration(i)*step), "bucket", f, r, 15*time.Second)
 				return err
 			}
 			for i := range clients {

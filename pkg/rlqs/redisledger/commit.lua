@@ -22,24 +22,25 @@
 -- its stale copy.
 --
 -- KEYS[1]   the bucket's hash
--- ARGV[1]   expected   the version the caller divided on ("" for no hash)
--- ARGV[2]   next       the version this write sets: unique, never reused
--- ARGV[3]   pttl_ms    the hash lives at least this long after the write
--- ARGV[4]   field      the client's field
--- ARGV[5]   state      its new state, written as is on the current version
--- ARGV[6]   reread     "1": on another version, write nothing and answer
---                      the hash (the caller divides again on it)
--- ARGV[7]   now_ms     the caller's clock (Unix ms)
--- ARGV[8]   rate_cap   the fleet's rate (thousandths/s), at most 2^52
--- ARGV[9]   burst_cap  the fleet's burst, at most 2^52
--- ARGV[10]  min_burst  the least burst of a share with a rate
--- ARGV[11]  rate       the caller's grant
--- ARGV[12]  burst
--- ARGV[13]  demand     the state's first field, verbatim
--- ARGV[14]  tail       its last three, "expires_ms,reported_ms,estimated"
--- ARGV[15]  prev_ms    until when a decrease's old share counts (now + grace)
--- ARGV[16]  scan_ms    the least time between two scans of the bucket
--- ARGV[17..] fields of clients the caller found expired (deleted on the
+-- ARGV[1]   "expected,next,reread,pttl_ms,now_ms,rate_cap,burst_cap,
+--           min_burst,rate,burst,prev_ms,scan_ms" (one argument, so the
+--           caller formats and Redis reads one string, not twelve):
+--   expected   the version the caller divided on ("" for no hash)
+--   next       the version this write sets: unique, never reused
+--   reread     "1": on another version, write nothing and answer the
+--              hash (the caller divides again on it)
+--   pttl_ms    the hash lives at least this long after the write
+--   now_ms     the caller's clock (Unix ms)
+--   rate_cap   the fleet's rate (thousandths/s), at most 2^52
+--   burst_cap  the fleet's burst, at most 2^52
+--   min_burst  the least burst of a share with a rate
+--   rate       the caller's grant
+--   burst
+--   prev_ms    until when a decrease's old share counts (now + grace)
+--   scan_ms    the least time between two scans of the bucket
+-- ARGV[2]   field      the client's field
+-- ARGV[3]   state      its new state, written as is on the current version
+-- ARGV[4..] fields of clients the caller found expired (deleted on the
 --            current version only)
 --
 -- Returns 1 when written as given, else
@@ -52,17 +53,20 @@
 -- reread is "1" and the version differs, the hash as HGETALL returns it,
 -- having written nothing.
 local key = KEYS[1]
-local expected, next_version = ARGV[1], ARGV[2]
-local pttl = tonumber(ARGV[3])
-local field = ARGV[4]
-local now = tonumber(ARGV[7])
-local rate_cap, burst_cap = tonumber(ARGV[8]), tonumber(ARGV[9])
-local min_burst = tonumber(ARGV[10])
-local rate, burst = tonumber(ARGV[11]), tonumber(ARGV[12])
-local scan_ms = tonumber(ARGV[16])
+local expected, next_version, reread, pttl, now, rate_cap, burst_cap, min_burst, rate, burst, prev_ms, scan_ms =
+  string.match(ARGV[1], '^([%w%-]*),(%w+),([01]),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
+if not expected then
+  return redis.error_reply('commit.lua: bad arguments ' .. ARGV[1])
+end
+pttl, now = tonumber(pttl), tonumber(now)
+rate_cap, burst_cap, min_burst = tonumber(rate_cap), tonumber(burst_cap), tonumber(min_burst)
+rate, burst, scan_ms = tonumber(rate), tonumber(burst), tonumber(scan_ms)
+local field, new_state = ARGV[2], ARGV[3]
 
-local current = redis.call('HGET', key, 'v') or ''
-if current ~= expected and ARGV[6] == '1' then
+-- The version, the client's own state and the bound, in one call.
+local got = redis.call('HMGET', key, 'v', field, 'u')
+local current, own, u = got[1] or '', got[2], got[3]
+if current ~= expected and reread == '1' then
   return redis.call('HGETALL', key)
 end
 
@@ -99,7 +103,6 @@ end
 
 -- The client's own share before this write.
 local held_rate, held_burst, old_rate, old_burst, old_live = 0, 0, 0, 0, 0
-local own = redis.call('HGET', key, field)
 if own then
   local r, b, expired, _, share_rate, share_burst = counted(own)
   if r == nil then
@@ -140,7 +143,6 @@ local function scan()
 end
 
 local u_rate, u_burst
-local u = redis.call('HGET', key, 'u')
 if u then
   local a, b, c = string.match(u, '^(%d+),(%d+),(%d+)$')
   if not a then
@@ -156,14 +158,15 @@ else
   u_rate, u_burst = r + held_rate, b + held_burst
 end
 
--- finish records a write of counted share (rate, burst), and extends the
+-- finish writes the client's state, the new version and the bound,
+-- recording a write of counted share (rate, burst), and extends the
 -- hash's life to the client's share's.
-local function finish(new_rate, new_burst)
+local function finish(state, new_rate, new_burst)
   -- Capped far above any cap, so the bound still holds every raise back
   -- and prints as an integer.
   u_rate = math.min(u_rate + math.max(new_rate - held_rate, 0), 2 ^ 60)
   u_burst = math.min(u_burst + math.max(new_burst - held_burst, 0), 2 ^ 60)
-  redis.call('HSET', key, 'u', string.format('%d,%d,%d', u_rate, u_burst, scanned))
+  redis.call('HSET', key, 'v', next_version, field, state, 'u', string.format('%d,%d,%d', u_rate, u_burst, scanned))
   local left = redis.call('PTTL', key)
   if left < pttl then
     redis.call('PEXPIRE', key, pttl)
@@ -171,13 +174,12 @@ local function finish(new_rate, new_burst)
 end
 
 if current == expected then
-  redis.call('HSET', key, 'v', next_version, field, ARGV[5])
-  for i = 17, #ARGV do
+  for i = 4, #ARGV do
     redis.call('HDEL', key, ARGV[i])
   end
   -- The division's own decrease bookkeeping: a decrease counts its old
   -- share, which is no raise.
-  finish(math.max(rate, held_rate), math.max(burst, held_burst))
+  finish(new_state, math.max(rate, held_rate), math.max(burst, held_burst))
   return 1
 end
 
@@ -212,9 +214,14 @@ end
 -- the new one arrives.
 local prev_rate, prev_burst, prev_until = 0, 0, '0'
 if rate < held_rate or burst < held_burst then
-  prev_rate, prev_burst, prev_until = math.max(rate, held_rate), math.max(burst, held_burst), ARGV[15]
+  prev_rate, prev_burst, prev_until = math.max(rate, held_rate), math.max(burst, held_burst), prev_ms
 end
-local state = string.format('%s,%d,%d,%d,%d,%s,%s', ARGV[13], rate, burst, prev_rate, prev_burst, prev_until, ARGV[14])
-redis.call('HSET', key, 'v', next_version, field, state)
-finish(math.max(rate, prev_rate), math.max(burst, prev_burst))
+-- The caller's state around the share fields: its demand, and expires,
+-- reported and estimated.
+local demand, tail = string.match(new_state, '^(%d+),%d+,%d+,%d+,%d+,%d+,(%d+,%d+,[01])$')
+if not demand then
+  return redis.error_reply('commit.lua: bad state ' .. new_state)
+end
+local state = string.format('%s,%d,%d,%d,%d,%s,%s', demand, rate, burst, prev_rate, prev_burst, prev_until, tail)
+finish(state, math.max(rate, prev_rate), math.max(burst, prev_burst))
 return {0, rate, burst, old_rate, old_burst, old_live, freed, live, state}

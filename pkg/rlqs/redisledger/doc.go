@@ -24,9 +24,11 @@
 // leaves, or, at most once per scanGap, what a scan of the clients
 // (O(clients)) finds the others leave. So Σ counted ≤ the fleet's rate
 // holds across replicas however many write at once, and contention never
-// fails an Assign. An Assign is one round trip when no other replica wrote
-// the bucket since, two when one did (three the first time a bucket is
-// seen: a read, a write). Versions are random and never reused, so a hash
+// fails an Assign. An Assign serves all of a report's buckets together:
+// one pipeline writes them all, when no other replica wrote them since
+// (one round trip however many buckets); one pipeline before it reads the
+// buckets not cached, and one more rereads and writes again those another
+// replica wrote (Options.Tries). Versions are random and never reused, so a hash
 // that expired and was created again cannot pass for one seen before. A
 // call that fails may or may not have written; the Ledger then forgets the
 // bucket and reads it again next time.

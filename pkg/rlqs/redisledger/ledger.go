@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,12 +25,10 @@ var commitHash = redis.NewScript(commitSource).Hash()
 
 // client is the part of a go-redis client a Ledger uses; a
 // redis.UniversalClient (*redis.Client, a Sentinel failover client, a
-// *redis.ClusterClient) has it. Both calls name the bucket's one key, so a
-// cluster client sends them to the key's master.
+// *redis.ClusterClient) has it. Every command names one bucket's one key,
+// so a cluster client's pipeline sends each to its key's master.
 type client interface {
-	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+	Pipeline() redis.Pipeliner
 }
 
 // Options configure a Ledger. Zero fields take their defaults.
@@ -153,89 +152,232 @@ func (l *Ledger) RoundTrips() uint64 { return l.roundTrips.Load() }
 // divided.
 func (l *Ledger) Recomputed() uint64 { return l.capCount.Load() }
 
-// Assign implements rlqs.Ledger: it divides in Go on the bucket's cached
-// state and writes the client's new state with the commit script, which
-// caps the grant on the bucket's current state when the cache is stale.
-func (l *Ledger) Assign(ctx context.Context, now time.Time, key string, f rlqs.Fleet, r rlqs.Report, ttl time.Duration) (rlqs.Share, error) {
-	hkey := l.prefix + key
-	b := l.bucket(hkey, now)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	share, err := l.assign(ctx, b, now, hkey, f, r, ttl)
-	if err != nil {
-		b.snap = nil // the write may or may not have happened
-		return rlqs.Share{}, fmt.Errorf("%w: rlqs bucket %q: %w", window.ErrStore, key, err)
-	}
-	return share, nil
+// item is one request of an Assign being served.
+type item struct {
+	q    *rlqs.Request
+	out  *rlqs.Result
+	hkey string
+	b    *bucket
+	// The write of the current try.
+	share  rlqs.Share
+	cur    rlqs.ClientState
+	next   string // the version it sets
+	reread bool   // on another version, answer the hash instead of capping
+	args   []any
+	cmd    *redis.Cmd
 }
 
-func (l *Ledger) assign(ctx context.Context, b *bucket, now time.Time, hkey string, f rlqs.Fleet, r rlqs.Report, ttl time.Duration) (rlqs.Share, error) {
-	if b.snap == nil {
-		m, err := l.c.HGetAll(ctx, hkey).Result()
-		l.roundTrips.Add(1)
-		if err != nil {
-			return rlqs.Share{}, err
-		}
-		snap, err := snapshotOf(m)
-		if err != nil {
-			return rlqs.Share{}, err
-		}
-		b.snap, b.read = &snap, now
+// Assign implements rlqs.Ledger: it divides in Go on each bucket's cached
+// state and writes each client's new state with the commit script, which
+// caps the grant on the bucket's current state when the cache is stale.
+// The requests share their round trips: one pipeline reads the buckets
+// not cached, one writes them all, and one more per further try writes
+// those whose bucket another replica wrote meanwhile. So a report of any
+// number of buckets whose copies are current costs one round trip. Two
+// requests of one key are served one after the other.
+func (l *Ledger) Assign(ctx context.Context, now time.Time, reqs []rlqs.Request) []rlqs.Result {
+	out := make([]rlqs.Result, len(reqs))
+	items := make([]item, len(reqs))
+	order := make([]*item, len(reqs))
+	for i := range reqs {
+		items[i] = item{q: &reqs[i], out: &out[i], hkey: l.prefix + reqs[i].Key}
+		order[i] = &items[i]
 	}
+	// Sorted by key, so every Assign locks its buckets in one order and
+	// two never wait for each other's; stable, so a key's requests keep
+	// their order.
+	slices.SortStableFunc(order, func(a, b *item) int { return strings.Compare(a.hkey, b.hkey) })
+	for len(order) > 0 {
+		// A wave holds each key's first request left.
+		wave, rest := order[:0:0], order[:0]
+		for i, it := range order {
+			if i > 0 && it.hkey == order[i-1].hkey {
+				rest = append(rest, it)
+			} else {
+				wave = append(wave, it)
+			}
+		}
+		l.assignWave(ctx, now, wave)
+		order = rest
+	}
+	return out
+}
+
+// assignWave serves items of distinct keys, sorted by key.
+func (l *Ledger) assignWave(ctx context.Context, now time.Time, wave []*item) {
+	l.bucketsOf(wave, now)
+	for _, it := range wave {
+		it.b.mu.Lock()
+	}
+	defer func() {
+		for _, it := range wave {
+			it.b.mu.Unlock()
+		}
+	}()
+	l.read(ctx, now, wave)
 	// A write that finds another version answers the hash, and the Ledger
 	// divides again on it, but the last, or one from a copy younger than
 	// the refresh, which is capped in Redis: an Assign never fails for
 	// contention.
-	for try := 1; ; try++ {
-		reread := try < l.tries && now.Sub(b.read) >= l.refresh
-		snap := b.snap
-		prev, known := snap.clients[r.Client]
-		delete(snap.clients, r.Client)
-		share, cur, expired := l.policy.Divide(now, f, snap.clients, prev, known, r, ttl)
-		for _, id := range expired {
-			delete(snap.clients, id)
+	live := wave
+	for try := 1; len(live) > 0; try++ {
+		todo := live[:0:0]
+		for _, it := range live {
+			if it.b.snap != nil && it.out.Err == nil && l.divide(now, it, try) {
+				todo = append(todo, it)
+			}
 		}
-		next := strconv.FormatUint(rand.Uint64(), 36)
-		v, err := l.commit(ctx, hkey, l.commitArgs(now, f, r.Client, share, cur, expired, snap.version, next, reread))
-		if err != nil {
-			return rlqs.Share{}, err
+		if len(todo) == 0 {
+			return
 		}
-		if n, ok := v.(int64); ok && n == 1 {
-			snap.clients[r.Client] = cur
-			snap.version, b.read = next, now // the division saw the hash as it was
-			return share, nil
+		l.commit(ctx, todo)
+		live = todo[:0]
+		for _, it := range todo {
+			if again, err := l.written(it); err != nil {
+				l.fail(it, err)
+			} else if again {
+				it.b.read = now
+				live = append(live, it)
+			}
 		}
-		reply, ok := v.([]any)
-		if !ok {
-			return rlqs.Share{}, fmt.Errorf("%w: commit answered %T", errState, v)
-		}
-		if !reread || len(reply) > 0 && isInt(reply[0]) {
-			return l.capped(b, f, r.Client, share, reply)
-		}
-		fresh, err := parseSnapshot(reply)
-		if err != nil {
-			return rlqs.Share{}, err
-		}
-		*snap, b.read = fresh, now
 	}
 }
 
+// read fetches, in one pipeline, the hashes of the items whose bucket is
+// not cached.
+func (l *Ledger) read(ctx context.Context, now time.Time, wave []*item) {
+	var reads []*item
+	for _, it := range wave {
+		if it.b.snap == nil {
+			reads = append(reads, it)
+		}
+	}
+	if len(reads) == 0 {
+		return
+	}
+	p := l.c.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(reads))
+	for i, it := range reads {
+		cmds[i] = p.HGetAll(ctx, it.hkey)
+	}
+	_, _ = p.Exec(ctx) // each command holds its own error
+	l.roundTrips.Add(1)
+	for i, it := range reads {
+		m, err := cmds[i].Result()
+		if err != nil {
+			l.fail(it, err)
+			continue
+		}
+		snap, err := snapshotOf(m)
+		if err != nil {
+			l.fail(it, err)
+			continue
+		}
+		it.b.snap, it.b.read = &snap, now
+	}
+}
+
+// fail records err as it's result; the bucket is forgotten, since a write
+// that failed may or may not have happened.
+func (l *Ledger) fail(it *item, err error) {
+	it.b.snap = nil
+	it.out.Err = fmt.Errorf("%w: rlqs bucket %q: %w", window.ErrStore, it.q.Key, err)
+}
+
+// divide computes it's write for this try on its bucket's copy, and
+// reports whether there is one: a Quiet request whose share is unchanged
+// is answered from the copy and writes nothing.
+func (l *Ledger) divide(now time.Time, it *item, try int) bool {
+	q, snap := it.q, it.b.snap
+	it.reread = try < l.tries && now.Sub(it.b.read) >= l.refresh
+	prev, known := snap.clients[q.Report.Client]
+	delete(snap.clients, q.Report.Client)
+	share, cur, expired := l.policy.Divide(now, q.Fleet, snap.clients, prev, known, q.Report, q.TTL)
+	for _, id := range expired {
+		delete(snap.clients, id) // expired: the copy counts them as Redis does
+	}
+	if q.Quiet && known && !share.Changed && prev.Expires.After(now) {
+		// The client's entry, which only this stream writes, stays as it
+		// is in Redis and in the copy: the bucket's sums do not change, and
+		// the share Envoy holds lapses by the entry's expiry.
+		snap.clients[q.Report.Client] = prev
+		share.Expires = prev.Expires.Add(-l.grace())
+		it.out.Share = share
+		return false
+	}
+	it.share, it.cur = share, cur
+	it.args, it.next = l.commitArgs(now, q.Fleet, q.Report.Client, share, cur, expired, snap.version, it.reread)
+	return true
+}
+
+// written reads the commit script's answer to it's write: done, with its
+// result set, or again, the hash having been read into the copy to divide
+// on again.
+func (l *Ledger) written(it *item) (again bool, err error) {
+	v, err := it.cmd.Result()
+	if err != nil {
+		return false, err
+	}
+	b := it.b
+	if n, ok := v.(int64); ok && n == 1 {
+		b.snap.clients[it.q.Report.Client] = it.cur
+		b.snap.version = it.next // the division saw the hash as it was
+		it.out.Share = it.share
+		return false, nil
+	}
+	reply, ok := v.([]any)
+	if !ok {
+		return false, fmt.Errorf("%w: commit answered %T", errState, v)
+	}
+	if !it.reread || len(reply) > 0 && isInt(reply[0]) {
+		it.out.Share, err = l.capped(b, it.q.Fleet, it.q.Report.Client, it.share, reply)
+		return false, err
+	}
+	fresh, err := parseSnapshot(reply)
+	if err != nil {
+		return false, err
+	}
+	*b.snap = fresh
+	return true, nil
+}
+
 // commitArgs are commit.lua's arguments for writing cur, the state of
-// client's share, divided on version.
-func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version, next string, reread bool) []any {
-	enc := appendState(nil, cur)
-	head, tail := splitState(enc)
-	args := make([]any, 16, 16+len(expired))
-	args[0], args[1], args[2], args[3] = version, next, max(cur.Expires.Sub(now).Milliseconds()+1, 1), clientPrefix+client
-	// now rounds down: a share the script finds expired has expired.
-	args[4], args[5], args[6] = string(enc), flag(reread), msDown(now)
-	args[7], args[8], args[9] = min(rlqs.FleetRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst
-	args[10], args[11], args[12], args[13] = share.Rate, share.Burst, head, tail
-	args[14], args[15] = msUp(now.Add(l.grace())), scanGap.Milliseconds()
+// client's share, divided on version, and the version the write sets.
+// The numbers, the client's field and its state are formatted into one
+// string, of which the arguments are parts: a write costs a handful of
+// allocations, not one per number.
+func (l *Ledger) commitArgs(now time.Time, f rlqs.Fleet, client string, share rlqs.Share, cur rlqs.ClientState, expired []string, version string, reread bool) (args []any, next string) {
+	var arr [256]byte
+	buf := append(arr[:0], version...)
+	buf = append(buf, ',')
+	nextAt := len(buf)
+	buf = strconv.AppendUint(buf, rand.Uint64(), 36)
+	nextEnd := len(buf)
+	buf = append(buf, ',', '0')
+	if reread {
+		buf[len(buf)-1] = '1'
+	}
+	for _, v := range [...]uint64{
+		uint64(max(cur.Expires.Sub(now).Milliseconds()+1, 1)),
+		msDown(now), // rounded down: a share the script finds expired has expired
+		min(rlqs.FleetRate(f), maxScriptValue), min(f.Burst, maxScriptValue), minBurst,
+		share.Rate, share.Burst, msUp(now.Add(l.grace())), uint64(scanGap.Milliseconds()),
+	} {
+		buf = append(buf, ',')
+		buf = strconv.AppendUint(buf, v, 10)
+	}
+	headEnd := len(buf)
+	buf = append(buf, clientPrefix...)
+	buf = append(buf, client...)
+	fieldEnd := len(buf)
+	buf = appendState(buf, cur)
+	s := string(buf)
+	args = make([]any, 3, 3+len(expired))
+	args[0], args[1], args[2] = s[:headEnd], s[headEnd:fieldEnd], s[fieldEnd:]
 	for _, id := range expired {
 		args = append(args, clientPrefix+id)
 	}
-	return args
+	return args, s[nextAt:nextEnd]
 }
 
 // capped reads the commit script's answer to a write it capped on the
@@ -266,33 +408,28 @@ func (l *Ledger) capped(b *bucket, f rlqs.Fleet, client string, share rlqs.Share
 	return got, nil
 }
 
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
 func isInt(v any) bool {
 	_, ok := v.(int64)
 	return ok
 }
 
-// bucket returns the cache entry of hkey, sweeping the cache now and then:
-// a bucket whose clients have all expired is dropped.
-func (l *Ledger) bucket(hkey string, now time.Time) *bucket {
+// bucketsOf sets the cache entry of each item, sweeping the cache now and
+// then: a bucket whose clients have all expired is dropped.
+func (l *Ledger) bucketsOf(items []*item, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.calls++
-	if l.calls%sweepEvery == 0 || len(l.buckets) >= maxCached {
-		l.sweep(now)
+	for _, it := range items {
+		l.calls++
+		if l.calls%sweepEvery == 0 || len(l.buckets) >= maxCached {
+			l.sweep(now)
+		}
+		b := l.buckets[it.hkey]
+		if b == nil {
+			b = &bucket{}
+			l.buckets[it.hkey] = b
+		}
+		it.b = b
 	}
-	b := l.buckets[hkey]
-	if b == nil {
-		b = &bucket{}
-		l.buckets[hkey] = b
-	}
-	return b
 }
 
 // sweep drops the cache entries of buckets with no unexpired client, and
@@ -328,16 +465,30 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// commit runs commit.lua, as EVAL when Redis has lost the script.
-func (l *Ledger) commit(ctx context.Context, key string, args []any) (any, error) {
-	keys := []string{key}
-	v, err := l.c.EvalSha(ctx, commitHash, keys, args...).Result()
-	l.roundTrips.Add(1)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		v, err = l.c.Eval(ctx, commitSource, keys, args...).Result()
-		l.roundTrips.Add(1)
+// commit runs commit.lua for every item in one pipeline, and again as
+// EVAL, in one more, for the items whose node had lost the script.
+func (l *Ledger) commit(ctx context.Context, items []*item) {
+	p := l.c.Pipeline()
+	for _, it := range items {
+		it.cmd = p.EvalSha(ctx, commitHash, []string{it.hkey}, it.args...)
 	}
-	return v, err
+	_, _ = p.Exec(ctx) // each command holds its own error
+	l.roundTrips.Add(1)
+	var lost []*item
+	for _, it := range items {
+		if err := it.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			lost = append(lost, it)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	p = l.c.Pipeline()
+	for _, it := range lost {
+		it.cmd = p.Eval(ctx, commitSource, []string{it.hkey}, it.args...)
+	}
+	_, _ = p.Exec(ctx)
+	l.roundTrips.Add(1)
 }
 
 // snapshotOf reads a bucket's hash as HGETALL returned it.

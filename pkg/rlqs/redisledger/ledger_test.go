@@ -15,22 +15,23 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/window"
 )
 
-// The same cases as the memory ledger's, on a single node, behind
+// The same cases as the memory ledger's, one request and batches, on a
+// single node, behind
 // Sentinel, and on a cluster (where the cases' keys land on several
 // nodes).
 func TestTable(t *testing.T) {
 	t.Parallel()
-	for name, start := range map[string]func(t *testing.T) client{
-		"single":   func(t *testing.T) client { return redistest.Start(t).BoundedClient(t) },
-		"sentinel": func(t *testing.T) client { return redistest.StartSentinel(t).FailoverClient(t) },
-		"cluster":  func(t *testing.T) client { return redistest.StartCluster(t, 3).Client(t) },
-	} {
+	for name, start := range servers() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := start(t)
+			c := start(t)()
 			n := 0
 			ledgertest.Table(t, func(*testing.T) rlqs.Ledger {
 				n++ // a prefix per case: the cases share the server
+				return New(c, Options{Prefix: "rlqs:" + strings.Repeat("x", n) + ":"})
+			})
+			ledgertest.Batch(t, func(*testing.T) rlqs.Ledger {
+				n++
 				return New(c, Options{Prefix: "rlqs:" + strings.Repeat("x", n) + ":"})
 			})
 		})
@@ -96,7 +97,7 @@ func TestRoundTrips(t *testing.T) {
 		{c, "w", 5 * time.Second, 3, 1},
 	} {
 		r := rlqs.Report{Client: step.client, Allowed: 5, Elapsed: time.Second}
-		if _, err := step.l.Assign(ctx, start.Add(step.at), "k", f, r, time.Minute); err != nil {
+		if _, err := rlqs.AssignOne(ctx, step.l, start.Add(step.at), "k", f, r, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if got, capped := step.l.RoundTrips(), step.l.Recomputed(); got != step.trips || capped != step.capped {
@@ -116,17 +117,17 @@ func TestExpiredAndRewritten(t *testing.T) {
 	ctx := context.Background()
 	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
 	now := time.Now()
-	if s, err := a.Assign(ctx, now, "k", f, rlqs.Report{Client: "x", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
+	if s, err := rlqs.AssignOne(ctx, a, now, "k", f, rlqs.Report{Client: "x", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
 		t.Fatalf("a: %+v, %v; want the whole rate", s, err)
 	}
 	if err := c.Del(ctx, "rlqs:k").Err(); err != nil { // as if it had expired
 		t.Fatal(err)
 	}
-	if s, err := b.Assign(ctx, now, "k", f, rlqs.Report{Client: "y", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
+	if s, err := rlqs.AssignOne(ctx, b, now, "k", f, rlqs.Report{Client: "y", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute); err != nil || s.Rate != 10*rlqs.PerSecond {
 		t.Fatalf("b: %+v, %v; want the whole rate of the empty bucket", s, err)
 	}
 	// a's cache still holds x alone; the write must find y.
-	s, err := a.Assign(ctx, now, "k", f, rlqs.Report{Client: "x", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute)
+	s, err := rlqs.AssignOne(ctx, a, now, "k", f, rlqs.Report{Client: "x", Allowed: 50, Elapsed: 5 * time.Second}, time.Minute)
 	if err != nil || s.Rate != 0 {
 		t.Fatalf("a again: %+v, %v; want nothing, y holds the whole rate", s, err)
 	}
@@ -141,7 +142,7 @@ func TestExpiry(t *testing.T) {
 	l := New(c, Options{})
 	ctx := context.Background()
 	now := time.Now()
-	if _, err := l.Assign(ctx, now, "k", rlqs.Fleet{Tokens: 1, Period: time.Second, Burst: 1},
+	if _, err := rlqs.AssignOne(ctx, l, now, "k", rlqs.Fleet{Tokens: 1, Period: time.Second, Burst: 1},
 		rlqs.Report{Client: "a", Allowed: 1}, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +175,13 @@ func TestErrors(t *testing.T) {
 	if err := c.HSet(ctx, "rlqs:bad", "c:a", "1,2,3").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Assign(ctx, time.Now(), "bad", f, rlqs.Report{Client: "b"}, time.Minute); !errors.Is(err, window.ErrStore) || !errors.Is(err, errState) {
+	if _, err := rlqs.AssignOne(ctx, l, time.Now(), "bad", f, rlqs.Report{Client: "b"}, time.Minute); !errors.Is(err, window.ErrStore) || !errors.Is(err, errState) {
 		t.Fatalf("Assign on a corrupt bucket = %v, want ErrStore and errState", err)
 	}
 	srv.Stop()
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := l.Assign(cctx, time.Now(), "k", f, rlqs.Report{Client: "a"}, time.Minute); !errors.Is(err, window.ErrStore) {
+	if _, err := rlqs.AssignOne(cctx, l, time.Now(), "k", f, rlqs.Report{Client: "a"}, time.Minute); !errors.Is(err, window.ErrStore) {
 		t.Fatalf("Assign with Redis stopped = %v, want ErrStore", err)
 	}
 }

@@ -50,7 +50,7 @@ func manyClientsTwoReplicas(t *testing.T, o Options) {
 		errs := make(chan error, len(who))
 		for _, i := range who {
 			go func() {
-				s, err := ls[i%len(ls)].Assign(context.Background(), at, "hot", f, report(i), ttl)
+				s, err := rlqs.AssignOne(context.Background(), ls[i%len(ls)], at, "hot", f, report(i), ttl)
 				if err == nil {
 					shares[i] = s
 				}
@@ -155,7 +155,7 @@ func TestCappedRaise(t *testing.T) {
 	other("a", "x", x, bound(10, 10, 0))
 	assign := func(at time.Duration) rlqs.Share {
 		t.Helper()
-		s, err := l.Assign(ctx, t0.Add(at), "k", f, rlqs.Report{Client: "y", Allowed: 100, Elapsed: time.Second}, time.Minute)
+		s, err := rlqs.AssignOne(ctx, l, t0.Add(at), "k", f, rlqs.Report{Client: "y", Allowed: 100, Elapsed: time.Second}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -143,20 +143,6 @@ func parseSnapshot(reply []any) (snapshot, error) {
 	return s, nil
 }
 
-// splitState splits an encoded state around its share fields: the demand
-// before them, and expires, reported and estimated after. The commit
-// script writes the share fields itself when it caps a grant.
-func splitState(enc []byte) (head, tail string) {
-	s := string(enc)
-	i := strings.IndexByte(s, ',')
-	j := len(s)
-	for range 3 {
-		j = strings.LastIndexByte(s[:j], ',')
-	}
-	// The share fields are the five between.
-	return s[:i], s[j+1:]
-}
-
 // capped is the commit script's answer when it capped a grant on the
 // bucket's current state.
 type capped struct {
