@@ -169,7 +169,8 @@ func (st *stream) assign(ctx context.Context, now time.Time, work []*usage, t *t
 	t.ledgerAt = make([]int, len(t.reqs))
 	var reqs []Request
 	for _, w := range work {
-		slot := w.first
+		slot, first := w.first, len(reqs)
+		spent := false
 		for _, l := range w.limits {
 			if l.Unlimited {
 				continue
@@ -179,13 +180,30 @@ func (st *stream) assign(ctx context.Context, now time.Time, work []*usage, t *t
 				t.ledgerAt[slot] = len(reqs)
 				reqs = append(reqs, Request{Key: t.reqs[slot].Key, Fleet: fleetOf(l), TTL: st.s.ttl,
 					Report: Report{Client: st.client, Allowed: w.allowed, Denied: w.denied, Elapsed: w.elapsed}})
+				spent = spent || t.reqs[slot].Remaining(t.res[slot], now) == 0
 			}
 			slot++
+		}
+		if len(reqs)-first == 1 && len(w.limits) == 1 && w.quiet(now, spent) {
+			// Envoy holds this bucket's token bucket for long enough: a
+			// report that changes nothing need not be written or answered
+			// (Request.Quiet). Until its next report is answered: its
+			// elapsed time again, and a second for the answer.
+			reqs[first].Quiet, reqs[first].Hold = true, w.elapsed+time.Second
 		}
 	}
 	if len(reqs) > 0 {
 		t.shares = st.s.ledger.Assign(ctx, now, reqs)
 	}
+}
+
+// quiet reports whether w's one ledger request may be Quiet: a periodic
+// report of a bucket whose window is not spent, and whose last assignment
+// on this stream was a token bucket of the ledger's share, so a kept share
+// leaves Envoy exactly what the report would send again.
+func (w *usage) quiet(now time.Time, spent bool) bool {
+	b := w.b
+	return w.elapsed > 0 && !spent && b.sent && b.held != nil && b.spentUntil.IsZero() && b.pushAt.IsZero() && !now.Before(b.waitUntil)
 }
 
 // failed reports whether the store failed for counter i.
@@ -389,6 +407,9 @@ func (st *stream) limitVerdict(now time.Time, w *usage, l *rules.Limit, t *takeR
 		reset = spentFor(c, res, now)
 	}
 	w.b.recheckAt = earliest(w.b.recheckAt, share.Recheck)
+	if share.Kept {
+		return verdict{keep: true}, reset // Envoy's token bucket stands
+	}
 	if w.b.waiting(now, share) {
 		w.b.recheckAt = earliest(w.b.recheckAt, w.b.waitUntil)
 		return verdict{keep: true}, reset

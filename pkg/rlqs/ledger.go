@@ -51,6 +51,11 @@ type Share struct {
 	// then, with a Report of no counts and Elapsed 0, and sends the result,
 	// gives the client its share without waiting for its next report.
 	Recheck time.Time
+	// Kept reports that a Quiet request was answered without a write: the
+	// share is the one the client holds, unchanged, and Expires is when
+	// the assignment Envoy holds lapses (at least the request's Hold
+	// away). The caller sends nothing, so that assignment stands.
+	Kept bool
 }
 
 // Request is one client's report of one bucket to a Ledger: Key names the
@@ -62,12 +67,19 @@ type Request struct {
 	Report Report
 	TTL    time.Duration
 	// Quiet says the caller sends the share only if it changed, and the
-	// client holds its last one (a stream's re-check of a bucket it sent
-	// an assignment): a ledger may then leave a share that is unchanged
-	// and unexpired unwritten, answering it with Changed false and the
-	// Expires it already had. Nothing goes to Envoy, so its assignment
-	// still lapses no later than the ledger counts it.
+	// client holds its last one (a stream's re-check or report of a bucket
+	// it sent an assignment): a ledger may then leave a share that is
+	// unchanged, and whose assignment in Envoy holds at least Hold past
+	// now, unwritten, answering it Kept with the Expires it already had.
+	// Nothing goes to Envoy, so its assignment still lapses no later than
+	// the ledger counts it; the report's counts are then not recorded
+	// (the demand it measures is within the hysteresis of the last one).
 	Quiet bool
+	// Hold is, for a Quiet request, the least time past now the kept
+	// assignment must still hold: a report's, the time until the client's
+	// next report has been answered, so the next one writes before the
+	// assignment lapses; 0 for a re-check.
+	Hold time.Duration
 }
 
 // Result is a Ledger's answer to one Request: the client's Share, or Err

@@ -53,6 +53,10 @@ func (m *Memory) assign(now time.Time, q *Request) Share {
 	for _, id := range expired {
 		delete(b, id)
 	}
+	if m.policy.Keeps(now, q, prev, known, share) {
+		b[q.Report.Client] = prev
+		return m.policy.Kept(prev, share)
+	}
 	b[q.Report.Client] = cur
 	return share
 }

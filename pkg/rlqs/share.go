@@ -461,3 +461,19 @@ func mulSat(a, b uint64) uint64 {
 	}
 	return lo
 }
+
+// Keeps reports whether a ledger may leave q's share unwritten (see
+// Request.Quiet): q is Quiet, the client is known, its share did not
+// change, and the assignment Envoy holds, which lapses Grace before the
+// entry's Expires, holds at least q.Hold past now.
+func (p Policy) Keeps(now time.Time, q *Request, prev ClientState, known bool, share Share) bool {
+	return q.Quiet && known && !share.Changed && prev.Expires.Add(-p.grace()).After(now.Add(q.Hold))
+}
+
+// Kept is share as answered for a request Keeps leaves unwritten: Kept,
+// expiring when the assignment the client holds does.
+func (p Policy) Kept(prev ClientState, share Share) Share {
+	share.Expires = prev.Expires.Add(-p.grace())
+	share.Kept = true
+	return share
+}

@@ -195,8 +195,10 @@ func TestCaps(t *testing.T) {
 	if code := c2.end(); code != codes.ResourceExhausted {
 		t.Errorf("second stream: %v, want ResourceExhausted", code)
 	}
-	// The first stream still reports its buckets.
-	if got := c.report(use("user=1", 5*time.Second, 1, 0)); got["user=1"] == nil {
+	// The first stream still reports its buckets (10 s on, so the report
+	// is answered, not kept: see TestUnchangedReportIsKept).
+	f.advance(10 * time.Second)
+	if got := c.report(use("user=1", 10*time.Second, 1, 0)); got["user=1"] == nil {
 		t.Errorf("first stream after the refusal: %v", got)
 	}
 	c.cancel()
@@ -540,12 +542,74 @@ func TestReportIsOneLedgerRoundTrip(t *testing.T) {
 	if got := l.RoundTrips(); got != 3 {
 		t.Fatalf("subscription: %d round trips, want 3 (read, write: NOSCRIPT, EVAL)", got)
 	}
-	f.advance(5 * time.Second)
-	got := report(5 * time.Second)
+	// 10 s on, the assignments sent at the subscription hold 5 s more,
+	// less than the next report needs: every share is written and sent
+	// (TestUnchangedReportIsKept has the report 5 s on).
+	f.advance(10 * time.Second)
+	got := report(10 * time.Second)
 	if trips := l.RoundTrips() - 3; trips != 1 {
 		t.Fatalf("report: %d round trips, want 1", trips)
 	}
 	for _, b := range []string{"user=a", "user=b", "user=c", "two=x"} {
 		isTokenBucket(t, b, got[b], 15*time.Second)
+	}
+}
+
+// TestUnchangedReportIsKept: a periodic report whose share does not change,
+// of a bucket Envoy holds a token bucket for that still holds past its
+// next report, is neither written nor answered (Request.Quiet): Envoy
+// keeps the assignment, which the ledger counts as long. The next report,
+// when the assignment would lapse before the one after, is written and
+// answered with the same bucket and a new TTL; a report whose demand moves
+// the share is answered at once. On both ledgers; on Redis the kept report
+// makes no round trip.
+func TestUnchangedReportIsKept(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		ledger func(t *testing.T) (rlqs.Ledger, func() uint64)
+	}{
+		{"memory", func(*testing.T) (rlqs.Ledger, func() uint64) { return rlqs.NewMemory(rlqs.Policy{}), nil }},
+		{"redis", func(t *testing.T) (rlqs.Ledger, func() uint64) {
+			l := redisledger.New(redistest.Start(t).BoundedClient(t), redisledger.Options{})
+			return l, l.RoundTrips
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l, trips := tc.ledger(t)
+			f := newFixture(t, window.NewMemory(), func(o *rlqs.Options) { o.Ledger = l })
+			f.setRules(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 6000}\n")
+			c := f.open(t)
+			isTokenBucket(t, "subscription", c.report(use("user=x", 0, 1, 0))["user=x"], 15*time.Second)
+			// The first measured demand (2/s) sets the share.
+			f.advance(5 * time.Second)
+			measured := isTokenBucket(t, "first measure", c.report(use("user=x", 5*time.Second, 10, 0))["user=x"], 15*time.Second)
+
+			// 5 s on, the same demand: the assignment holds 10 s more.
+			f.advance(5 * time.Second)
+			before := uint64(0)
+			if trips != nil {
+				before = trips()
+			}
+			c.send("edge", use("user=x", 5*time.Second, 10, 0))
+			c.quiet()
+			if trips != nil && trips() != before {
+				t.Errorf("a kept report made %d round trips, want 0", trips()-before)
+			}
+
+			// 10 s after the last answer it holds 5 s, less than the next
+			// report needs: written and answered, the same bucket.
+			f.advance(5 * time.Second)
+			if got := isTokenBucket(t, "refresh", c.report(use("user=x", 5*time.Second, 10, 0))["user=x"], 15*time.Second); got != measured {
+				t.Errorf("refreshed rate %d, want the kept %d", got, measured)
+			}
+
+			// Demand ten times higher moves the share: answered at once.
+			f.advance(5 * time.Second)
+			if got := isTokenBucket(t, "raised", c.report(use("user=x", 5*time.Second, 100, 0))["user=x"], 15*time.Second); got <= measured {
+				t.Errorf("rate %d at ten times the demand, want more than %d", got, measured)
+			}
+		})
 	}
 }

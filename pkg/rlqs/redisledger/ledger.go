@@ -296,13 +296,12 @@ func (l *Ledger) divide(now time.Time, it *item, try int) bool {
 	for _, id := range expired {
 		delete(snap.clients, id) // expired: the copy counts them as Redis does
 	}
-	if q.Quiet && known && !share.Changed && prev.Expires.After(now) {
+	if l.policy.Keeps(now, q, prev, known, share) {
 		// The client's entry, which only this stream writes, stays as it
 		// is in Redis and in the copy: the bucket's sums do not change, and
 		// the share Envoy holds lapses by the entry's expiry.
 		snap.clients[q.Report.Client] = prev
-		share.Expires = prev.Expires.Add(-l.grace())
-		it.out.Share = share
+		it.out.Share = l.policy.Kept(prev, share)
 		return false
 	}
 	it.share, it.cur = share, cur
