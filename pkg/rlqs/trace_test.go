@@ -37,7 +37,7 @@ func TestReportSpan(t *testing.T) {
 	f := newFixture(t, store, func(o *rlqs.Options) { o.Tracer = tp.Tracer("test") })
 	c := f.open(t)
 	c.report(use("user=a", 0, 1, 0), use("other=b", 0, 1, 0), use("", 0, 1, 0))
-	f.advance(10 * time.Second) // so the report is answered, not kept
+	f.advance(10 * time.Second)                     // so the report is answered, not kept
 	c.send("", use("user=a", 10*time.Second, 1, 0)) // no domain is fine after the first
 	c.recv()
 	c2 := f.open(t)
