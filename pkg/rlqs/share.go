@@ -189,7 +189,7 @@ func satAdd(a, b uint64) uint64 {
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetRate(f)
-	o := scan(now, others, p.interval()+p.grace())
+	o := scan(now, others, p.interval(), p.grace())
 	if known && !prev.Expires.After(now) {
 		known = false // its assignment has lapsed in Envoy as well
 	}
@@ -350,17 +350,16 @@ type othersUse struct {
 	next                time.Time // the first moment another client's next report has reached the ledger, with Grace
 }
 
-// scan sums up others at now; after is how long after a client's last
-// report its next one has been answered (the report interval and Grace).
+// scan sums up others at now. A client reports every interval, and its
+// next report has been answered grace after it arrives.
 //
-// It runs once per division over every client of the bucket, so it does
-// each time comparison once: the next report is the earliest report after
-// now − after, plus after (adding is monotone), rather than an addition
-// per client.
-func scan(now time.Time, others map[string]ClientState, after time.Duration) othersUse {
+// A client's last recorded report may be more than one interval old: a
+// report that changed nothing may be kept unwritten (Request.Quiet), and
+// the client went on reporting on the same phase. So its next report is
+// projected on that phase: the first Reported + m·interval (m ≥ 1) whose
+// answer, grace later, is after now.
+func scan(now time.Time, others map[string]ClientState, interval, grace time.Duration) othersUse {
 	var o othersUse
-	since := now.Add(-after)
-	var firstReport time.Time
 	for id, c := range others {
 		if !c.Expires.After(now) {
 			o.expired = append(o.expired, id)
@@ -377,8 +376,10 @@ func scan(now time.Time, others map[string]ClientState, after time.Duration) oth
 		if o.lapse.IsZero() || c.Expires.Before(o.lapse) {
 			o.lapse = c.Expires
 		}
-		if !c.Reported.IsZero() && c.Reported.After(since) && (firstReport.IsZero() || c.Reported.Before(firstReport)) {
-			firstReport = c.Reported
+		if !c.Reported.IsZero() {
+			// One that stopped reporting only costs a re-check that
+			// finds no more room.
+			o.next = earliest(o.next, nextAnswer(now, c.Reported, interval, grace))
 		}
 		o.live++
 		if !c.Estimated {
@@ -388,10 +389,19 @@ func scan(now time.Time, others map[string]ClientState, after time.Duration) oth
 		o.usedRate = satAdd(o.usedRate, cr)
 		o.usedBurst = satAdd(o.usedBurst, cb)
 	}
-	if !firstReport.IsZero() {
-		o.next = firstReport.Add(after)
-	}
 	return o
+}
+
+// nextAnswer is when the next report of a client that last reported at
+// reported, every interval, has been answered (grace after it): the first
+// reported + m·interval + grace after now, m ≥ 1.
+func nextAnswer(now, reported time.Time, interval, grace time.Duration) time.Time {
+	first := reported.Add(interval + grace)
+	if first.After(now) || interval <= 0 {
+		return first
+	}
+	m := now.Sub(first)/interval + 1
+	return first.Add(m * interval)
 }
 
 // measure is the client's state with r's demand: (allowed+denied)/elapsed.

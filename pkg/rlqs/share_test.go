@@ -355,7 +355,7 @@ func TestDivideSlowShares(t *testing.T) {
 				// Without the deferral the target moved beyond the
 				// hysteresis: the case would not test it.
 				cur := tc.clients[tc.r.Client]
-				o := scan(t0, map[string]ClientState{"b": tc.clients["b"]}, 6*time.Second)
+				o := scan(t0, map[string]ClientState{"b": tc.clients["b"]}, 5*time.Second, time.Second)
 				// Nor within the hysteresis of what one more request would
 				// have measured.
 				cur.Demand = perSecond(tc.r.Denied+1, tc.r.Elapsed)
@@ -424,4 +424,33 @@ func FuzzDivide(f *testing.F) {
 			t.Fatalf("share %+v: a rate without a burst or the reverse", s)
 		}
 	})
+}
+
+// TestNextAnswer: a client's next report is projected on its reporting
+// phase, also when its last recorded report is several intervals old (the
+// reports between were kept unwritten), so a capped client is re-checked
+// when another's decrease can have reached its Envoy.
+func TestNextAnswer(t *testing.T) {
+	t.Parallel()
+	const interval, grace = 5 * time.Second, time.Second
+	for _, tc := range []struct {
+		name      string
+		reported  time.Duration // before now
+		wantAfter time.Duration // the answer, after now
+	}{
+		{"reported just now", 0, 6 * time.Second},
+		{"reported 4 s ago", 4 * time.Second, 2 * time.Second},
+		{"its next report answered just now: the one after", 6 * time.Second, 5 * time.Second},
+		{"one report kept: the second after", 7 * time.Second, 4 * time.Second},
+		{"three kept", 17 * time.Second, 4 * time.Second},
+		{"the answer exactly now: the next", 11 * time.Second, 5 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := nextAnswer(t0, t0.Add(-tc.reported), interval, grace)
+			if want := t0.Add(tc.wantAfter); !got.Equal(want) {
+				t.Errorf("next answer at %v after now, want %v", got.Sub(t0), tc.wantAfter)
+			}
+		})
+	}
 }
