@@ -189,7 +189,7 @@ func satAdd(a, b uint64) uint64 {
 // burst (see docs/rlqs.md, "The guarantee").
 func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
 	rTot := FleetRate(f)
-	o := scan(now, others, p.interval(), p.grace())
+	o := scan(now, others)
 	if known && !prev.Expires.After(now) {
 		known = false // its assignment has lapsed in Envoy as well
 	}
@@ -274,7 +274,13 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		// may come free at another client's next report.
 		share.Recheck = earliest(o.freed, o.lapse)
 		if rate < want-mulDiv(want, p.hysteresis(), milli) {
-			share.Recheck = earliest(share.Recheck, o.next)
+			// Not sooner than half an interval from now: with many
+			// clients another one's report is answered every few
+			// milliseconds, and a re-check at each would divide the
+			// bucket tens of times an interval; the reports answered
+			// meanwhile are taken together.
+			gap := max(p.grace(), p.interval()/2)
+			share.Recheck = earliest(share.Recheck, nextAnswer(now, now.Add(gap), others, p.interval(), p.grace()))
 		}
 	}
 	return share, cur, o.expired
@@ -347,18 +353,10 @@ type othersUse struct {
 	usedRate, usedBurst uint64    // what the unexpired clients count
 	freed               time.Time // the first moment a decrease in flight stops counting
 	lapse               time.Time // the first moment an unexpired client's share stops counting
-	next                time.Time // the first moment another client's next report has reached the ledger, with Grace
 }
 
-// scan sums up others at now. A client reports every interval, and its
-// next report has been answered grace after it arrives.
-//
-// A client's last recorded report may be more than one interval old: a
-// report that changed nothing may be kept unwritten (Request.Quiet), and
-// the client went on reporting on the same phase. So its next report is
-// projected on that phase: the first Reported + m·interval (m ≥ 1) whose
-// answer, grace later, is after now.
-func scan(now time.Time, others map[string]ClientState, interval, grace time.Duration) othersUse {
+// scan sums up others at now.
+func scan(now time.Time, others map[string]ClientState) othersUse {
 	var o othersUse
 	for id, c := range others {
 		if !c.Expires.After(now) {
@@ -376,11 +374,6 @@ func scan(now time.Time, others map[string]ClientState, interval, grace time.Dur
 		if o.lapse.IsZero() || c.Expires.Before(o.lapse) {
 			o.lapse = c.Expires
 		}
-		if !c.Reported.IsZero() {
-			// One that stopped reporting only costs a re-check that
-			// finds no more room.
-			o.next = earliest(o.next, nextAnswer(now, c.Reported, interval, grace))
-		}
 		o.live++
 		if !c.Estimated {
 			o.measured++
@@ -392,16 +385,32 @@ func scan(now time.Time, others map[string]ClientState, interval, grace time.Dur
 	return o
 }
 
-// nextAnswer is when the next report of a client that last reported at
-// reported, every interval, has been answered (grace after it): the first
-// reported + m·interval + grace after now, m ≥ 1.
-func nextAnswer(now, reported time.Time, interval, grace time.Duration) time.Time {
-	first := reported.Add(interval + grace)
-	if first.After(now) || interval <= 0 {
-		return first
+// nextAnswer is the first moment from on when another unexpired client's
+// next report has been answered (grace after it arrives), zero when none
+// has reported. A client reports every interval from its last recorded
+// report, which may be several intervals old (reports that changed nothing
+// are kept unwritten, see Request.Quiet): its next answer is the first
+// reported + m·interval + grace (m ≥ 1) at or after from. One that stopped
+// reporting only costs a re-check that finds no more room. The arithmetic
+// is on Unix nanoseconds: it runs once per client.
+func nextAnswer(now, from time.Time, others map[string]ClientState, interval, grace time.Duration) time.Time {
+	f, iv, best := from.UnixNano(), int64(interval), int64(0)
+	for _, c := range others {
+		if c.Reported.IsZero() || !c.Expires.After(now) {
+			continue
+		}
+		t := c.Reported.UnixNano() + iv + int64(grace)
+		if t < f && iv > 0 {
+			t += ((f - t + iv - 1) / iv) * iv
+		}
+		if best == 0 || t < best {
+			best = t
+		}
 	}
-	m := now.Sub(first)/interval + 1
-	return first.Add(m * interval)
+	if best == 0 {
+		return time.Time{}
+	}
+	return from.Add(time.Duration(best - f)) // in from's location, as Recheck's other times
 }
 
 // measure is the client's state with r's demand: (allowed+denied)/elapsed.

@@ -355,7 +355,7 @@ func TestDivideSlowShares(t *testing.T) {
 				// Without the deferral the target moved beyond the
 				// hysteresis: the case would not test it.
 				cur := tc.clients[tc.r.Client]
-				o := scan(t0, map[string]ClientState{"b": tc.clients["b"]}, 5*time.Second, time.Second)
+				o := scan(t0, map[string]ClientState{"b": tc.clients["b"]})
 				// Nor within the hysteresis of what one more request would
 				// have measured.
 				cur.Demand = perSecond(tc.r.Denied+1, tc.r.Elapsed)
@@ -426,28 +426,41 @@ func FuzzDivide(f *testing.F) {
 	})
 }
 
-// TestNextAnswer: a client's next report is projected on its reporting
-// phase, also when its last recorded report is several intervals old (the
-// reports between were kept unwritten), so a capped client is re-checked
-// when another's decrease can have reached its Envoy.
+// TestNextAnswer: another client's next report is projected on its
+// reporting phase, also when its last recorded report is several intervals
+// old (the reports between were kept unwritten), so a capped client is
+// re-checked when another's decrease can have reached its Envoy; and not
+// sooner than from.
 func TestNextAnswer(t *testing.T) {
 	t.Parallel()
 	const interval, grace = 5 * time.Second, time.Second
+	live := t0.Add(time.Minute)
+	at := func(ago time.Duration) ClientState { return ClientState{Reported: t0.Add(-ago), Expires: live} }
 	for _, tc := range []struct {
 		name      string
-		reported  time.Duration // before now
-		wantAfter time.Duration // the answer, after now
+		others    map[string]ClientState
+		from      time.Duration // after now
+		wantAfter time.Duration // the answer, after now; -1 for none
 	}{
-		{"reported just now", 0, 6 * time.Second},
-		{"reported 4 s ago", 4 * time.Second, 2 * time.Second},
-		{"its next report answered just now: the one after", 6 * time.Second, 5 * time.Second},
-		{"one report kept: the second after", 7 * time.Second, 4 * time.Second},
-		{"three kept", 17 * time.Second, 4 * time.Second},
-		{"the answer exactly now: the next", 11 * time.Second, 5 * time.Second},
+		{"reported just now", map[string]ClientState{"b": at(0)}, 0, 6 * time.Second},
+		{"reported 4 s ago", map[string]ClientState{"b": at(4 * time.Second)}, 0, 2 * time.Second},
+		{"its next report answered just now", map[string]ClientState{"b": at(6 * time.Second)}, 0, 0},
+		{"one report kept: the second after", map[string]ClientState{"b": at(7 * time.Second)}, 0, 4 * time.Second},
+		{"three kept", map[string]ClientState{"b": at(17 * time.Second)}, 0, 4 * time.Second},
+		{"not before from", map[string]ClientState{"b": at(4 * time.Second)}, 2500 * time.Millisecond, 7 * time.Second},
+		{"the earliest of several", map[string]ClientState{"b": at(time.Second), "c": at(3 * time.Second)}, 0, 3 * time.Second},
+		{"expired clients do not count", map[string]ClientState{"b": {Reported: t0.Add(-4 * time.Second), Expires: t0}}, 0, -1},
+		{"none reported", map[string]ClientState{"b": {Expires: live}}, 0, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := nextAnswer(t0, t0.Add(-tc.reported), interval, grace)
+			got := nextAnswer(t0, t0.Add(tc.from), tc.others, interval, grace)
+			if tc.wantAfter < 0 {
+				if !got.IsZero() {
+					t.Errorf("next answer at %v after now, want none", got.Sub(t0))
+				}
+				return
+			}
 			if want := t0.Add(tc.wantAfter); !got.Equal(want) {
 				t.Errorf("next answer at %v after now, want %v", got.Sub(t0), tc.wantAfter)
 			}
