@@ -80,10 +80,13 @@ var refVars = []refVar{
 	{names: []string{"CACHE_KEY_PREFIX"}, to: refCacheKeyPrefix},
 	{names: []string{"BACKEND_TYPE"}, to: refBackendType},
 	{names: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, to: refStopIncrement},
-	{names: []string{"USE_CALENDAR_MONTH_RATE_LIMIT"}, to: refCalendarMonth},
+	// A month window here is the reference's default, 30 days from the epoch.
+	{names: []string{"USE_CALENDAR_MONTH_RATE_LIMIT"}, to: refWarnWhenTrue("a MONTH limit keeps the reference's default window, 30 days counted from the Unix epoch, not the calendar month",
+		"USE_CALENDAR_MONTH_RATE_LIMIT")},
 	{names: []string{"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}, note: noteHeaders},
 	{names: []string{"LIMIT_REQUEST_HEADERS_ENABLED", "LIMIT_REQUEST_LIMIT_HEADER", "LIMIT_REQUEST_REMAINING_HEADER",
-		"LIMIT_REQUEST_RESET_HEADER"}, defs: []string{"false"}, to: refRequestHeaders},
+		"LIMIT_REQUEST_RESET_HEADER"}, defs: []string{"false"}, to: refWarnWhenTrue("no limit headers are added to the upstream request (request_headers_to_add); the answer's own headers are those of docs/rules.md",
+		"LIMIT_REQUEST_HEADERS_ENABLED", "LIMIT_REQUEST_LIMIT_HEADER", "LIMIT_REQUEST_REMAINING_HEADER", "LIMIT_REQUEST_RESET_HEADER")},
 	{names: []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, note: noteHealthRule},
 	{names: []string{"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL"}, defs: []string{"unix", "SINGLE", "/var/run/nutcracker/ratelimit.sock"}, to: refRedisAddr, always: true},
 	refFlag("REDIS_POOL_SIZE", "redis-pool-size", intConv, redisOnly),
@@ -453,35 +456,23 @@ func refMaxConcurrent(m *refMapping, v []string) error {
 	return nil
 }
 
-// refCalendarMonth warns when USE_CALENDAR_MONTH_RATE_LIMIT asks for
-// calendar months: here a month window is the reference's default, 30 days
-// counted from the Unix epoch.
-func refCalendarMonth(m *refMapping, v []string) error {
-	on, err := refBool("USE_CALENDAR_MONTH_RATE_LIMIT", v[0])
-	if err != nil {
-		return err
-	}
-	if on {
-		m.note("USE_CALENDAR_MONTH_RATE_LIMIT", "not supported: a MONTH limit keeps the reference's default window, 30 days counted from the Unix epoch, not the calendar month", true)
-	}
-	return nil
-}
-
-// refRequestHeaders warns when LIMIT_REQUEST_HEADERS_ENABLED asks for the
-// limit headers on the upstream request, which the sidecar does not add;
-// its header names are then only noted.
-func refRequestHeaders(m *refMapping, v []string) error {
-	on, err := refBool("LIMIT_REQUEST_HEADERS_ENABLED", v[0])
-	if err != nil {
-		return err
-	}
-	if on {
-		m.note("LIMIT_REQUEST_HEADERS_ENABLED", "not supported: no limit headers are added to the upstream request (request_headers_to_add); the answer's own headers are those of docs/rules.md", true)
-	}
-	for _, n := range []string{"LIMIT_REQUEST_LIMIT_HEADER", "LIMIT_REQUEST_REMAINING_HEADER", "LIMIT_REQUEST_RESET_HEADER"} {
-		if m.getenv(n) != "" {
-			m.note(n, "not used: no limit headers are added to the upstream request", false)
+// refWarnWhenTrue checks a boolean variable of the reference and warns,
+// with text, when it asks for behaviour the sidecar lacks (true); the
+// variables of names, read with it, are then only noted, when set.
+func refWarnWhenTrue(text string, names ...string) func(m *refMapping, v []string) error {
+	return func(m *refMapping, v []string) error {
+		on, err := refBool(names[0], v[0])
+		if err != nil {
+			return err
 		}
+		if on {
+			m.note(names[0], "not supported: "+text, true)
+		}
+		for _, n := range names[1:] {
+			if m.getenv(n) != "" {
+				m.note(n, "not used: "+text, false)
+			}
+		}
+		return nil
 	}
-	return nil
 }
