@@ -279,7 +279,7 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 			// re-checks, tried to spare the CPU of many clients' reports,
 			// skipped the answer that frees the room after a limit fell
 			// (TestRLQS: cold denied), so every answer counts.
-			share.Recheck = earliest(share.Recheck, nextAnswer(now, now.Add(time.Nanosecond), others, p.interval(), p.grace(), 0))
+			share.Recheck = earliest(share.Recheck, nextAnswer(now, now.Add(time.Nanosecond), others, p.interval(), p.grace()))
 		}
 	}
 	return share, cur, o.expired
@@ -385,21 +385,21 @@ func scan(now time.Time, others map[string]ClientState) othersUse {
 }
 
 // nextAnswer is the first moment from on when the next report of another
-// unexpired client counting a rate above over has been answered (grace
-// after it arrives), zero when there is none. A client reports every interval from its last recorded
+// unexpired client counting a rate has been answered (grace after it
+// arrives), zero when there is none. A client reports every interval from its last recorded
 // report, which may be several intervals old (reports that changed nothing
 // are kept unwritten, see Request.Quiet): its next answer is the first
 // reported + m·interval + grace (m ≥ 1) at or after from. One that stopped
 // reporting only costs a re-check that finds no more room. The arithmetic
 // is on Unix nanoseconds: it runs once per client.
-func nextAnswer(now, from time.Time, others map[string]ClientState, interval, grace time.Duration, over uint64) time.Time {
+func nextAnswer(now, from time.Time, others map[string]ClientState, interval, grace time.Duration) time.Time {
 	f, iv, best := from.UnixNano(), int64(interval), int64(0)
 	for _, c := range others {
 		if c.Reported.IsZero() || !c.Expires.After(now) {
 			continue
 		}
-		if rate, _ := c.Counted(now); rate <= over {
-			continue
+		if rate, _ := c.Counted(now); rate == 0 {
+			continue // its report frees nothing
 		}
 		t := c.Reported.UnixNano() + iv + int64(grace)
 		if t < f && iv > 0 {

@@ -442,24 +442,22 @@ func TestNextAnswer(t *testing.T) {
 		name      string
 		others    map[string]ClientState
 		from      time.Duration // after now
-		over      uint64        // only clients counting more
 		wantAfter time.Duration // the answer, after now; -1 for none
 	}{
-		{"reported just now", map[string]ClientState{"b": at(0)}, 0, 0, 6 * time.Second},
-		{"reported 4 s ago", map[string]ClientState{"b": at(4 * time.Second)}, 0, 0, 2 * time.Second},
-		{"its next report answered just now", map[string]ClientState{"b": at(6 * time.Second)}, 0, 0, 0},
-		{"one report kept: the second after", map[string]ClientState{"b": at(7 * time.Second)}, 0, 0, 4 * time.Second},
-		{"three kept", map[string]ClientState{"b": at(17 * time.Second)}, 0, 0, 4 * time.Second},
-		{"not before from", map[string]ClientState{"b": at(4 * time.Second)}, 2500 * time.Millisecond, 0, 7 * time.Second},
-		{"the earliest of several", map[string]ClientState{"b": at(time.Second), "c": at(3 * time.Second)}, 0, 0, 3 * time.Second},
-		{"expired clients do not count", map[string]ClientState{"b": {Reported: t0.Add(-4 * time.Second), Expires: t0}}, 0, 0, -1},
-		{"none reported", map[string]ClientState{"b": {Expires: live}}, 0, 0, -1},
-		{"only clients over the split", map[string]ClientState{"b": at(time.Second), "c": at(3 * time.Second)}, 0, 10, -1},
-		{"over the split", map[string]ClientState{"b": at(time.Second), "c": {Reported: t0.Add(-3 * time.Second), Expires: live, Rate: 11}}, 0, 10, 3 * time.Second},
+		{"reported just now", map[string]ClientState{"b": at(0)}, 0, 6 * time.Second},
+		{"reported 4 s ago", map[string]ClientState{"b": at(4 * time.Second)}, 0, 2 * time.Second},
+		{"its next report answered just now", map[string]ClientState{"b": at(6 * time.Second)}, 0, 0},
+		{"one report kept: the second after", map[string]ClientState{"b": at(7 * time.Second)}, 0, 4 * time.Second},
+		{"three kept", map[string]ClientState{"b": at(17 * time.Second)}, 0, 4 * time.Second},
+		{"not before from", map[string]ClientState{"b": at(4 * time.Second)}, 2500 * time.Millisecond, 7 * time.Second},
+		{"the earliest of several", map[string]ClientState{"b": at(time.Second), "c": at(3 * time.Second)}, 0, 3 * time.Second},
+		{"expired clients do not count", map[string]ClientState{"b": {Reported: t0.Add(-4 * time.Second), Expires: t0, Rate: 10}}, 0, -1},
+		{"none reported", map[string]ClientState{"b": {Expires: live}}, 0, -1},
+		{"a client counting no rate frees nothing", map[string]ClientState{"b": {Reported: t0.Add(-time.Second), Expires: live}, "c": at(3 * time.Second)}, 0, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := nextAnswer(t0, t0.Add(tc.from), tc.others, interval, grace, tc.over)
+			got := nextAnswer(t0, t0.Add(tc.from), tc.others, interval, grace)
 			if tc.wantAfter < 0 {
 				if !got.IsZero() {
 					t.Errorf("next answer at %v after now, want none", got.Sub(t0))
