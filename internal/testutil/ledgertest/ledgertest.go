@@ -405,10 +405,7 @@ func Scenarios() []Scenario {
 			{Name: "b", Demand: steps(0.1, 50, 0.1, 50, 0.1, 50), Delay: 10 * time.Millisecond},
 		}},
 		{Name: "window rule 2:1", Fleet: fixedFleet(rlqs.WindowFleet(100, 20*time.Second)), Dur: 2 * time.Minute, TTL: ttl,
-			Full: 700*time.Millisecond + ReportEvery, Clients: []ClientSpec{
-				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
-				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
-			}},
+			Full: 700*time.Millisecond + ReportEvery, Clients: twoEnvoys(10, 5)},
 		{Name: "slow answers", Fleet: fixedFleet(tokenFleet), Dur: 2 * time.Minute, TTL: ttl, Clients: []ClientSpec{
 			{Name: "a", Demand: steps(30, 5, 30), Delay: 900 * time.Millisecond},
 			{Name: "b", Demand: steps(5, 30, 5), Delay: 900 * time.Millisecond},
@@ -429,17 +426,11 @@ func slowScenarios(ttl time.Duration) []Scenario {
 		// replaced at every report loses Envoy's fraction of a token each
 		// time (docs/rlqs.md).
 		{Name: "5 an hour 2:1", Fleet: fixedFleet(rlqs.WindowFleet(5, time.Hour)), Dur: 3 * time.Hour, TTL: ttl,
-			Full: time.Hour, Least: 0.9, MaxInjected: 4, Clients: []ClientSpec{
-				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
-				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
-			}},
+			Full: time.Hour, Least: 0.9, MaxInjected: 4, Clients: twoEnvoys(10, 5)},
 		// 3 a day between two Envoys is 1.97 and 1.03 a day: whole tokens a
 		// day make that 1 and 1, two thirds of the rule.
 		{Name: "3 a day 2:1", Fleet: fixedFleet(rlqs.WindowFleet(3, 24*time.Hour)), Dur: 30 * time.Hour, TTL: ttl,
-			Full: 6 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: []ClientSpec{
-				{Name: "a", Demand: constant(10), Delay: 20 * time.Millisecond},
-				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(5), Delay: 20 * time.Millisecond},
-			}},
+			Full: 6 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: twoEnvoys(10, 5)},
 		// The same rules at low demand, still above the limit: a few
 		// requests per report, so the demand measured moves by tens of
 		// percent from report to report (2 against 3), and at 3 a day the
@@ -451,15 +442,9 @@ func slowScenarios(ttl time.Duration) []Scenario {
 		// rules' runs may gain at once only the two new buckets' 2 tokens
 		// each (MaxInjected).
 		{Name: "5 an hour, low demand", Fleet: fixedFleet(rlqs.WindowFleet(5, time.Hour)), Dur: 3 * time.Hour, TTL: ttl,
-			Full: time.Hour, Least: 0.8, MaxInjected: 4, Clients: []ClientSpec{
-				{Name: "a", Demand: constant(0.5), Delay: 20 * time.Millisecond},
-				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(0.25), Delay: 20 * time.Millisecond},
-			}},
+			Full: time.Hour, Least: 0.8, MaxInjected: 4, Clients: twoEnvoys(0.5, 0.25)},
 		{Name: "3 a day, low demand", Fleet: fixedFleet(rlqs.WindowFleet(3, 24*time.Hour)), Dur: 36 * time.Hour, TTL: ttl,
-			Full: 12 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: []ClientSpec{
-				{Name: "a", Demand: constant(0.2), Delay: 20 * time.Millisecond},
-				{Name: "b", Join: 700 * time.Millisecond, Demand: constant(0.1), Delay: 20 * time.Millisecond},
-			}},
+			Full: 12 * time.Hour, Least: 0.6, MaxInjected: 4, Clients: twoEnvoys(0.2, 0.1)},
 	}
 }
 
@@ -628,5 +613,14 @@ next:
 	t.Logf("least admitted in a 20 s window from %v: %.3f of the limit, at %v", sc.Full, worst, worstAt)
 	if worst < 0.9 {
 		t.Fatalf("a 20 s window from %v admitted %.3f of the limit, want ≥ 0.9", worstAt, worst)
+	}
+}
+
+// twoEnvoys is two clients 20 ms from the server: a from the start at
+// demand a, and b joining 700 ms later at demand b (requests/s).
+func twoEnvoys(a, b float64) []ClientSpec {
+	return []ClientSpec{
+		{Name: "a", Demand: constant(a), Delay: 20 * time.Millisecond},
+		{Name: "b", Join: 700 * time.Millisecond, Demand: constant(b), Delay: 20 * time.Millisecond},
 	}
 }
