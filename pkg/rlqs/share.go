@@ -274,12 +274,19 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		// may come free at another client's next report.
 		share.Recheck = earliest(o.freed, o.lapse)
 		if rate < want-mulDiv(want, p.hysteresis(), milli) {
-			// At the first answer to another client's report after now
-			// (one that counts no rate frees nothing). A spacing between
-			// re-checks, tried to spare the CPU of many clients' reports,
-			// skipped the answer that frees the room after a limit fell
-			// (TestRLQS: cold denied), so every answer counts.
-			share.Recheck = earliest(share.Recheck, nextAnswer(now, now.Add(time.Nanosecond), others, p.interval(), p.grace()))
+			// At the first answer after now to the report of another
+			// client that holds more than its target: that report lowers
+			// its share (after a limit fell, every client's), and the
+			// room is free once the decrease has reached its Envoy. A
+			// client near its target frees nothing unless its demand
+			// falls, which this client finds at its own next report:
+			// re-checking at every other client's answer cost most of a
+			// busy bucket's CPU and mostly found no more room. A fixed
+			// spacing between re-checks, tried before, skipped the answer
+			// that frees the room after a limit fell (TestRLQS: cold
+			// denied).
+			lowers := func(y ClientState) bool { return p.lowers(rTot, o, cur, y) }
+			share.Recheck = earliest(share.Recheck, nextAnswer(now, now.Add(time.Nanosecond), others, p.interval(), p.grace(), lowers))
 		}
 	}
 	return share, cur, o.expired
@@ -384,15 +391,36 @@ func scan(now time.Time, others map[string]ClientState) othersUse {
 	return o
 }
 
+// lowers reports whether y's next report is expected to lower its share,
+// its demand unchanged: y holds more than near keeps beside the bucket as
+// it is now, the hysteresis above its target for one request more a report
+// interval than it last reported (o, the sums of the others of cur, the
+// client being divided, counts y; y's own sums have cur in y's place).
+func (p Policy) lowers(rTot uint64, o othersUse, cur, y ClientState) bool {
+	if !y.Estimated {
+		o.measured--
+		o.sumDemand -= min(o.sumDemand, y.Demand)
+	}
+	if !cur.Estimated {
+		o.measured++
+		o.sumDemand = satAdd(o.sumDemand, cur.Demand)
+	}
+	if !y.Estimated {
+		y.Demand = satAdd(y.Demand, perSecond(1, p.interval()))
+	}
+	hi := o.target(rTot, y)
+	return y.Rate > satAdd(hi, mulDiv(y.Rate, p.hysteresis(), milli))
+}
+
 // nextAnswer is the first moment from on when the next report of another
-// unexpired client counting a rate has been answered (grace after it
-// arrives), zero when there is none. A client reports every interval from its last recorded
+// unexpired client counting a rate, for which frees is true, has been
+// answered (grace after it arrives), zero when there is none. A client reports every interval from its last recorded
 // report, which may be several intervals old (reports that changed nothing
 // are kept unwritten, see Request.Quiet): its next answer is the first
 // reported + m·interval + grace (m ≥ 1) at or after from. One that stopped
 // reporting only costs a re-check that finds no more room. The arithmetic
 // is on Unix nanoseconds: it runs once per client.
-func nextAnswer(now, from time.Time, others map[string]ClientState, interval, grace time.Duration) time.Time {
+func nextAnswer(now, from time.Time, others map[string]ClientState, interval, grace time.Duration, frees func(ClientState) bool) time.Time {
 	f, iv, best := from.UnixNano(), int64(interval), int64(0)
 	for _, c := range others {
 		if c.Reported.IsZero() || !c.Expires.After(now) {
@@ -405,7 +433,7 @@ func nextAnswer(now, from time.Time, others map[string]ClientState, interval, gr
 		if t < f && iv > 0 {
 			t += ((f - t + iv - 1) / iv) * iv
 		}
-		if best == 0 || t < best {
+		if (best == 0 || t < best) && frees(c) {
 			best = t
 		}
 	}

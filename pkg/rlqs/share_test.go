@@ -457,7 +457,7 @@ func TestNextAnswer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := nextAnswer(t0, t0.Add(tc.from), tc.others, interval, grace)
+			got := nextAnswer(t0, t0.Add(tc.from), tc.others, interval, grace, func(ClientState) bool { return true })
 			if tc.wantAfter < 0 {
 				if !got.IsZero() {
 					t.Errorf("next answer at %v after now, want none", got.Sub(t0))

@@ -86,9 +86,11 @@ func tableCases() []tableCase {
 		{"a bucket used below its limit leaves room for a newcomer", []step{
 			// 1/s: at most 2·1/s + φ, φ = max(D, r)/16 + 1.
 			{0, "k", tenPerSecond, report("a", 5, 0, 5*sec), share(0, 2*ps+54000001, 5, true)},
-			// b, not measured: half of the rest.
+			// b, not measured: half of the rest. a, at its headroom over
+			// its demand, lowers nothing at its next report: b is
+			// re-checked when a's share would lapse (15 s + 1 s of grace).
 			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0),
-				withRecheck(share(100*time.Millisecond, (10*ps-2*ps-54000001)/2, 7, true), 6*sec)},
+				withRecheck(share(100*time.Millisecond, (10*ps-2*ps-54000001)/2, 7, true), 16*sec)},
 		}},
 		{"a lower limit lowers the share at the next report", []step{
 			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 5*ps, 10, true)},
