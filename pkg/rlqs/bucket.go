@@ -49,6 +49,40 @@ type streamBucket struct {
 	// (still counted under the old stream's client until it lapses),
 	// until waitUntil, one TTL on, by when it has expired in Envoy.
 	waitUntil time.Time
+	// rule is the bucket's match against the rules served, nil until the
+	// first report.
+	rule *bucketRule
+}
+
+// bucketRule is a bucket's match against one Domain of the rules (see
+// rules.Domain.MatchBucket) and its limits' counters. A bucket keeps it
+// while the same rules are served: its reports and re-checks need it every
+// few seconds, and matching the tree and building the keys cost more than
+// the rest of a re-check.
+type bucketRule struct {
+	dom      *rules.Domain
+	limits   []*rules.Limit
+	entries  []*rlv3.RateLimitDescriptor_Entry
+	counters []window.Counter // one per limit; the zero Counter for an unlimited one
+}
+
+// match is b's rule under dom, the Domain of the rules served now (nil when
+// they have no such domain), matched again only when dom changed: a reload
+// or an xDS push serves new Domains. c builds the counters.
+func (b *streamBucket) match(dom *rules.Domain, c Counters, domain string) *bucketRule {
+	if b.rule != nil && b.rule.dom == dom {
+		return b.rule
+	}
+	r := &bucketRule{dom: dom}
+	r.limits, r.entries = dom.MatchBucket(b.id.GetBucket())
+	r.counters = make([]window.Counter, len(r.limits))
+	for i, l := range r.limits {
+		if !l.Unlimited {
+			r.counters[i] = c.Counter(domain, r.entries, l)
+		}
+	}
+	b.rule = r
+	return r
 }
 
 // usage is one accepted BucketQuotaUsage being handled.
@@ -57,7 +91,6 @@ type usage struct {
 	allowed, denied uint64
 	elapsed         time.Duration // > 0 for a periodic report; 0 for a subscription
 	limits          []*rules.Limit
-	entries         []*rlv3.RateLimitDescriptor_Entry
 	first           int // the index of its first counter in the report's store call
 }
 
@@ -453,17 +486,16 @@ func (st *stream) recheckAll(ctx context.Context, now time.Time, actions []*rlqs
 			continue
 		}
 		b.recheckAt = time.Time{}
-		limits, entries := dom.MatchBucket(b.id.GetBucket())
-		if len(limits) == 0 {
+		rule := b.match(dom, st.s.counters, st.domain)
+		if len(rule.limits) == 0 {
 			continue // the next report abandons the bucket
 		}
 		d := recheckDue{b: b, first: len(reqs)}
-		for _, l := range limits {
+		for i, l := range rule.limits {
 			if l.Unlimited || l.Shadow || st.s.shadow {
 				continue // ALLOW_ALL, as at the report
 			}
-			key := st.s.counters.Counter(st.domain, entries, l).Key
-			reqs = append(reqs, Request{Key: key, Fleet: fleetOf(l), Report: Report{Client: st.client}, TTL: st.s.ttl})
+			reqs = append(reqs, Request{Key: rule.counters[i].Key, Fleet: fleetOf(l), Report: Report{Client: st.client}, TTL: st.s.ttl})
 		}
 		if len(reqs)-d.first == 1 && b.sent {
 			// Quiet once Envoy holds an assignment: recheck sends a share

@@ -190,13 +190,14 @@ func (st *stream) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 			st.refuse(why, u)
 			continue
 		}
-		w.limits, w.entries = dom.MatchBucket(u.GetBucketId().GetBucket())
+		rule := w.b.match(dom, st.s.counters, st.domain)
+		w.limits = rule.limits
 		w.first = len(reqs)
-		for _, l := range w.limits {
+		for i, l := range w.limits {
 			if l.Unlimited {
 				continue
 			}
-			c := st.s.counters.Counter(st.domain, w.entries, l)
+			c := rule.counters[i]
 			// Envoy admitted these already: count them whether or not
 			// they fit, and never let the counter deny (it only tells
 			// whether the budget is spent).
