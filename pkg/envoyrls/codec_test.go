@@ -454,3 +454,153 @@ func TestCodecMapsInvalidUTF8InReports(t *testing.T) {
 		}
 	}
 }
+
+// checkMarshalQuota encodes r with Codec and with proto.Marshal: both must
+// fail, or encode the same message, in the same bytes when no bucket_id has
+// more than one entry (neither encoder orders a map's entries). It reports
+// whether the generated encoder took r.
+func checkMarshalQuota(t testing.TB, r *rlqsv3.RateLimitQuotaResponse) bool {
+	t.Helper()
+	want, errProto := proto.Marshal(r)
+	data, err := NewCodec().Marshal(r)
+	defer data.Free()
+	if (err != nil) != (errProto != nil) {
+		t.Fatalf("Codec.Marshal: %v; proto.Marshal: %v", err, errProto)
+	}
+	if err == nil {
+		got := data.Materialize()
+		ordered := true
+		for _, a := range r.GetBucketAction() {
+			ordered = ordered && len(a.GetBucketId().GetBucket()) <= 1
+		}
+		if ordered && !bytes.Equal(got, want) {
+			t.Fatalf("Codec.Marshal:\n%x\nproto.Marshal:\n%x", got, want)
+		}
+		var back, wantBack rlqsv3.RateLimitQuotaResponse
+		if err := proto.Unmarshal(got, &back); err != nil {
+			t.Fatalf("Codec.Marshal's bytes do not decode: %v", err)
+		}
+		if err := proto.Unmarshal(want, &wantBack); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&back, &wantBack) {
+			t.Fatalf("Codec.Marshal encodes %v, proto.Marshal %v", &back, &wantBack)
+		}
+	}
+	vt := vtCompiled && vtEncodableQuota(r)
+	if vt && errProto != nil {
+		t.Fatalf("the generated encoder took what proto.Marshal refuses: %v", errProto)
+	}
+	return vt
+}
+
+// quotaAction is an RLQS bucket action assigning strategy to bucket for ttl.
+func quotaAction(bucket map[string]string, ttl *durationpb.Duration, strategy *typev3.RateLimitStrategy) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId: &rlqsv3.BucketId{Bucket: bucket},
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: ttl, RateLimitStrategy: strategy}},
+	}
+}
+
+func tokenBucketStrategy(max uint32, perFill *wrapperspb.UInt32Value, fill *durationpb.Duration) *typev3.RateLimitStrategy {
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{
+		TokenBucket: &typev3.TokenBucket{MaxTokens: max, TokensPerFill: perFill, FillInterval: fill}}}
+}
+
+// TestCodecMarshalQuota: the RLQS answers the server sends (token buckets,
+// blanket rules, abandon actions) go to the generated encoder, which
+// encodes them as proto does; what it would not (invalid UTF-8, unknown
+// fields of well-known types) goes to proto.
+func TestCodecMarshalQuota(t *testing.T) {
+	t.Parallel()
+	unknownField := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1)
+	withUnknown := func(m proto.Message) proto.Message {
+		m.ProtoReflect().SetUnknown(unknownField)
+		return m
+	}
+	user := map[string]string{"user": "alice"}
+	ttl := durationpb.New(15 * time.Second)
+	day := durationpb.New(24 * time.Hour)
+	deny := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	abandon := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: user},
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+	tests := []struct {
+		name string
+		resp *rlqsv3.RateLimitQuotaResponse
+		vt   bool // the generated encoder, when compiled in, takes it (else proto)
+	}{
+		{"empty", &rlqsv3.RateLimitQuotaResponse{}, true},
+		{"token bucket", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(user, ttl, tokenBucketStrategy(40, wrapperspb.UInt32(86400), day))}}, true},
+		{"blanket rule, abandon, and a bucket of two entries", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(map[string]string{"user": "bob", "path": "/p"}, ttl, deny), abandon}}, true},
+		{"empty key and value", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(map[string]string{"": ""}, &durationpb.Duration{}, tokenBucketStrategy(0, wrapperspb.UInt32(0), &durationpb.Duration{}))}}, true},
+		{"requests per time unit", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(user, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_RequestsPerTimeUnit_{
+				RequestsPerTimeUnit: &typev3.RateLimitStrategy_RequestsPerTimeUnit{RequestsPerTimeUnit: 5, TimeUnit: typev3.RateLimitUnit_SECOND}}})}}, true},
+		{"nil parts", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			nil, {}, quotaAction(nil, nil, nil), quotaAction(user, ttl, tokenBucketStrategy(1, nil, nil))}}, true},
+		{"unknown fields of generated messages", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			withUnknown(quotaAction(user, ttl, deny)).(*rlqsv3.RateLimitQuotaResponse_BucketAction)}}, true},
+		// Declined: proto encodes these (or refuses them) itself.
+		{"invalid UTF-8 key", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(map[string]string{"\xff": "v"}, ttl, deny)}}, false},
+		{"invalid UTF-8 value", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(map[string]string{"user": "caf\xe9"}, ttl, deny)}}, false},
+		{"unknown TTL field", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(user, withUnknown(durationpb.New(time.Second)).(*durationpb.Duration), deny)}}, false},
+		{"unknown fill_interval field", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(user, ttl, tokenBucketStrategy(2, wrapperspb.UInt32(1), withUnknown(durationpb.New(time.Second)).(*durationpb.Duration)))}}, false},
+		{"unknown tokens_per_fill field", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			quotaAction(user, ttl, tokenBucketStrategy(2, withUnknown(wrapperspb.UInt32(1)).(*wrapperspb.UInt32Value), day))}}, false},
+		{"nil response", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checkMarshalQuota(t, tt.resp); got != (tt.vt && vtCompiled) {
+				t.Errorf("the generated encoder took it: %v, want %v", got, tt.vt)
+			}
+		})
+	}
+}
+
+// FuzzCodecMarshalQuota: any RLQS answer of the fields the server sets
+// encodes as proto encodes it, and goes to proto only when proto refuses it.
+func FuzzCodecMarshalQuota(f *testing.F) {
+	f.Add(uint8(3), "user", "alice", int64(15), int32(0), uint8(0), uint32(40), uint32(86400), int64(86400), int32(0), int32(1))
+	f.Add(uint8(1), "\xff", "", int64(-1), int32(-5), uint8(1), uint32(0), uint32(0), int64(0), int32(-1), int32(-3))
+	f.Add(uint8(7), "k", "v\xfe", int64(1<<62), int32(999999999), uint8(4), uint32(1<<31), uint32(1), int64(-7), int32(7), int32(2))
+	f.Fuzz(func(t *testing.T, n uint8, k, v string, ttlSecs int64, ttlNanos int32, kind uint8, max, perFill uint32, fillSecs int64, fillNanos, blanket int32) {
+		r := &rlqsv3.RateLimitQuotaResponse{}
+		for i := range int(n % 6) {
+			bucket := map[string]string{k: v}
+			if i%3 == 1 {
+				bucket["second"] = v + k
+			}
+			ttl := &durationpb.Duration{Seconds: ttlSecs, Nanos: ttlNanos}
+			var a *rlqsv3.RateLimitQuotaResponse_BucketAction
+			switch (int(kind) + i) % 5 {
+			case 0:
+				a = quotaAction(bucket, ttl, tokenBucketStrategy(max, wrapperspb.UInt32(perFill), &durationpb.Duration{Seconds: fillSecs, Nanos: fillNanos}))
+			case 1:
+				a = quotaAction(bucket, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_BlanketRule(blanket)}})
+			case 2:
+				a = &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: bucket},
+					BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+			case 3:
+				a = quotaAction(bucket, nil, tokenBucketStrategy(max, nil, nil))
+			default:
+				a = quotaAction(bucket, ttl, nil)
+			}
+			r.BucketAction = append(r.BucketAction, a)
+		}
+		if !checkMarshalQuota(t, r) && vtCompiled {
+			if _, err := proto.Marshal(r); err == nil {
+				t.Fatalf("sent to proto an answer the generated encoder takes: %v", r)
+			}
+		}
+	})
+}
