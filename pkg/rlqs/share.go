@@ -268,28 +268,41 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		Changed: !known || rate != prev.Rate || burst != prev.Burst,
 	}
 	if !keep && rate < want {
-		// Room comes free when a decrease in flight stops counting or
-		// another client's share lapses (a reconnected Envoy's old
-		// client, for one); and, for a client well short of its target,
-		// may come free at another client's next report.
-		share.Recheck = earliest(o.freed, o.lapse)
-		if rate < want-mulDiv(want, p.hysteresis(), milli) {
-			// At the first answer after now to the report of another
-			// client that holds more than its target: that report lowers
-			// its share (after a limit fell, every client's), and the
-			// room is free once the decrease has reached its Envoy. A
-			// client near its target frees nothing unless its demand
-			// falls, which this client finds at its own next report:
-			// re-checking at every other client's answer cost most of a
-			// busy bucket's CPU and mostly found no more room. A fixed
-			// spacing between re-checks, tried before, skipped the answer
-			// that frees the room after a limit fell (TestRLQS: cold
-			// denied).
-			lowers := func(y ClientState) bool { return p.lowers(rTot, o, cur, y) }
-			share.Recheck = earliest(share.Recheck, nextAnswer(now, now.Add(time.Nanosecond), others, p.interval(), p.grace(), lowers))
-		}
+		share.Recheck = p.recheck(now, rTot, o, others, cur, want)
 	}
 	return share, cur, o.expired
+}
+
+// recheck is when a client capped at cur.Rate below its target want may
+// find more room (Share.Recheck), zero for never before its next report.
+// Room comes free when another client's share lapses (a reconnected
+// Envoy's old client, for one), and when the decreases in flight stop
+// counting: at the last of them (they all end within Grace), when together
+// they free enough to raise the share beyond the hysteresis or to its
+// target. With forty clients a decrease lands every second or so, each
+// freeing a little; a re-check at every one sent a token bucket a few
+// percent larger each time. For a client well short of its target room may
+// also come free at another client's next report.
+func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, others map[string]ClientState, cur ClientState, want uint64) time.Time {
+	h := mulDiv(want, p.hysteresis(), milli)
+	at := o.lapse
+	if satAdd(o.freedRate, h) >= want-cur.Rate || o.freedRate >= h {
+		at = earliest(at, o.freedLast)
+	}
+	if cur.Rate >= want-h {
+		return at
+	}
+	// At the first answer after now to the report of another client that
+	// holds more than its target: that report lowers its share (after a
+	// limit fell, every client's), and the room is free once the decrease
+	// has reached its Envoy. A client near its target frees nothing unless
+	// its demand falls, which this client finds at its own next report:
+	// re-checking at every other client's answer cost most of a busy
+	// bucket's CPU and mostly found no more room. A fixed spacing between
+	// re-checks, tried before, skipped the answer that frees the room after
+	// a limit fell (TestRLQS: cold denied).
+	lowers := func(y ClientState) bool { return p.lowers(rTot, o, cur, y) }
+	return earliest(at, nextAnswer(now, now.Add(time.Nanosecond), others, p.interval(), p.grace(), lowers))
 }
 
 // near reports whether rate is close enough to the client's target that a
@@ -357,7 +370,8 @@ type othersUse struct {
 	live, measured      uint64    // unexpired clients, and those with a measured demand
 	sumDemand           uint64    // the measured demands' sum
 	usedRate, usedBurst uint64    // what the unexpired clients count
-	freed               time.Time // the first moment a decrease in flight stops counting
+	freedRate           uint64    // the rate the decreases in flight free once they stop counting
+	freedLast           time.Time // the last moment a decrease in flight stops counting
 	lapse               time.Time // the first moment an unexpired client's share stops counting
 }
 
@@ -373,8 +387,9 @@ func scan(now time.Time, others map[string]ClientState) othersUse {
 		if c.PrevUntil.After(now) {
 			// Counted: the old share counts while a decrease is in flight.
 			cr, cb = max(cr, c.PrevRate), max(cb, c.PrevBurst)
-			if o.freed.IsZero() || c.PrevUntil.Before(o.freed) {
-				o.freed = c.PrevUntil
+			o.freedRate = satAdd(o.freedRate, cr-c.Rate)
+			if c.PrevUntil.After(o.freedLast) {
+				o.freedLast = c.PrevUntil
 			}
 		}
 		if o.lapse.IsZero() || c.Expires.Before(o.lapse) {

@@ -156,6 +156,28 @@ func TestDivide(t *testing.T) {
 			want: Share{Rate: 2000 * u, Burst: 4, Changed: true, Recheck: t0.Add(time.Second)},
 		},
 		{
+			// b's decrease frees 0.1/s, less than the hysteresis of a's
+			// target: a is not re-checked for it, only at b's lapse.
+			name: "a decrease in flight that frees little is not waited for",
+			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 8000 * u, Burst: 16,
+				PrevRate: 8100 * u, PrevBurst: 16, PrevUntil: t0.Add(time.Second), Expires: live}},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{Rate: 1900 * u, Burst: 3, Changed: true, Recheck: live},
+		},
+		{
+			// b's and c's decreases free 5/s and 1/s, the first at 0.5 s,
+			// the last at 1 s: a is re-checked once, at the last.
+			name: "decreases in flight: re-checked when the last stops counting",
+			clients: map[string]ClientState{
+				"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6, PrevRate: 8000 * u, PrevBurst: 16,
+					PrevUntil: t0.Add(500 * time.Millisecond), Expires: live},
+				"c": {Demand: 1000 * u, Rate: 1000 * u, Burst: 2, PrevRate: 2000 * u, PrevBurst: 4,
+					PrevUntil: t0.Add(time.Second), Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{Rate: 0, Burst: 0, Changed: true, Recheck: t0.Add(time.Second)},
+		},
+		{
 			name: "a decrease past its grace does not",
 			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6,
 				PrevRate: 8000 * u, PrevBurst: 16, PrevUntil: t0, Expires: live}},
