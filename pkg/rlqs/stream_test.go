@@ -431,15 +431,20 @@ func TestRecheckLeavesFailureModes(t *testing.T) {
 	f := newFixture(t, partialStore{window.NewMemory(), []int{1}})
 	f.setRules(t, partialRules)
 	a, b := f.open(t), f.open(t)
-	for _, c := range []*client{a, b} {
-		if d := describe(c.report(use("deny=x", 0, 1, 0))["deny=x"]); d != "deny@15s" {
+	// a's demand is measured (20/s): its share is the whole of both
+	// limits; b subscribes and gets none.
+	for _, u := range []struct {
+		c *client
+		u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+	}{{a, use("deny=x", 5*time.Second, 0, 100)}, {b, use("deny=x", 0, 1, 0)}} {
+		if d := describe(u.c.report(u.u)["deny=x"]); d != "deny@15s" {
 			t.Fatalf("subscription: %s, want deny@15s (failure mode)", d)
 		}
 		f.advance(100 * time.Millisecond)
 	}
 	// a's decrease leaves b room at 6 s, which the ledger tells b's stream.
 	f.set(t0.Add(5 * time.Second))
-	a.report(use("deny=x", 5*time.Second, 0, 100))
+	a.report(use("deny=x", 5*time.Second, 15, 85))
 	f.advance(100 * time.Millisecond)
 	b.report(use("deny=x", 5*time.Second, 0, 25))
 	// The move fires the re-check: after a failure mode denied the
