@@ -102,6 +102,36 @@ func TestSpentWindowDeniesUntilReset(t *testing.T) {
 	c.quiet()
 }
 
+// TestPushWaitsForTheInjectedClock: a stream's pushes run on
+// Options.TimerAt, not on the real clock. With a TTL of an hour, a window
+// spent 50 s before its reset is pushed at the reset: not a moment before
+// on the injected clock, and at once when it gets there, though no real
+// time has passed. The timer of a stream that ends is stopped.
+func TestPushWaitsForTheInjectedClock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, window.NewMemory(), func(o *rlqs.Options) { o.TTL = time.Hour })
+	c := f.open(t)
+	f.set(t0.Add(10 * time.Second))
+	if d := describe(c.report(use("user=a", 0, 100, 0))["user=a"]); d != "deny@50s" {
+		t.Fatalf("spent: %s, want deny@50s (until the reset)", d)
+	}
+	waitFor(t, func() bool { return f.clock.Pending() == 1 }, "the stream's timer")
+	f.advance(49*time.Second + 999*time.Millisecond)
+	c.quiet()
+	f.advance(time.Millisecond)
+	// The assignment held since the report, for what is left of its hour.
+	isTokenBucket(t, "pushed at the reset", byBucket(c.recv())["user=a"], time.Hour-50*time.Second)
+
+	c2 := f.open(t)
+	if d := describe(c2.report(use("user=b", 0, 100, 0))["user=b"]); d != "deny@1m0s" {
+		t.Fatalf("spent: %s, want deny@1m0s (until the reset)", d)
+	}
+	// c's stream has no timer left after its push: the one is c2's.
+	waitFor(t, func() bool { return f.clock.Pending() == 1 }, "the second stream's timer")
+	c2.cancel()
+	waitFor(t, func() bool { return f.clock.Pending() == 0 }, "the ended stream's timer stopped")
+}
+
 // TestReconnectKeepsTheCount: a new stream (Envoy reconnecting, to this
 // replica or another) finds the window's count in the store.
 func TestReconnectKeepsTheCount(t *testing.T) {
