@@ -82,8 +82,13 @@ type Options struct {
 	Ledger Ledger
 	// Now is the clock of windows and assignments, read once per report;
 	// default time.Now.
-	Now    func() time.Time
-	Logger *zap.Logger // default no logging
+	Now func() time.Time
+	// TimerAt returns a timer that fires once Now reaches at: a stream's
+	// pushes between reports (window resets, re-checks) wait on it. A
+	// clock that tests move sets both; default a time.Timer for at minus
+	// Now, so the default follows any Now that runs at the real rate.
+	TimerAt func(at time.Time) Timer
+	Logger  *zap.Logger // default no logging
 	// Observer is told of reports, assignments, refusals, streams and
 	// buckets, for metrics; nil observes nothing.
 	Observer Observer
@@ -122,6 +127,7 @@ type Server struct {
 	store      window.Store
 	ledger     Ledger
 	now        func() time.Time
+	timerAt    func(at time.Time) Timer
 	log        *zap.Logger
 	obs        Observer
 	tracer     trace.Tracer
@@ -177,6 +183,9 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.TimerAt == nil {
+		o.TimerAt = wallTimerAt(o.Now)
+	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -189,7 +198,7 @@ func New(o Options) (*Server, error) {
 		o.Replica = hex.EncodeToString(b[:])
 	}
 	return &Server{
-		counters: o.Counters, store: o.Store, ledger: o.Ledger, now: o.Now, log: o.Logger, obs: o.Observer,
+		counters: o.Counters, store: o.Store, ledger: o.Ledger, now: o.Now, timerAt: o.TimerAt, log: o.Logger, obs: o.Observer,
 		tracer: o.Tracer, ttl: o.TTL, timeout: o.Timeout, maxStreams: o.MaxStreams, maxBuckets: o.MaxBuckets,
 		limits: o.Limits.withDefaults(), shadow: o.ShadowMode, replica: o.Replica,
 		drained: make(chan struct{}),

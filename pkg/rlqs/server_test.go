@@ -5,7 +5,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/testutil/clocktest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoyrls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rules"
@@ -60,8 +60,8 @@ descriptors:
 `
 
 // fixture is an RLQS server on a real gRPC server on a loopback port, with
-// ShouldRateLimit's server for the rules and counter keys, on an injected
-// clock.
+// ShouldRateLimit's server for the rules and counter keys, on a clock the
+// test moves: the streams' timers fire when it reaches them.
 type fixture struct {
 	rls    *envoyrls.Server
 	srv    *rlqs.Server
@@ -69,7 +69,7 @@ type fixture struct {
 	store  window.Store
 	obs    *countObserver
 	conn   *grpc.ClientConn
-	nowMs  atomic.Int64
+	clock  *clocktest.Clock
 	served chan error
 	once   sync.Once
 }
@@ -84,9 +84,9 @@ func (f *fixture) stop() {
 	})
 }
 
-func (f *fixture) now() time.Time                    { return time.UnixMilli(f.nowMs.Load()) }
-func (f *fixture) set(t time.Time)                   { f.nowMs.Store(t.UnixMilli()) }
-func (f *fixture) advance(d time.Duration)           { f.nowMs.Add(d.Milliseconds()) }
+func (f *fixture) now() time.Time                    { return f.clock.Now() }
+func (f *fixture) set(t time.Time)                   { f.clock.Set(t) }
+func (f *fixture) advance(d time.Duration)           { f.clock.Advance(d) }
 func (f *fixture) setRules(t *testing.T, src string) { f.rls.SetRules(mustRules(t, src)) }
 
 func mustRules(t testing.TB, src string) *rules.Set {
@@ -100,15 +100,14 @@ func mustRules(t testing.TB, src string) *rules.Set {
 
 func newFixture(t *testing.T, store window.Store, opts ...func(*rlqs.Options)) *fixture {
 	t.Helper()
-	f := &fixture{store: store, obs: newCountObserver(), served: make(chan error, 1)}
-	f.set(t0)
+	f := &fixture{store: store, obs: newCountObserver(), served: make(chan error, 1), clock: clocktest.New(t0)}
 	var err error
 	f.rls, err = envoyrls.NewServer(envoyrls.Options{Store: store, Rules: mustRules(t, testRules), Now: f.now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := rlqs.Options{Counters: f.rls, Store: store, Ledger: rlqs.NewMemory(rlqs.Policy{}), Now: f.now,
-		Logger: zaptest.NewLogger(t), Observer: f.obs}
+		TimerAt: func(at time.Time) rlqs.Timer { return f.clock.TimerAt(at) }, Logger: zaptest.NewLogger(t), Observer: f.obs}
 	for _, fn := range opts {
 		fn(&o)
 	}

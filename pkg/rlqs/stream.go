@@ -22,7 +22,7 @@ type stream struct {
 	logged  [numRefusals]bool // a refusal is logged once per stream, and counted always
 	// timer fires at the earliest bucket's push (streamBucket.pushAt) or
 	// re-check (streamBucket.recheckAt); nil when none is due.
-	timer *time.Timer
+	timer Timer
 }
 
 func newStream(s *Server, client string) *stream {
@@ -73,7 +73,7 @@ func (st *stream) serve(ctx context.Context, stream rlqsv3.RateLimitQuotaService
 	for {
 		var due <-chan time.Time
 		if st.timer != nil {
-			due = st.timer.C
+			due = st.timer.C()
 		}
 		var resp *rlqsv3.RateLimitQuotaResponse
 		select {
@@ -97,20 +97,20 @@ func (st *stream) serve(ctx context.Context, stream rlqsv3.RateLimitQuotaService
 				return err
 			}
 		}
-		st.arm(st.s.now())
+		st.arm()
 	}
 }
 
 // arm sets the timer to the earliest push or re-check due among the
-// buckets.
-func (st *stream) arm(now time.Time) {
+// buckets, on the server's clock (Options.TimerAt).
+func (st *stream) arm() {
 	var next time.Time
 	for _, b := range st.buckets {
 		next = earliest(earliest(next, b.pushAt), b.recheckAt)
 	}
 	st.stopTimer()
 	if !next.IsZero() {
-		st.timer = time.NewTimer(max(next.Sub(now), 0))
+		st.timer = st.s.timerAt(next)
 	}
 }
 

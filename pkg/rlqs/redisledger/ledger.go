@@ -457,13 +457,6 @@ func anyLive(clients map[string]rlqs.ClientState, now time.Time) bool {
 	return false
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // commit runs commit.lua for every item in one pipeline, and again as
 // EVAL, in one more, for the items whose node had lost the script.
 func (l *Ledger) commit(ctx context.Context, items []*item) {

@@ -95,7 +95,9 @@ func manyClientsTwoReplicas(t *testing.T, o Options) {
 		for i, s := range shares {
 			if !s.Recheck.IsZero() {
 				recheck = append(recheck, i)
-				when = maxTime(when, s.Recheck)
+				if s.Recheck.After(when) {
+					when = s.Recheck
+				}
 			}
 		}
 		if len(recheck) > 0 {
