@@ -414,3 +414,61 @@ func TestReferenceCallMetrics(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionMetrics: the events of the cap on concurrent calls move
+// this project's metrics and the reference's request_admission ones (as
+// its Prometheus mapper names them) alike.
+func TestAdmissionMetrics(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                        string
+		events                      []envoyrls.Admission
+		admitted, rejected, running float64
+	}{
+		{"none", nil, 0, 0, 0},
+		{"two in flight, one refused", []envoyrls.Admission{envoyrls.AdmissionAdmitted, envoyrls.AdmissionAdmitted, envoyrls.AdmissionRejected}, 2, 1, 2},
+		{"one done, another admitted", []envoyrls.Admission{envoyrls.AdmissionAdmitted, envoyrls.AdmissionAdmitted, envoyrls.AdmissionRejected,
+			envoyrls.AdmissionReleased, envoyrls.AdmissionAdmitted}, 3, 1, 2},
+		{"all done", []envoyrls.Admission{envoyrls.AdmissionAdmitted, envoyrls.AdmissionRejected, envoyrls.AdmissionReleased}, 1, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m, reg := newTestMetrics(t, Options{})
+			for _, e := range tt.events {
+				m.Admission(e)
+			}
+			for _, prefix := range []string{"ratelimit_calls", "ratelimit_service_request_admission"} {
+				for _, w := range []struct {
+					suffix string
+					value  float64
+				}{{"_admitted_total", tt.admitted}, {"_rejected_total", tt.rejected}, {"_in_flight", tt.running}} {
+					if got := gatherValue(t, reg, prefix+w.suffix); got != w.value {
+						t.Errorf("%s = %v, want %v", prefix+w.suffix, got, w.value)
+					}
+				}
+			}
+		})
+	}
+}
+
+// gatherValue returns the value of the unlabelled counter or gauge name.
+func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		m := mf.Metric[0]
+		if m.Counter != nil {
+			return m.Counter.GetValue()
+		}
+		return m.Gauge.GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
