@@ -438,37 +438,18 @@ func TestAdmissionMetrics(t *testing.T) {
 			for _, e := range tt.events {
 				m.Admission(e)
 			}
+			text := gatherText(t, reg)
 			for _, prefix := range []string{"ratelimit_calls", "ratelimit_service_request_admission"} {
-				for _, w := range []struct {
-					suffix string
-					value  float64
-				}{{"_admitted_total", tt.admitted}, {"_rejected_total", tt.rejected}, {"_in_flight", tt.running}} {
-					if got := gatherValue(t, reg, prefix+w.suffix); got != w.value {
-						t.Errorf("%s = %v, want %v", prefix+w.suffix, got, w.value)
+				for _, want := range []string{
+					prefix + "_admitted_total{} " + formatFloat(tt.admitted),
+					prefix + "_rejected_total{} " + formatFloat(tt.rejected),
+					prefix + "_in_flight{} " + formatFloat(tt.running),
+				} {
+					if !strings.Contains(text, want+"\n") {
+						t.Errorf("metrics lack %q:\n%s", want, text)
 					}
 				}
 			}
 		})
 	}
-}
-
-// gatherValue returns the value of the unlabelled counter or gauge name.
-func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		m := mf.Metric[0]
-		if m.Counter != nil {
-			return m.Counter.GetValue()
-		}
-		return m.Gauge.GetValue()
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
 }
