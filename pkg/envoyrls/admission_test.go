@@ -73,10 +73,11 @@ func (a *admissions) check(t *testing.T, when string, admitted, released, reject
 
 // TestMaxConcurrent: over a real gRPC connection, with MaxConcurrent n and
 // n calls waiting in the store, one more call is refused at once with
-// ResourceExhausted and the reference's message, and counts nothing; once
-// a call is done its slot admits a new one. Without a cap the extra call
-// is served. Every call has a deadline far beyond the test's needs, so a
-// refused call that was queued instead fails rather than hangs.
+// ResourceExhausted and the reference's message, without reaching the
+// store (there it would wait at the gate); once a call is done its slot
+// admits a new one. Without a cap the extra call is served. Every call has
+// a deadline far beyond the test's needs, so a call over the cap that was
+// queued instead of refused fails rather than hangs.
 func TestMaxConcurrent(t *testing.T) {
 	t.Parallel()
 	const rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
@@ -101,7 +102,7 @@ func TestMaxConcurrent(t *testing.T) {
 			client := rlsv3.NewRateLimitServiceClient(serveLoopback(t, srv, grpc.ForceServerCodecV2(NewCodec())))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			t.Cleanup(cancel)
-			results := make(chan error)
+			results := make(chan error, tt.inFlight+2) // every call's, so none is left blocked if the test fails
 			call := func() {
 				_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}})
 				results <- err
@@ -150,9 +151,7 @@ func TestMaxConcurrent(t *testing.T) {
 				admitted("a call after a slot was freed")
 				rec.check(t, "after a freed slot was taken", held+1, 1, rejected)
 			}
-			// Every call in the store now is one more than the held ones
-			// released so far: with a cap, the one admitted after a slot was
-			// freed; without, the extra one.
+			// tt.inFlight calls are in the store now.
 			for i := range tt.inFlight {
 				done("call " + strconv.Itoa(i+1) + " let out")
 			}
