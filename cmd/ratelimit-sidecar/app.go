@@ -115,6 +115,7 @@ func (a *app) buildServer(ctx context.Context) error {
 		QuotaMode:       a.o.quotaMode,
 		DynamicMetadata: a.o.dynamicMetadata,
 		ReferenceKeys:   a.o.refKeys.options(a.o.usesRedis(), a.log),
+		MaxConcurrent:   a.o.maxConcurrent,
 	})
 	if err != nil {
 		return err

@@ -44,6 +44,7 @@ type options struct {
 	dynamicMetadata bool
 	mergeDomains    bool
 	limits          envoyrls.InputLimits
+	maxConcurrent   int       // 0: ShouldRateLimit calls are not capped
 	xds             xdsConfig // -config-type and the xDS client: see xds.go
 	rlqs            rlqsConfig
 	// refNotes are what the reference's environment asked that this
@@ -114,6 +115,9 @@ func parseOptions(name string, args []string, getenv func(string) string, stderr
 		}
 		c.metricsAddr = "" // already served there
 	}
+	if c.maxConcurrent < 0 {
+		errs = append(errs, fmt.Errorf("-max-concurrent-requests %d: want 0 (no cap) or more", c.maxConcurrent))
+	}
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want more than 0, at most 1", c.nearLimitRatio))
 	}
@@ -169,6 +173,7 @@ func (c *options) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.limits.MaxEntries, "max-entries", config.DefaultMaxEntries, "most entries in one descriptor")
 	fs.IntVar(&c.limits.MaxEntryBytes, "max-entry-bytes", config.DefaultMaxEntryBytes, "longest descriptor key, value or domain, in bytes")
 	fs.Uint64Var(&c.limits.MaxHits, "max-hits", config.DefaultMaxHits, "largest hits_addend of one descriptor")
+	fs.IntVar(&c.maxConcurrent, "max-concurrent-requests", 0, "most ShouldRateLimit calls (gRPC and /json) in progress at once; one more is refused at once with ResourceExhausted, never queued; RLQS streams are not counted; 0 caps nothing")
 }
 
 // redisConfig is the Redis topology, credentials, TLS and circuit breaker

@@ -89,13 +89,18 @@ func TestReferenceEnv(t *testing.T) {
 			return want(o.redisTimeoutCap == 0 && hasNote(o, "REQUEST_TIMEOUT", "in memory"), "no cap and a note", o)
 		}, ""},
 		{"negative request timeout", nil, map[string]string{"RLS_CONFIG": "r", "REQUEST_TIMEOUT": "-1s"}, nil, `REQUEST_TIMEOUT="-1s": want a duration of 0 or more`},
-		{"max concurrent requests: warned", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "100"}, func(o *options) string {
-			return want(hasWarning(o, "MAX_CONCURRENT_REQUESTS", "not capped"), "a warning", o)
+		{"max concurrent requests", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "100"}, func(o *options) string {
+			return want(o.maxConcurrent == 100 && !hasNote(o, "MAX_CONCURRENT_REQUESTS", ""), "a cap of 100, no note", o)
 		}, ""},
-		{"max concurrent requests 0: nothing to say", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "0"}, func(o *options) string {
-			return want(!hasNote(o, "MAX_CONCURRENT_REQUESTS", ""), "no note", o)
+		{"max concurrent requests 0: no cap", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "0"}, func(o *options) string {
+			return want(o.maxConcurrent == 0 && !hasNote(o, "MAX_CONCURRENT_REQUESTS", ""), "no cap, no note", o)
+		}, ""},
+		{"max concurrent requests: the flag wins", []string{"-max-concurrent-requests", "7"}, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "100"}, func(o *options) string {
+			return want(o.maxConcurrent == 7 && hasNote(o, "MAX_CONCURRENT_REQUESTS", "wins"), "the flag's 7 and a note", o)
 		}, ""},
 		{"negative max concurrent requests", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "-2"}, nil, `MAX_CONCURRENT_REQUESTS="-2": want a whole number, 0 or more`},
+		{"bad max concurrent requests", nil, map[string]string{"RLS_CONFIG": "r", "MAX_CONCURRENT_REQUESTS": "lots"}, nil, `MAX_CONCURRENT_REQUESTS="lots": want a whole number, 0 or more`},
+		{"negative -max-concurrent-requests", []string{"-max-concurrent-requests", "-1"}, map[string]string{"RLS_CONFIG": "r"}, nil, `-max-concurrent-requests -1: want 0 (no cap) or more`},
 		{"calendar month: warned", nil, map[string]string{"RLS_CONFIG": "r", "USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(o *options) string {
 			return want(hasWarning(o, "USE_CALENDAR_MONTH_RATE_LIMIT", "30 days"), "a warning", o)
 		}, ""},

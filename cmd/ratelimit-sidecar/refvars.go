@@ -49,7 +49,7 @@ var refVars = []refVar{
 	// Newer than f2fb157 (the reference's settings at f9b242bf): its
 	// REQUEST_TIMEOUT is read with REDIS_TIMEOUT below, as both bound a
 	// Redis call.
-	{names: []string{"MAX_CONCURRENT_REQUESTS"}, to: refMaxConcurrent},
+	refFlag("MAX_CONCURRENT_REQUESTS", "max-concurrent-requests", refNonNegativeInt, anyStore),
 	refFlag("CONFIG_GRPC_XDS_NODE_ID", "xds-node-id", nil, anyStore),
 	refFlag("CONFIG_GRPC_XDS_NODE_METADATA", "xds-node-metadata", nil, anyStore),
 	refFlag("CONFIG_GRPC_XDS_SERVER_URL", "xds-server-url", nil, anyStore),
@@ -441,19 +441,14 @@ func refNonNegativeDuration(name, v string) (time.Duration, error) {
 	return d, nil
 }
 
-// refMaxConcurrent checks MAX_CONCURRENT_REQUESTS as the reference does (a
-// whole number, 0 or more) and warns when it asks for a cap: the sidecar
-// has none, so calls over it are served rather than refused with
-// ResourceExhausted.
-func refMaxConcurrent(m *refMapping, v []string) error {
-	n, err := strconv.Atoi(v[0])
+// refNonNegativeInt reads a whole number the reference refuses to start
+// with when negative (MAX_CONCURRENT_REQUESTS, a panic there).
+func refNonNegativeInt(name, v string) (string, error) {
+	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return fmt.Errorf("MAX_CONCURRENT_REQUESTS=%q: want a whole number, 0 or more", v[0])
+		return "", fmt.Errorf("%s=%q: want a whole number, 0 or more", name, v)
 	}
-	if n > 0 {
-		m.note("MAX_CONCURRENT_REQUESTS", "not supported: ShouldRateLimit calls are not capped, so calls over it are served, not refused with ResourceExhausted; each Redis call is bounded by its deadline and the batch queue is bounded (docs/reliability.md)", true)
-	}
-	return nil
+	return strconv.Itoa(n), nil
 }
 
 // refWarnWhenTrue checks a boolean variable of the reference and warns,

@@ -59,6 +59,9 @@ type PoolStats struct {
 //	ratelimit_rules_last_reload_success              gauge, 1 or 0
 //	ratelimit_store_round_trips_total                counter, with RoundTrips
 //	ratelimit_redis_pool_*                           with PoolStats
+//	ratelimit_calls_admitted_total                   counter, calls admitted under the concurrency cap
+//	ratelimit_calls_rejected_total                   counter, calls refused over it (ResourceExhausted)
+//	ratelimit_calls_in_flight                        gauge, calls admitted and not yet done
 //
 // envoyproxy/ratelimit's, under the names and labels its Prometheus mapper
 // gives them (see docs/operations.md):
@@ -68,6 +71,7 @@ type PoolStats struct {
 //	ratelimit_service_config_load_{success,error}
 //	ratelimit_service_total_requests{grpc_method}            counter, with ObserveCall
 //	ratelimit_service_response_time_seconds{grpc_method}     histogram, with ObserveCall
+//	ratelimit_service_request_admission_{admitted_total,rejected_total,in_flight}
 //
 // and the Go runtime and process collectors.
 type Recorder struct {
@@ -79,6 +83,9 @@ type Recorder struct {
 	reloadOK      prometheus.Counter
 	reloadError   prometheus.Counter
 	reloadSuccess prometheus.Gauge
+	admitted      prometheus.Counter
+	rejected      prometheus.Counter
+	inFlight      prometheus.Gauge
 	ref           *refMetrics
 
 	// handles caches the counters of one label set, so the request path
@@ -154,6 +161,18 @@ func New(o Options) (*Recorder, error) {
 			Name: "ratelimit_rules_last_reload_success",
 			Help: "1 if the last rules load succeeded, 0 if it failed and older rules are being served.",
 		}),
+		admitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_calls_admitted_total",
+			Help: "ShouldRateLimit calls admitted under -max-concurrent-requests; 0 without a cap.",
+		}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_calls_rejected_total",
+			Help: "ShouldRateLimit calls refused with ResourceExhausted because -max-concurrent-requests calls were in progress.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_calls_in_flight",
+			Help: "ShouldRateLimit calls admitted under -max-concurrent-requests and not yet done; 0 without a cap.",
+		}),
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratelimit_reloads_total",
@@ -166,6 +185,7 @@ func New(o Options) (*Recorder, error) {
 	m.ref = ref
 	cs := append([]prometheus.Collector{
 		m.decisions, m.refunded, m.storeDuration, m.storeErrors, m.failing, reloads, m.reloadSuccess,
+		m.admitted, m.rejected, m.inFlight,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, refCollectors...)
@@ -283,6 +303,25 @@ func (m *Recorder) ObserveCall(d time.Duration) {
 // InvalidRequest counts a malformed request as the reference's
 // service_error. It implements envoyrls.Observer.
 func (m *Recorder) InvalidRequest() { m.ref.serviceError.Inc() }
+
+// Admission counts an event of the cap on concurrent calls, under this
+// project's names and the reference's (its request_admission stats, as
+// its Prometheus mapper names them). It implements envoyrls.Observer.
+func (m *Recorder) Admission(a envoyrls.Admission) {
+	switch a {
+	case envoyrls.AdmissionAdmitted:
+		m.admitted.Inc()
+		m.inFlight.Inc()
+		m.ref.admitted.Inc()
+		m.ref.inFlight.Inc()
+	case envoyrls.AdmissionReleased:
+		m.inFlight.Dec()
+		m.ref.inFlight.Dec()
+	case envoyrls.AdmissionRejected:
+		m.rejected.Inc()
+		m.ref.rejected.Inc()
+	}
+}
 
 // ObserveReload counts a rules load: err is nil when the new rules are
 // being served. It fits reload.Options.OnReload.

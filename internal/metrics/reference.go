@@ -97,6 +97,11 @@ type refMetrics struct {
 	calls    prometheus.Counter
 	callTime prometheus.Observer
 	callUnit float64
+	// admitted, rejected and inFlight are the reference's request_admission
+	// stats of MAX_CONCURRENT_REQUESTS (newer than f2fb157, read at
+	// f9b242bf).
+	admitted, rejected prometheus.Counter
+	inFlight           prometheus.Gauge
 }
 
 // unchecked registers a collector without describing it, so that one
@@ -153,7 +158,19 @@ func newRefMetrics(responseTimeMs bool) (*refMetrics, []prometheus.Collector) {
 	}, []string{"grpc_method"})
 	r.calls = calls.WithLabelValues("ShouldRateLimit")
 	r.callTime = callTime.WithLabelValues("ShouldRateLimit")
-	return r, append(cs, errs, r.loadSuccess, r.loadError, calls, callTime)
+	r.admitted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_request_admission_admitted_total",
+		Help: "ShouldRateLimit calls admitted under MAX_CONCURRENT_REQUESTS, as envoyproxy/ratelimit counts them.",
+	})
+	r.rejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_request_admission_rejected_total",
+		Help: "ShouldRateLimit calls refused over MAX_CONCURRENT_REQUESTS, as envoyproxy/ratelimit counts them.",
+	})
+	r.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ratelimit_service_request_admission_in_flight",
+		Help: "ShouldRateLimit calls admitted under MAX_CONCURRENT_REQUESTS and not yet done, as envoyproxy/ratelimit counts them.",
+	})
+	return r, append(cs, errs, r.loadSuccess, r.loadError, calls, callTime, r.admitted, r.rejected, r.inFlight)
 }
 
 // counters resolves the counters of the reference's stats for stats key

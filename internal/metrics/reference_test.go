@@ -414,3 +414,42 @@ func TestReferenceCallMetrics(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionMetrics: the events of the cap on concurrent calls move
+// this project's metrics and the reference's request_admission ones (as
+// its Prometheus mapper names them) alike.
+func TestAdmissionMetrics(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                        string
+		events                      []envoyrls.Admission
+		admitted, rejected, running float64
+	}{
+		{"none", nil, 0, 0, 0},
+		{"two in flight, one refused", []envoyrls.Admission{envoyrls.AdmissionAdmitted, envoyrls.AdmissionAdmitted, envoyrls.AdmissionRejected}, 2, 1, 2},
+		{"one done, another admitted", []envoyrls.Admission{envoyrls.AdmissionAdmitted, envoyrls.AdmissionAdmitted, envoyrls.AdmissionRejected,
+			envoyrls.AdmissionReleased, envoyrls.AdmissionAdmitted}, 3, 1, 2},
+		{"all done", []envoyrls.Admission{envoyrls.AdmissionAdmitted, envoyrls.AdmissionRejected, envoyrls.AdmissionReleased}, 1, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m, reg := newTestMetrics(t, Options{})
+			for _, e := range tt.events {
+				m.Admission(e)
+			}
+			text := gatherText(t, reg)
+			for _, prefix := range []string{"ratelimit_calls", "ratelimit_service_request_admission"} {
+				for _, want := range []string{
+					prefix + "_admitted_total{} " + formatFloat(tt.admitted),
+					prefix + "_rejected_total{} " + formatFloat(tt.rejected),
+					prefix + "_in_flight{} " + formatFloat(tt.running),
+				} {
+					if !strings.Contains(text, want+"\n") {
+						t.Errorf("metrics lack %q:\n%s", want, text)
+					}
+				}
+			}
+		})
+	}
+}

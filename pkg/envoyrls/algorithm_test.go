@@ -242,5 +242,6 @@ func (r *usedRecorder) Decision(d Decision) {
 }
 func (r *usedRecorder) StoreCall(time.Duration, error) {}
 func (r *usedRecorder) InvalidRequest()                {}
+func (r *usedRecorder) Admission(Admission)            {}
 
 func u64(n uint64) string { return strconv.FormatUint(n, 10) }

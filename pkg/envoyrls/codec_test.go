@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -15,7 +14,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -106,19 +104,7 @@ func TestInvalidUTF8IsCountedOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gs := grpc.NewServer(opts...)
-		rlsv3.RegisterRateLimitServiceServer(gs, srv)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go gs.Serve(lis)
-		t.Cleanup(gs.Stop)
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := serveLoopback(t, srv, opts...)
 		var last rlsv3.RateLimitResponse_Code
 		for _, v := range []string{value, value + "\xfe", value} {
 			in, out := wireRequest("api", [][2]string{{"api_key", v}}), []byte(nil)

@@ -17,7 +17,16 @@ var (
 	// ErrUnavailable reports that the store failed for a limit whose failure
 	// mode is "error", so Envoy's failure_mode_deny decides.
 	ErrUnavailable = errors.New("envoyrls: store unavailable")
+	// ErrOverloaded reports a ShouldRateLimit call refused because
+	// Options.MaxConcurrent calls were in progress. Nothing is counted for
+	// it.
+	ErrOverloaded = errors.New("envoyrls: " + overloadedMessage)
 )
+
+// overloadedMessage is envoyproxy/ratelimit's status message for a call
+// over MAX_CONCURRENT_REQUESTS; ErrOverloaded's status carries it as it is,
+// so what matches the reference's message matches the sidecar's.
+const overloadedMessage = "maximum concurrent rate limit requests reached"
 
 // grpcError maps an error of this package or of the store to a gRPC status.
 // It is the one place where errors become codes.
@@ -27,6 +36,8 @@ func grpcError(err error) error {
 	}
 	var code codes.Code
 	switch {
+	case errors.Is(err, ErrOverloaded):
+		return status.Error(codes.ResourceExhausted, overloadedMessage)
 	case errors.Is(err, ErrInvalidRequest):
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrUnavailable), errors.Is(err, window.ErrStore):

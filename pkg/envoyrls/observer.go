@@ -23,6 +23,9 @@ type Observer interface {
 	// InvalidRequest is called once per request refused as malformed
 	// (ErrInvalidRequest), before anything is counted.
 	InvalidRequest()
+	// Admission is called with each event of the cap on concurrent calls
+	// (Options.MaxConcurrent); never without a cap.
+	Admission(a Admission)
 }
 
 // Decision is what an Observer is told of one limit's decision. Its

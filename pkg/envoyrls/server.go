@@ -97,6 +97,13 @@ type Options struct {
 	// project's keys. Nil (the default) keeps every counter in this
 	// project's keys.
 	ReferenceKeys *ReferenceKeys
+	// MaxConcurrent caps the ShouldRateLimit calls in progress at once,
+	// as envoyproxy/ratelimit's MAX_CONCURRENT_REQUESTS: a call over it is
+	// refused at once with ErrOverloaded (gRPC ResourceExhausted), never
+	// queued, before any store work; an admitted call keeps its slot until
+	// its last store call returns. 0 (the default) caps nothing; below 0
+	// is an error. RLQS streams (pkg/rlqs) are not counted.
+	MaxConcurrent int
 }
 
 // Server answers ShouldRateLimit. It is safe for concurrent use; rules can be
@@ -118,6 +125,7 @@ type Server struct {
 	tracer  trace.Tracer   // nil: no spans
 	ref     *ReferenceKeys // nil: this project's keys only
 	failing atomic.Bool    // the last store call failed; for transition logs
+	slots   chan struct{}  // one per ShouldRateLimit call admitted; nil: no cap
 	scratch sync.Pool      // of *scratch
 }
 
@@ -144,6 +152,9 @@ func NewServer(o Options) (*Server, error) {
 	if o.NearLimitRatio < 0 || o.NearLimitRatio > 1 {
 		return nil, fmt.Errorf("envoyrls: Options.NearLimitRatio %v: want 0 to 1", o.NearLimitRatio)
 	}
+	if o.MaxConcurrent < 0 {
+		return nil, fmt.Errorf("envoyrls: Options.MaxConcurrent %d: want 0 (no cap) or more", o.MaxConcurrent)
+	}
 	s := &Server{
 		store:  o.Store,
 		prefix: o.KeyPrefix,
@@ -157,6 +168,9 @@ func NewServer(o Options) (*Server, error) {
 		meta:   o.DynamicMetadata,
 		tracer: o.Tracer,
 		ref:    o.ReferenceKeys,
+	}
+	if o.MaxConcurrent > 0 {
+		s.slots = make(chan struct{}, o.MaxConcurrent)
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	s.SetRules(o.Rules)
@@ -280,7 +294,15 @@ func (c *scratch) reset() {
 // gets each limit's failure mode. Responses share read-only parts that the
 // server prepared per limit (current_limit, the 429 body and headers) and
 // the rules' metadata: callers must not modify a response. With Options.Tracer it makes a span.
+// With Options.MaxConcurrent, a call over the cap gets ResourceExhausted at
+// once, before it is read or traced, as envoyproxy/ratelimit refuses it.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.slots != nil {
+		if err := s.admit(); err != nil {
+			return nil, grpcError(err)
+		}
+		defer s.release()
+	}
 	if s.tracer != nil {
 		return s.tracedDecide(ctx, req)
 	}

@@ -664,6 +664,7 @@ func (r *recorder) Decision(d Decision) {
 }
 func (r *recorder) StoreCall(time.Duration, error) {}
 func (r *recorder) InvalidRequest()                {}
+func (r *recorder) Admission(Admission)            {}
 
 func TestObserverLabels(t *testing.T) {
 	t.Parallel()
