@@ -200,7 +200,7 @@ type takeResult struct {
 // failure mode).
 func (st *stream) assign(ctx context.Context, now time.Time, work []*usage, t *takeResult) {
 	t.ledgerAt = make([]int, len(t.reqs))
-	var reqs []Request
+	reqs := make([]Request, 0, len(t.reqs)) // at most one a counter
 	for _, w := range work {
 		slot, first := w.first, len(reqs)
 		spent := false

@@ -179,10 +179,13 @@ func (st *stream) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 	if dom == nil {
 		label = unknownDomain
 	}
+	n := len(m.GetBucketQuotaUsages())
 	var (
-		work []*usage
-		reqs []window.Counter
-		seen = make(map[string]bool, len(m.GetBucketQuotaUsages()))
+		// Sized for the usual one limit a bucket, so that a report of
+		// hundreds of buckets does not grow them step by step.
+		work = make([]*usage, 0, n)
+		reqs = make([]window.Counter, 0, n)
+		seen = make(map[string]bool, n)
 	)
 	for _, u := range m.GetBucketQuotaUsages() {
 		w, why := st.accept(now, u, seen)
