@@ -17,13 +17,13 @@ type Memory struct {
 	policy Policy
 
 	mu      sync.Mutex
-	buckets map[string]map[string]ClientState
+	buckets map[string]*Clients
 	calls   int
 }
 
 // NewMemory returns an empty Memory dividing by p.
 func NewMemory(p Policy) *Memory {
-	return &Memory{policy: p, buckets: make(map[string]map[string]ClientState)}
+	return &Memory{policy: p, buckets: make(map[string]*Clients)}
 }
 
 // Assign implements Ledger. It never fails.
@@ -44,32 +44,27 @@ func (m *Memory) assign(now time.Time, q *Request) Share {
 	}
 	b := m.buckets[q.Key]
 	if b == nil {
-		b = make(map[string]ClientState)
+		b = new(Clients)
 		m.buckets[q.Key] = b
 	}
-	prev, known := b[q.Report.Client]
-	delete(b, q.Report.Client)
-	share, cur, expired := m.policy.Divide(now, q.Fleet, b, prev, known, q.Report, q.TTL)
+	self, prev := b.Lookup(q.Report.Client)
+	share, cur, expired := m.policy.Divide(now, q.Fleet, b, self, q.Report, q.TTL)
+	if m.policy.Keeps(now, q, prev, self >= 0, share) {
+		share = m.policy.Kept(prev, share)
+	} else {
+		b.Set(q.Report.Client, cur)
+	}
 	for _, id := range expired {
-		delete(b, id)
+		b.Delete(id)
 	}
-	if m.policy.Keeps(now, q, prev, known, share) {
-		b[q.Report.Client] = prev
-		return m.policy.Kept(prev, share)
-	}
-	b[q.Report.Client] = cur
 	return share
 }
 
 // sweep drops every expired client and every bucket left empty.
 func (m *Memory) sweep(now time.Time) {
 	for key, b := range m.buckets {
-		for id, c := range b {
-			if !c.Expires.After(now) {
-				delete(b, id)
-			}
-		}
-		if len(b) == 0 {
+		b.DeleteExpired(now)
+		if b.Len() == 0 {
 			delete(m.buckets, key)
 		}
 	}
@@ -80,9 +75,11 @@ func (m *Memory) sweep(now time.Time) {
 func (m *Memory) Clients(key string) map[string]ClientState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]ClientState, len(m.buckets[key]))
-	for id, c := range m.buckets[key] {
-		out[id] = c
+	out := make(map[string]ClientState)
+	if b := m.buckets[key]; b != nil {
+		for id, c := range b.All() {
+			out[id] = c
+		}
 	}
 	return out
 }

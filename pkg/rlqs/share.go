@@ -179,17 +179,23 @@ func satAdd(a, b uint64) uint64 {
 	return s
 }
 
-// Divide is the division policy. Given the bucket's clients (others, which
-// must not contain r.Client; expired entries are fine), the reporting
-// client's previous state (known false when it has none), the fleet f and
-// the report r received at now, it returns the client's new share and
-// state, and the clients whose shares have expired (for the ledger to
-// drop). It never returns a share that would take the unexpired clients'
-// counted rates or bursts above f's, except for the 2-token floor of a
-// burst (see docs/rlqs.md, "The guarantee").
-func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, prev ClientState, known bool, r Report, ttl time.Duration) (Share, ClientState, []string) {
+// Divide is the division policy. Given the bucket's clients (expired
+// entries are fine), the index self of the reporting client's entry in them
+// (r.Client's; -1 when it has none), the fleet f and the report r received
+// at now, it returns the client's new share and state, and the other
+// clients whose shares have expired (for the ledger to drop). It reads
+// clients and changes nothing: the ledger stores the new state. It never
+// returns a share that would take the unexpired clients' counted rates or
+// bursts above f's, except for the 2-token floor of a burst (see
+// docs/rlqs.md, "The guarantee").
+func (p Policy) Divide(now time.Time, f Fleet, clients *Clients, self int, r Report, ttl time.Duration) (Share, ClientState, []string) {
+	var prev ClientState
+	known := self >= 0
+	if known {
+		prev = clients.states[self]
+	}
 	rTot := FleetRate(f)
-	o := scan(now, others)
+	o := scan(now, clients, self)
 	if known && !prev.Expires.After(now) {
 		known = false // its assignment has lapsed in Envoy as well
 	}
@@ -268,7 +274,7 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 		Changed: !known || rate != prev.Rate || burst != prev.Burst,
 	}
 	if !keep && rate < want {
-		share.Recheck = p.recheck(now, rTot, o, others, cur, want)
+		share.Recheck = p.recheck(now, rTot, o, clients, self, cur, want)
 	}
 	return share, cur, o.expired
 }
@@ -283,7 +289,7 @@ func (p Policy) Divide(now time.Time, f Fleet, others map[string]ClientState, pr
 // freeing a little; a re-check at every one sent a token bucket a few
 // percent larger each time. For a client well short of its target room may
 // also come free at another client's next report.
-func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, others map[string]ClientState, cur ClientState, want uint64) time.Time {
+func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, clients *Clients, self int, cur ClientState, want uint64) time.Time {
 	h := mulDiv(want, p.hysteresis(), milli)
 	at := o.lapse
 	if satAdd(o.freedRate, h) >= want-cur.Rate || o.freedRate >= h {
@@ -302,7 +308,7 @@ func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, others map[stri
 	// re-checks, tried before, skipped the answer that frees the room after
 	// a limit fell (TestRLQS: cold denied).
 	lowers := func(y ClientState) bool { return p.lowers(rTot, o, cur, y) }
-	return earliest(at, nextAnswer(now, now.Add(time.Nanosecond), others, p.interval(), p.grace(), lowers))
+	return earliest(at, nextAnswer(now, now.Add(time.Nanosecond), clients, self, p.interval(), p.grace(), lowers))
 }
 
 // near reports whether rate is close enough to the client's target that a
@@ -375,12 +381,16 @@ type othersUse struct {
 	lapse               time.Time // the first moment an unexpired client's share stops counting
 }
 
-// scan sums up others at now.
-func scan(now time.Time, others map[string]ClientState) othersUse {
+// scan sums up the clients but entry self at now.
+func scan(now time.Time, clients *Clients, self int) othersUse {
 	var o othersUse
-	for id, c := range others {
+	for i := range clients.states {
+		if i == self {
+			continue
+		}
+		c := &clients.states[i]
 		if !c.Expires.After(now) {
-			o.expired = append(o.expired, id)
+			o.expired = append(o.expired, clients.ids[i])
 			continue
 		}
 		cr, cb := c.Rate, c.Burst
@@ -427,18 +437,20 @@ func (p Policy) lowers(rTot uint64, o othersUse, cur, y ClientState) bool {
 	return y.Rate > satAdd(hi, mulDiv(y.Rate, p.hysteresis(), milli))
 }
 
-// nextAnswer is the first moment from on when the next report of another
-// unexpired client counting a rate, for which frees is true, has been
-// answered (grace after it arrives), zero when there is none. A client reports every interval from its last recorded
+// nextAnswer is the first moment from on when the next report of an
+// unexpired client counting a rate, other than entry self of clients, for
+// which frees is true, has been answered (grace after it arrives), zero
+// when there is none. A client reports every interval from its last recorded
 // report, which may be several intervals old (reports that changed nothing
 // are kept unwritten, see Request.Quiet): its next answer is the first
 // reported + m·interval + grace (m ≥ 1) at or after from. One that stopped
 // reporting only costs a re-check that finds no more room. The arithmetic
 // is on Unix nanoseconds: it runs once per client.
-func nextAnswer(now, from time.Time, others map[string]ClientState, interval, grace time.Duration, frees func(ClientState) bool) time.Time {
+func nextAnswer(now, from time.Time, clients *Clients, self int, interval, grace time.Duration, frees func(ClientState) bool) time.Time {
 	f, iv, best := from.UnixNano(), int64(interval), int64(0)
-	for _, c := range others {
-		if c.Reported.IsZero() || !c.Expires.After(now) {
+	for i := range clients.states {
+		c := &clients.states[i]
+		if i == self || c.Reported.IsZero() || !c.Expires.After(now) {
 			continue
 		}
 		if rate, _ := c.Counted(now); rate == 0 {
@@ -448,7 +460,7 @@ func nextAnswer(now, from time.Time, others map[string]ClientState, interval, gr
 		if t < f && iv > 0 {
 			t += ((f - t + iv - 1) / iv) * iv
 		}
-		if (best == 0 || t < best) && frees(c) {
+		if (best == 0 || t < best) && frees(*c) {
 			best = t
 		}
 	}

@@ -52,16 +52,20 @@ func TestWindowFleet(t *testing.T) {
 	}
 }
 
+// clientsOf is a Clients holding the clients of m.
+func clientsOf(m map[string]ClientState) *Clients {
+	cs := new(Clients)
+	for id, c := range m {
+		cs.Set(id, c)
+	}
+	return cs
+}
+
 // divide runs Divide as a ledger would, on a map of clients.
 func divide(p Policy, now time.Time, f Fleet, clients map[string]ClientState, r Report, ttl time.Duration) Share {
-	prev, known := clients[r.Client]
-	others := make(map[string]ClientState, len(clients))
-	for id, c := range clients {
-		if id != r.Client {
-			others[id] = c
-		}
-	}
-	s, cur, expired := p.Divide(now, f, others, prev, known, r, ttl)
+	cs := clientsOf(clients)
+	self, _ := cs.Lookup(r.Client)
+	s, cur, expired := p.Divide(now, f, cs, self, r, ttl)
 	for _, id := range expired {
 		delete(clients, id)
 	}
@@ -377,7 +381,7 @@ func TestDivideSlowShares(t *testing.T) {
 				// Without the deferral the target moved beyond the
 				// hysteresis: the case would not test it.
 				cur := tc.clients[tc.r.Client]
-				o := scan(t0, map[string]ClientState{"b": tc.clients["b"]})
+				o := scan(t0, clientsOf(map[string]ClientState{"b": tc.clients["b"]}), -1)
 				// Nor within the hysteresis of what one more request would
 				// have measured.
 				cur.Demand = perSecond(tc.r.Denied+1, tc.r.Elapsed)
@@ -424,7 +428,13 @@ func FuzzDivide(f *testing.F) {
 			PrevUntil: t0.Add(time.Duration(oPrevUntil)), Expires: t0.Add(time.Duration(oExpires))}
 		prev := ClientState{Rate: pRate, Burst: pBurst, Expires: t0.Add(time.Duration(pExpires))}
 		r := Report{Client: "a", Allowed: allowed, Denied: denied, Elapsed: time.Duration(elapsed)}
-		s, cur, _ := Policy{}.Divide(t0, fl, map[string]ClientState{"b": other}, prev, known, r, 15*time.Second)
+		clients := clientsOf(map[string]ClientState{"b": other})
+		self := -1
+		if known {
+			clients.Set(r.Client, prev)
+			self, _ = clients.Lookup(r.Client)
+		}
+		s, cur, _ := Policy{}.Divide(t0, fl, clients, self, r, 15*time.Second)
 		if s.Rate != cur.Rate || s.Burst != cur.Burst {
 			t.Fatalf("share %+v and state %+v disagree", s, cur)
 		}
@@ -479,7 +489,7 @@ func TestNextAnswer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := nextAnswer(t0, t0.Add(tc.from), tc.others, interval, grace, func(ClientState) bool { return true })
+			got := nextAnswer(t0, t0.Add(tc.from), clientsOf(tc.others), -1, interval, grace, func(ClientState) bool { return true })
 			if tc.wantAfter < 0 {
 				if !got.IsZero() {
 					t.Errorf("next answer at %v after now, want none", got.Sub(t0))

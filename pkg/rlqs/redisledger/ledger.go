@@ -290,17 +290,15 @@ func (l *Ledger) fail(it *item, err error) {
 func (l *Ledger) divide(now time.Time, it *item, try int) bool {
 	q, snap := it.q, it.b.snap
 	it.reread = try < l.tries && now.Sub(it.b.read) >= l.refresh
-	prev, known := snap.clients[q.Report.Client]
-	delete(snap.clients, q.Report.Client)
-	share, cur, expired := l.policy.Divide(now, q.Fleet, snap.clients, prev, known, q.Report, q.TTL)
+	self, prev := snap.clients.Lookup(q.Report.Client)
+	share, cur, expired := l.policy.Divide(now, q.Fleet, &snap.clients, self, q.Report, q.TTL)
 	for _, id := range expired {
-		delete(snap.clients, id) // expired: the copy counts them as Redis does
+		snap.clients.Delete(id) // expired: the copy counts them as Redis does
 	}
-	if l.policy.Keeps(now, q, prev, known, share) {
+	if l.policy.Keeps(now, q, prev, self >= 0, share) {
 		// The client's entry, which only this stream writes, stays as it
 		// is in Redis and in the copy: the bucket's sums do not change, and
 		// the share Envoy holds lapses by the entry's expiry.
-		snap.clients[q.Report.Client] = prev
 		it.out.Share = l.policy.Kept(prev, share)
 		return false
 	}
@@ -319,7 +317,7 @@ func (l *Ledger) written(it *item) (again bool, err error) {
 	}
 	b := it.b
 	if n, ok := v.(int64); ok && n == 1 {
-		b.snap.clients[it.q.Report.Client] = it.cur
+		b.snap.clients.Set(it.q.Report.Client, it.cur)
 		b.snap.version = it.next // the division saw the hash as it was
 		it.out.Share = it.share
 		return false, nil
@@ -388,7 +386,7 @@ func (l *Ledger) capped(b *bucket, f rlqs.Fleet, client string, share rlqs.Share
 		return rlqs.Share{}, err
 	}
 	l.capCount.Add(1)
-	b.snap.clients[client] = c.state
+	b.snap.clients.Set(client, c.state)
 	b.snap.version = staleVersion
 	got := rlqs.Share{
 		Rate:    c.state.Rate,
@@ -438,7 +436,7 @@ func (l *Ledger) sweep(now time.Time) {
 		if !b.mu.TryLock() {
 			continue
 		}
-		if b.snap == nil || !anyLive(b.snap.clients, now) {
+		if b.snap == nil || !anyLive(&b.snap.clients, now) {
 			delete(l.buckets, k)
 		}
 		b.mu.Unlock()
@@ -448,8 +446,8 @@ func (l *Ledger) sweep(now time.Time) {
 	}
 }
 
-func anyLive(clients map[string]rlqs.ClientState, now time.Time) bool {
-	for _, c := range clients {
+func anyLive(clients *rlqs.Clients, now time.Time) bool {
+	for _, c := range clients.All() {
 		if c.Expires.After(now) {
 			return true
 		}

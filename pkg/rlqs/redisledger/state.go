@@ -107,16 +107,17 @@ func fromMs(ms uint64) time.Time {
 // snapshot is a bucket's hash as read: its version and its clients.
 type snapshot struct {
 	version string
-	clients map[string]rlqs.ClientState
+	clients rlqs.Clients
 }
 
 // parseSnapshot reads a bucket's HGETALL reply (field, value, ...). A
 // missing hash is version "" with no clients.
 func parseSnapshot(reply []any) (snapshot, error) {
-	s := snapshot{clients: make(map[string]rlqs.ClientState, len(reply)/2)}
+	var s snapshot
 	if len(reply)%2 != 0 {
 		return s, fmt.Errorf("%w: odd HGETALL reply of %d values", errState, len(reply))
 	}
+	s.clients.Grow(len(reply) / 2)
 	for i := 0; i < len(reply); i += 2 {
 		f, ok1 := reply[i].(string)
 		v, ok2 := reply[i+1].(string)
@@ -135,7 +136,7 @@ func parseSnapshot(reply []any) (snapshot, error) {
 			if err != nil {
 				return s, fmt.Errorf("client %q: %w", f[len(clientPrefix):], err)
 			}
-			s.clients[f[len(clientPrefix):]] = c
+			s.clients.Set(f[len(clientPrefix):], c)
 		default:
 			return s, fmt.Errorf("%w: unknown field %q", errState, f)
 		}

@@ -64,7 +64,9 @@ func TestParseSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.version != "7k2" || len(s.clients) != 2 || s.clients["a"].Rate != 2 || !s.clients["b:c"].Estimated {
+	_, a := s.clients.Lookup("a")
+	bcAt, bc := s.clients.Lookup("b:c")
+	if s.version != "7k2" || s.clients.Len() != 2 || a.Rate != 2 || bcAt < 0 || !bc.Estimated {
 		t.Fatalf("parseSnapshot = %+v", s)
 	}
 	for _, reply := range [][]any{{"v"}, {"v", ""}, {"z", "1"}, {"c:a", "bad"}, {"v", int64(1)}} {
@@ -123,7 +125,7 @@ func FuzzParseSnapshot(f *testing.F) {
 				if _, err := parseState(reply[i+1].(string)); err != nil {
 					t.Fatalf("parseSnapshot(%q) accepted %q: %v", s, field, err)
 				}
-				if _, ok := snap.clients[field[len(clientPrefix):]]; !ok {
+				if i, _ := snap.clients.Lookup(field[len(clientPrefix):]); i < 0 {
 					t.Fatalf("parseSnapshot(%q) lost client %q", s, field)
 				}
 			}
