@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -498,6 +499,39 @@ func TestNextAnswer(t *testing.T) {
 			}
 			if want := t0.Add(tc.wantAfter); !got.Equal(want) {
 				t.Errorf("next answer at %v after now, want %v", got.Sub(t0), tc.wantAfter)
+			}
+		})
+	}
+}
+
+// BenchmarkDivide is one report of a busy bucket's client among n others
+// that hold the whole rate between them, reporting in turn over the
+// interval (in an order apart from the entries'), one of them holding more
+// than its demand: the client is capped below its target, so the division
+// scans the others twice (the sums, then the next answer of one that
+// lowers its share, for the re-check).
+func BenchmarkDivide(b *testing.B) {
+	for _, n := range []int{40, 400} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			f := WindowFleet(2000, 20*time.Second)
+			r := FleetRate(f)
+			var cs Clients
+			for i := range n {
+				c := ClientState{Demand: 3 * r / uint64(n), Rate: r / uint64(n), Burst: minBurst,
+					Expires: t0.Add(10 * time.Second), Reported: t0.Add(-time.Duration(i*37%n) * 5 * time.Second / time.Duration(n))}
+				if i == n/2 {
+					c.Demand = r / uint64(4*n) // holds four times its demand: lowers
+				}
+				cs.Set(fmt.Sprint("envoy-", i), c)
+			}
+			rep := Report{Client: "envoy-0", Allowed: 150, Denied: 300, Elapsed: 5 * time.Second}
+			self, _ := cs.Lookup(rep.Client)
+			if s, _, _ := (Policy{}).Divide(t0, f, &cs, self, rep, 15*time.Second); s.Recheck.IsZero() {
+				b.Fatalf("share %+v: no re-check, the case does not scan for one", s)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				Policy{}.Divide(t0, f, &cs, self, rep, 15*time.Second)
 			}
 		})
 	}
