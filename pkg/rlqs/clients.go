@@ -10,9 +10,9 @@ import (
 // Report.Client of its reports). The states are held contiguously, so that
 // Divide, which sums every other client of the bucket at each report and
 // re-check, walks a slice rather than a map. An entry is found by id in
-// O(1), and Delete moves the last entry into the deleted one's place: the
-// order of the entries, and an entry's index after a Delete or a Set of a
-// new id, are not stable.
+// O(1); Set appends a new id's entry, and Delete moves the last entry into
+// the deleted one's place, so an index holds until the next Delete and the
+// entries are in no particular order.
 //
 // The zero value is an empty set ready to use. A Clients is not safe for
 // concurrent use: a ledger holds the bucket's lock around every use.
@@ -34,7 +34,8 @@ func (cs *Clients) Lookup(id string) (int, ClientState) {
 	return -1, ClientState{}
 }
 
-// Grow makes room for n more clients without allocating, as slices.Grow.
+// Grow makes room for n more clients, so that Setting them allocates
+// little more (for an empty set, nothing more).
 func (cs *Clients) Grow(n int) {
 	if cs.index == nil {
 		cs.index = make(map[string]int, n)
