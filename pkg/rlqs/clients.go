@@ -20,6 +20,7 @@ type Clients struct {
 	ids    []string
 	states []ClientState
 	index  map[string]int // ids[index[id]] == id
+	sum    clientSum      // the entries' sums for scan, kept between divisions
 }
 
 // Len is the number of clients.
@@ -47,9 +48,11 @@ func (cs *Clients) Grow(n int) {
 // Set makes c the state of id, adding an entry when it has none.
 func (cs *Clients) Set(id string, c ClientState) {
 	if i, ok := cs.index[id]; ok {
+		cs.update(&cs.states[i], &c)
 		cs.states[i] = c
 		return
 	}
+	cs.update(nil, &c)
 	if cs.index == nil {
 		cs.index = make(map[string]int)
 	}
@@ -64,6 +67,7 @@ func (cs *Clients) Delete(id string) {
 	if !ok {
 		return
 	}
+	cs.update(&cs.states[i], nil)
 	last := len(cs.ids) - 1
 	if i != last {
 		cs.ids[i], cs.states[i] = cs.ids[last], cs.states[last]

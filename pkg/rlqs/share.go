@@ -291,9 +291,9 @@ func (p Policy) Divide(now time.Time, f Fleet, clients *Clients, self int, r Rep
 // also come free at another client's next report.
 func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, clients *Clients, self int, cur ClientState, want uint64) time.Time {
 	h := mulDiv(want, p.hysteresis(), milli)
-	at := o.lapse
+	at, freedLast := clients.times(now, self)
 	if satAdd(o.freedRate, h) >= want-cur.Rate || o.freedRate >= h {
-		at = earliest(at, o.freedLast)
+		at = earliest(at, freedLast)
 	}
 	if cur.Rate >= want-h {
 		return at
@@ -372,46 +372,41 @@ func refilling(prev ClientState, r Report, el time.Duration) bool {
 
 // othersUse sums up a bucket's other clients at one instant.
 type othersUse struct {
-	expired             []string  // clients whose share has expired
-	live, measured      uint64    // unexpired clients, and those with a measured demand
-	sumDemand           uint64    // the measured demands' sum
-	usedRate, usedBurst uint64    // what the unexpired clients count
-	freedRate           uint64    // the rate the decreases in flight free once they stop counting
-	freedLast           time.Time // the last moment a decrease in flight stops counting
-	lapse               time.Time // the first moment an unexpired client's share stops counting
+	expired             []string // clients whose share has expired
+	live, measured      uint64   // unexpired clients, and those with a measured demand
+	sumDemand           uint64   // the measured demands' sum
+	usedRate, usedBurst uint64   // what the unexpired clients count
+	freedRate           uint64   // the rate the decreases in flight free once they stop counting
 }
 
-// scan sums up the clients but entry self at now.
+// scan sums up the clients but entry self at now: the sum of every entry,
+// which Clients keeps between divisions (clientSum), less self's part; over
+// every entry but self when that cannot be done exactly.
 func scan(now time.Time, clients *Clients, self int) othersUse {
+	s := clients.sumAt(now)
+	if s.lapsed {
+		return scanEvery(now, clients, self)
+	}
+	o := s.o
+	if self >= 0 && !o.sub(partOf(&clients.states[self], now)) {
+		return scanEvery(now, clients, self)
+	}
+	return o
+}
+
+// scanEvery is scan, reading every entry but self.
+func scanEvery(now time.Time, clients *Clients, self int) othersUse {
 	var o othersUse
 	for i := range clients.states {
 		if i == self {
 			continue
 		}
-		c := &clients.states[i]
-		if !c.Expires.After(now) {
+		p := partOf(&clients.states[i], now)
+		if p.lapsed {
 			o.expired = append(o.expired, clients.ids[i])
 			continue
 		}
-		cr, cb := c.Rate, c.Burst
-		if c.PrevUntil.After(now) {
-			// Counted: the old share counts while a decrease is in flight.
-			cr, cb = max(cr, c.PrevRate), max(cb, c.PrevBurst)
-			o.freedRate = satAdd(o.freedRate, cr-c.Rate)
-			if c.PrevUntil.After(o.freedLast) {
-				o.freedLast = c.PrevUntil
-			}
-		}
-		if o.lapse.IsZero() || c.Expires.Before(o.lapse) {
-			o.lapse = c.Expires
-		}
-		o.live++
-		if !c.Estimated {
-			o.measured++
-			o.sumDemand = satAdd(o.sumDemand, c.Demand)
-		}
-		o.usedRate = satAdd(o.usedRate, cr)
-		o.usedBurst = satAdd(o.usedBurst, cb)
+		o.add(p)
 	}
 	return o
 }
