@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"math"
+	"unicode/utf8"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -189,28 +190,22 @@ func (f *reportsFill) bucketID(b []byte, base int, u *rlqsv3.RateLimitQuotaUsage
 		u.BucketId = id
 	}
 	f.nid++
-	entries := 0
-	if f.fill != nil {
-		// A first pass over the entries sizes the map; they were checked.
-		for pos := 0; pos < len(b); entries++ {
-			_, _, _, _, n := field(b[pos:])
-			pos += n
-		}
-		if entries > 0 {
-			id.Bucket = make(map[string]string, entries)
-		}
-	}
 	for pos := 0; pos < len(b); {
 		num, typ, v, _, n := field(b[pos:])
 		if n < 0 || typ != protowire.BytesType || wireBucketIDFields.role(num) != wireBucket {
 			return false
 		}
 		pos += n
-		k, val, ok := entry(v, base+pos-len(v))
+		k, val, ok := entry(v, base+pos-len(v), id == nil)
 		if !ok {
 			return false
 		}
 		if id != nil {
+			if id.Bucket == nil {
+				// Envoy's buckets hold a few entries, fewer than fill a
+				// map's first group, so there is no size to give.
+				id.Bucket = make(map[string]string)
+			}
 			id.Bucket[f.str(k)] = f.str(val)
 		}
 	}
@@ -218,8 +213,9 @@ func (f *reportsFill) bucketID(b []byte, base int, u *rlqsv3.RateLimitQuotaUsage
 }
 
 // entry reads a map entry's bytes b, which start at base: its key and
-// value, each "" when absent, as for proto.
-func entry(b []byte, base int) (key, value span, ok bool) {
+// value, each "" when absent, as for proto. With check, it declines the
+// entries decodeReports leaves to proto; without, b was checked before.
+func entry(b []byte, base int, check bool) (key, value span, ok bool) {
 	var hasKey, hasValue bool
 	for pos := 0; pos < len(b); {
 		num, typ, v, _, n := field(b[pos:])
@@ -227,9 +223,15 @@ func entry(b []byte, base int) (key, value span, ok bool) {
 			return span{}, span{}, false
 		}
 		pos += n
-		sp, ok := text(v, base+pos)
+		sp := span{base + pos - len(v), len(v)}
 		switch role := wireEntryFields.role(num); {
-		case !ok:
+		case !check:
+			if role == wireKey {
+				key = sp
+			} else {
+				value = sp
+			}
+		case !utf8.Valid(v):
 			return span{}, span{}, false
 		case role == wireKey && !hasKey:
 			key, hasKey = sp, true

@@ -190,27 +190,3 @@ func FuzzDecodeReports(f *testing.F) {
 		checkDecodeReports(t, b)
 	})
 }
-
-// BenchmarkDecodeReports compares decodeReports with proto.Unmarshal on a
-// report of 500 one-entry buckets, the bench fleet's per-Envoy report.
-func BenchmarkDecodeReports(b *testing.B) {
-	wire := mustMarshal(b, usageReport("bench", oneEntryBuckets(500)...))
-	b.Run("wire", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var r rlqsv3.RateLimitQuotaUsageReports
-			if !decodeReports(wire, &r) {
-				b.Fatal("declined")
-			}
-		}
-	})
-	b.Run("proto", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var r rlqsv3.RateLimitQuotaUsageReports
-			if err := proto.Unmarshal(wire, &r); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}

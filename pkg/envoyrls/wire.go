@@ -162,6 +162,18 @@ type requestParse struct {
 // field v is its bytes, which end the field (so they start at n-len(v));
 // for a varint, x is its value. n < 0 on bad input.
 func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, n int) {
+	// Most fields of Envoy's messages have a one-byte tag (field 1 to 15)
+	// and a one-byte length or varint: read those without the general
+	// decoding, which costs more than the field itself.
+	if len(b) >= 2 && b[0] >= 1<<3 && b[0] < 0x80 && b[1] < 0x80 {
+		num, typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
+		switch {
+		case typ == protowire.VarintType:
+			return num, typ, nil, uint64(b[1]), 2
+		case typ == protowire.BytesType && 2+int(b[1]) <= len(b):
+			return num, typ, b[2 : 2+int(b[1])], 0, 2 + int(b[1])
+		}
+	}
 	num, typ, n = protowire.ConsumeTag(b)
 	if n < 0 {
 		return 0, 0, nil, 0, n
