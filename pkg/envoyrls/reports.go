@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"math"
-	"unicode/utf8"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -196,7 +195,7 @@ func (f *reportsFill) bucketID(b []byte, base int, u *rlqsv3.RateLimitQuotaUsage
 			return false
 		}
 		pos += n
-		k, val, ok := entry(v, base+pos-len(v), id == nil)
+		k, val, ok := readEntry(v, base+pos-len(v), id == nil)
 		if !ok {
 			return false
 		}
@@ -210,38 +209,6 @@ func (f *reportsFill) bucketID(b []byte, base int, u *rlqsv3.RateLimitQuotaUsage
 		}
 	}
 	return true
-}
-
-// entry reads a map entry's bytes b, which start at base: its key and
-// value, each "" when absent, as for proto. With check, it declines the
-// entries decodeReports leaves to proto; without, b was checked before.
-func entry(b []byte, base int, check bool) (key, value span, ok bool) {
-	var hasKey, hasValue bool
-	for pos := 0; pos < len(b); {
-		num, typ, v, _, n := field(b[pos:])
-		if n < 0 || typ != protowire.BytesType {
-			return span{}, span{}, false
-		}
-		pos += n
-		sp := span{base + pos - len(v), len(v)}
-		switch role := wireEntryFields.role(num); {
-		case !check:
-			if role == wireKey {
-				key = sp
-			} else {
-				value = sp
-			}
-		case !utf8.Valid(v):
-			return span{}, span{}, false
-		case role == wireKey && !hasKey:
-			key, hasKey = sp, true
-		case role == wireValue && !hasValue:
-			value, hasValue = sp, true
-		default:
-			return span{}, span{}, false
-		}
-	}
-	return key, value, true
 }
 
 // duration reads a Duration's bytes b into u's time_elapsed.

@@ -101,23 +101,29 @@ func TestDecodeRequest(t *testing.T) {
 			if got := checkDecode(t, tt.wire); got != tt.ok {
 				t.Errorf("decodeRequest took it: %v, want %v", got, tt.ok)
 			}
-			// Whoever decodes it, Codec answers as proto does (but for
-			// invalid UTF-8, which TestCodecMapsInvalidUTF8 covers).
-			var viaCodec, viaProto rlsv3.RateLimitRequest
-			errCodec := NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, &viaCodec)
-			if errProto := proto.Unmarshal(tt.wire, &viaProto); errProto == nil && (errCodec != nil || !proto.Equal(&viaCodec, &viaProto)) {
-				t.Errorf("Codec: %v, %v; proto: %v", &viaCodec, errCodec, &viaProto)
-			} else if _, fixed := fixRequest(tt.wire); errProto != nil && errCodec == nil && !fixed {
-				t.Errorf("Codec decoded what proto refuses: %v", errProto)
-			}
+			// Whoever decodes it, Codec answers as proto (TestCodecMapsInvalidUTF8 covers the mapped UTF-8).
+			checkCodecAsProto(t, tt.wire, &rlsv3.RateLimitRequest{}, &rlsv3.RateLimitRequest{}, fixRequest)
 		})
 	}
 }
 
+// checkCodecAsProto: whoever decodes wire, Codec answers as proto does, into
+// viaCodec and viaProto (two empty messages of one type), but where fix
+// maps invalid UTF-8, which the UTF-8 tests cover.
+func checkCodecAsProto(t *testing.T, wire []byte, viaCodec, viaProto proto.Message, fix func([]byte) ([]byte, bool)) {
+	t.Helper()
+	errCodec := NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, viaCodec)
+	if errProto := proto.Unmarshal(wire, viaProto); errProto == nil && (errCodec != nil || !proto.Equal(viaCodec, viaProto)) {
+		t.Errorf("Codec: %v, %v; proto: %v", viaCodec, errCodec, viaProto)
+	} else if _, fixed := fix(wire); errProto != nil && errCodec == nil && !fixed {
+		t.Errorf("Codec decoded what proto refuses: %v", errProto)
+	}
+}
+
 // TestWireFieldsMatchProto: the request and report decoders' field lists
-// (wire.go, reports.go)
-// name every field of the messages it reads, as the protos declare them, and
-// each handled field has the kind the decoder reads it as. A field that a
+// (wire.go, reports.go) name every field of the messages they read, as the
+// protos declare them, and each handled field has the kind the decoder
+// reads it as. A field that a
 // go-control-plane upgrade adds fails here until it is handled or declined.
 func TestWireFieldsMatchProto(t *testing.T) {
 	t.Parallel()
