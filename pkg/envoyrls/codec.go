@@ -14,7 +14,8 @@ import (
 
 // Codec is the gRPC codec to serve with (grpc.ForceServerCodecV2): gRPC's
 // own proto codec, except that the usual RateLimitRequest goes through
-// wire.go's hand-written decoder and the usual RateLimitResponse and RLQS
+// wire.go's hand-written decoder (the usual RLQS usage report through
+// reports.go's) and the usual RateLimitResponse and RLQS
 // answer through go-control-plane's generated encoder (the same messages and bytes as
 // proto's, for less CPU and fewer allocations), and that RateLimitRequests
 // (and RLQS usage reports) whose strings are not valid UTF-8 are decoded.
@@ -173,7 +174,7 @@ func unknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) >
 // Unmarshal decodes a RateLimitRequest of the shape Envoy sends with
 // decodeRequest, and anything else with gRPC's proto unmarshalling, with a
 // second try for a RateLimitRequest whose strings were not valid UTF-8; see
-// Codec.
+// Codec. An RLQS usage report goes to unmarshalReports.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rlqsv3.RateLimitQuotaUsageReports); ok {
 		return c.unmarshalReports(data, r)
@@ -205,15 +206,19 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// unmarshalReports decodes an RLQS usage report, with a second try when
-// its strings were not valid UTF-8 (a bucket_id value Envoy took from a
-// header): one such bucket must not end the stream of every bucket of that
-// Envoy. The mapped bucket answers under the mapped id, which Envoy does
+// unmarshalReports decodes an RLQS usage report of the shape Envoy sends
+// with decodeReports (reports.go), and any other with proto, with a second
+// try when its strings were not valid UTF-8 (a bucket_id value Envoy took
+// from a header): one such bucket must not end the stream of every bucket
+// of that Envoy. The mapped bucket answers under the mapped id, which Envoy does
 // not know, so that bucket alone stays on its no_assignment_behavior.
 func (c Codec) unmarshalReports(data mem.BufferSlice, r *rlqsv3.RateLimitQuotaUsageReports) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	b := buf.ReadOnlyData()
+	if decodeReports(b, r) {
+		return nil
+	}
 	err := proto.Unmarshal(b, r)
 	if err == nil {
 		return nil

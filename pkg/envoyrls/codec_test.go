@@ -391,6 +391,30 @@ func BenchmarkCodec(b *testing.B) {
 	})
 }
 
+// BenchmarkDecodeReports compares decodeReports with proto.Unmarshal on a
+// report of 500 one-entry buckets, the bench fleet's per-Envoy report.
+func BenchmarkDecodeReports(b *testing.B) {
+	wire := mustMarshal(b, usageReport("bench", oneEntryBuckets(500)...))
+	b.Run("wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r rlqsv3.RateLimitQuotaUsageReports
+			if !decodeReports(wire, &r) {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r rlqsv3.RateLimitQuotaUsageReports
+			if err := proto.Unmarshal(wire, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // TestGeneratedEncoder checks that the probe agrees with the build: the
 // generated encoder is there exactly when the vtprotobuf tag is set.
 func TestGeneratedEncoder(t *testing.T) {

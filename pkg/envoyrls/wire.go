@@ -162,6 +162,18 @@ type requestParse struct {
 // field v is its bytes, which end the field (so they start at n-len(v));
 // for a varint, x is its value. n < 0 on bad input.
 func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, n int) {
+	// Most fields of Envoy's messages have a one-byte tag (field 1 to 15)
+	// and a one-byte length or varint: read those without the general
+	// decoding, which costs more than the field itself.
+	if len(b) >= 2 && b[0] >= 1<<3 && b[0] < 0x80 && b[1] < 0x80 {
+		num, typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
+		switch {
+		case typ == protowire.VarintType:
+			return num, typ, nil, uint64(b[1]), 2
+		case typ == protowire.BytesType && 2+int(b[1]) <= len(b):
+			return num, typ, b[2 : 2+int(b[1])], 0, 2 + int(b[1])
+		}
+	}
 	num, typ, n = protowire.ConsumeTag(b)
 	if n < 0 {
 		return 0, 0, nil, 0, n
@@ -240,26 +252,44 @@ func (p *requestParse) entry(b []byte, base int) bool {
 	if p.ne == wireMaxEntries {
 		return false
 	}
-	e := &p.ents[p.ne]
-	var key, value bool
+	key, value, ok := readEntry(b, base, true)
+	if !ok {
+		return false
+	}
+	p.ents[p.ne] = [2]span{key, value}
+	p.ne++
+	return true
+}
+
+// readEntry reads the bytes b, which start at base, of a descriptor's entry
+// or a bucket_id's map entry: its key and value, each "" when absent, as
+// for proto. With check, it declines what the decoders leave to proto (a
+// field twice, another field, invalid UTF-8); without, b was checked before.
+func readEntry(b []byte, base int, check bool) (key, value span, ok bool) {
+	var hasKey, hasValue bool
 	for pos := 0; pos < len(b); {
 		num, typ, v, _, n := field(b[pos:])
 		if n < 0 || typ != protowire.BytesType {
-			return false
+			return span{}, span{}, false
 		}
 		pos += n
-		sp, ok := text(v, base+pos)
+		sp := span{base + pos - len(v), len(v)}
 		switch role := wireEntryFields.role(num); {
-		case !ok:
-			return false
-		case role == wireKey && !key:
-			e[0], key = sp, true
-		case role == wireValue && !value:
-			e[1], value = sp, true
+		case !check:
+			if role == wireKey {
+				key = sp
+			} else {
+				value = sp
+			}
+		case !utf8.Valid(v):
+			return span{}, span{}, false
+		case role == wireKey && !hasKey:
+			key, hasKey = sp, true
+		case role == wireValue && !hasValue:
+			value, hasValue = sp, true
 		default:
-			return false
+			return span{}, span{}, false
 		}
 	}
-	p.ne++
-	return true
+	return key, value, true
 }

@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // mustMarshal is proto.Marshal, failing t on error.
@@ -99,22 +101,29 @@ func TestDecodeRequest(t *testing.T) {
 			if got := checkDecode(t, tt.wire); got != tt.ok {
 				t.Errorf("decodeRequest took it: %v, want %v", got, tt.ok)
 			}
-			// Whoever decodes it, Codec answers as proto does (but for
-			// invalid UTF-8, which TestCodecMapsInvalidUTF8 covers).
-			var viaCodec, viaProto rlsv3.RateLimitRequest
-			errCodec := NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, &viaCodec)
-			if errProto := proto.Unmarshal(tt.wire, &viaProto); errProto == nil && (errCodec != nil || !proto.Equal(&viaCodec, &viaProto)) {
-				t.Errorf("Codec: %v, %v; proto: %v", &viaCodec, errCodec, &viaProto)
-			} else if _, fixed := fixRequest(tt.wire); errProto != nil && errCodec == nil && !fixed {
-				t.Errorf("Codec decoded what proto refuses: %v", errProto)
-			}
+			// Whoever decodes it, Codec answers as proto (TestCodecMapsInvalidUTF8 covers the mapped UTF-8).
+			checkCodecAsProto(t, tt.wire, &rlsv3.RateLimitRequest{}, &rlsv3.RateLimitRequest{}, fixRequest)
 		})
 	}
 }
 
-// TestWireFieldsMatchProto: the request decoder's field lists (wire.go)
-// name every field of the messages it reads, as the protos declare them, and
-// each handled field has the kind the decoder reads it as. A field that a
+// checkCodecAsProto: whoever decodes wire, Codec answers as proto does, into
+// viaCodec and viaProto (two empty messages of one type), but where fix
+// maps invalid UTF-8, which the UTF-8 tests cover.
+func checkCodecAsProto(t *testing.T, wire []byte, viaCodec, viaProto proto.Message, fix func([]byte) ([]byte, bool)) {
+	t.Helper()
+	errCodec := NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, viaCodec)
+	if errProto := proto.Unmarshal(wire, viaProto); errProto == nil && (errCodec != nil || !proto.Equal(viaCodec, viaProto)) {
+		t.Errorf("Codec: %v, %v; proto: %v", viaCodec, errCodec, viaProto)
+	} else if _, fixed := fix(wire); errProto != nil && errCodec == nil && !fixed {
+		t.Errorf("Codec decoded what proto refuses: %v", errProto)
+	}
+}
+
+// TestWireFieldsMatchProto: the request and report decoders' field lists
+// (wire.go, reports.go) name every field of the messages they read, as the
+// protos declare them, and each handled field has the kind the decoder
+// reads it as. A field that a
 // go-control-plane upgrade adds fails here until it is handled or declined.
 func TestWireFieldsMatchProto(t *testing.T) {
 	t.Parallel()
@@ -125,22 +134,45 @@ func TestWireFieldsMatchProto(t *testing.T) {
 		wireEntry:      protoreflect.MessageKind,
 		wireKey:        protoreflect.StringKind,
 		wireValue:      protoreflect.StringKind,
+		// The usage report's (reports.go).
+		wireReportDomain: protoreflect.StringKind,
+		wireUsage:        protoreflect.MessageKind,
+		wireBucketID:     protoreflect.MessageKind,
+		wireElapsed:      protoreflect.MessageKind,
+		wireAllowed:      protoreflect.Uint64Kind,
+		wireDenied:       protoreflect.Uint64Kind,
+		wireBucket:       protoreflect.MessageKind,
+		wireSeconds:      protoreflect.Int64Kind,
+		wireNanos:        protoreflect.Int32Kind,
 	}
+	usage := (&rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{}).ProtoReflect().Descriptor()
+	bucketID := (&rlqsv3.BucketId{}).ProtoReflect().Descriptor()
+	// The bucket map's entry message, whose key and value wireEntryFields reads.
+	bucketEntry := bucketID.Fields().ByName("bucket").Message()
 	// What a handled message field holds: the next message the decoder reads.
 	msgs := map[wireRole]protoreflect.FullName{
 		wireDescriptor: (&rlv3.RateLimitDescriptor{}).ProtoReflect().Descriptor().FullName(),
 		wireEntry:      (&rlv3.RateLimitDescriptor_Entry{}).ProtoReflect().Descriptor().FullName(),
+		wireUsage:      usage.FullName(),
+		wireBucketID:   bucketID.FullName(),
+		wireElapsed:    (&durationpb.Duration{}).ProtoReflect().Descriptor().FullName(),
+		wireBucket:     bucketEntry.FullName(),
 	}
 	tests := []struct {
-		msg    proto.Message
+		md     protoreflect.MessageDescriptor
 		fields wireFields
 	}{
-		{&rlsv3.RateLimitRequest{}, wireRequestFields},
-		{&rlv3.RateLimitDescriptor{}, wireDescriptorFields},
-		{&rlv3.RateLimitDescriptor_Entry{}, wireEntryFields},
+		{(&rlsv3.RateLimitRequest{}).ProtoReflect().Descriptor(), wireRequestFields},
+		{(&rlv3.RateLimitDescriptor{}).ProtoReflect().Descriptor(), wireDescriptorFields},
+		{(&rlv3.RateLimitDescriptor_Entry{}).ProtoReflect().Descriptor(), wireEntryFields},
+		{(&rlqsv3.RateLimitQuotaUsageReports{}).ProtoReflect().Descriptor(), wireReportsFields},
+		{usage, wireUsageFields},
+		{bucketID, wireBucketIDFields},
+		{bucketEntry, wireEntryFields},
+		{(&durationpb.Duration{}).ProtoReflect().Descriptor(), wireDurationFields},
 	}
 	for _, tt := range tests {
-		md := tt.msg.ProtoReflect().Descriptor()
+		md := tt.md
 		t.Run(string(md.Name()), func(t *testing.T) {
 			listed := map[protowire.Number]bool{}
 			for _, f := range tt.fields {
@@ -169,7 +201,7 @@ func TestWireFieldsMatchProto(t *testing.T) {
 			fds := md.Fields()
 			for i := range fds.Len() {
 				if fd := fds.Get(i); !listed[fd.Number()] {
-					t.Errorf("%s has field %d (%s), which the request decoder neither handles nor declines: add it to its list in wire.go",
+					t.Errorf("%s has field %d (%s), which the request decoder neither handles nor declines: add it to its list in wire.go or reports.go",
 						md.FullName(), fd.Number(), fd.Name())
 				}
 			}
