@@ -48,11 +48,11 @@ func (cs *Clients) Grow(n int) {
 // Set makes c the state of id, adding an entry when it has none.
 func (cs *Clients) Set(id string, c ClientState) {
 	if i, ok := cs.index[id]; ok {
-		cs.update(&cs.states[i], &c)
+		cs.update(id, &cs.states[i], &c)
 		cs.states[i] = c
 		return
 	}
-	cs.update(nil, &c)
+	cs.update(id, nil, &c)
 	if cs.index == nil {
 		cs.index = make(map[string]int)
 	}
@@ -67,7 +67,7 @@ func (cs *Clients) Delete(id string) {
 	if !ok {
 		return
 	}
-	cs.update(&cs.states[i], nil)
+	cs.update(id, &cs.states[i], nil)
 	last := len(cs.ids) - 1
 	if i != last {
 		cs.ids[i], cs.states[i] = cs.ids[last], cs.states[last]

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -11,31 +12,43 @@ import (
 // of clients a bucket was most of a report's CPU.
 //
 // An entry's part changes with time only when its share lapses (Expires) or
-// a decrease in flight stops counting (PrevUntil). The sum is taken at `at`
-// and holds for any instant in [at, until), until being the first such
-// change after `at` of any entry; Set and Delete update it in place. It is
-// dropped (ok false), to be taken again over every entry, when an update
-// cannot be made exactly: an entry that lapsed, or a sum reaching the
-// saturation of satAdd. The earliest lapse and the last end of a decrease
-// in flight, a minimum and a maximum that a departing entry cannot be
-// subtracted from, are not kept: only a capped client's re-check needs them
-// (Clients.times).
+// a decrease in flight stops counting (PrevUntil). The sum is taken at `at`,
+// with the decreases in flight then (flight), which a later instant takes
+// off once they end; Set and Delete update it in place. It holds until the
+// first lapse (lapseBound), when it is taken again over every entry. It is also
+// dropped (ok false), to be taken again, when an update cannot be made
+// exactly: an entry that lapsed, or a sum reaching the saturation of
+// satAdd. The earliest lapse and the last end of a decrease in flight, a
+// minimum and a maximum that a departing entry cannot be subtracted from,
+// are not kept: only a capped client's re-check needs them (Clients.times).
 type clientSum struct {
-	ok        bool
-	at, until time.Time
-	o         othersUse // over every entry; o.expired is never set (lapsed makes the sum unusable)
-	lapsed    bool      // an entry had lapsed at `at`: scan reads every entry
+	ok bool
+	at time.Time
+	// lapseBound is no later than any entry's lapse: an entry refreshed
+	// since the sum was taken does not raise it.
+	lapseBound time.Time
+	flight     []flightEnd // the decreases in flight at `at`, of the entries as they are now
+	o          othersUse   // over every entry; o.expired is never set (lapsed makes the sum unusable)
+	lapsed     bool        // an entry had lapsed at `at`: scan reads every entry
+}
+
+// flightEnd is an entry's decrease in flight: when it stops counting, and
+// what that takes off the counted rate and burst.
+type flightEnd struct {
+	id          string
+	at          time.Time
+	rate, burst uint64
 }
 
 // part is one entry's contribution to othersUse at now.
 type part struct {
-	lapsed           bool
-	measured         bool
-	demand           uint64
-	rate, burst      uint64 // counted
-	freed            uint64 // the rate its decrease in flight frees, 0 when none
-	inFlight         bool
-	prevUntil, lapse time.Time
+	lapsed            bool
+	measured          bool
+	demand            uint64
+	rate, burst       uint64 // counted
+	freed, freedBurst uint64 // what its decrease in flight frees, 0 when none
+	inFlight          bool
+	prevUntil, lapse  time.Time
 }
 
 func partOf(c *ClientState, now time.Time) part {
@@ -45,7 +58,7 @@ func partOf(c *ClientState, now time.Time) part {
 	p := part{measured: !c.Estimated, demand: c.Demand, rate: c.Rate, burst: c.Burst, lapse: c.Expires}
 	if c.PrevUntil.After(now) {
 		p.rate, p.burst = max(p.rate, c.PrevRate), max(p.burst, c.PrevBurst)
-		p.freed, p.inFlight, p.prevUntil = p.rate-c.Rate, true, c.PrevUntil
+		p.freed, p.freedBurst, p.inFlight, p.prevUntil = p.rate-c.Rate, p.burst-c.Burst, true, c.PrevUntil
 	}
 	return p
 }
@@ -88,43 +101,54 @@ func (o *othersUse) saturated() bool {
 		o.usedBurst == math.MaxUint64 || o.freedRate == math.MaxUint64
 }
 
-// changes is the first moment after at when p's entry changes its part: its
-// lapse, or the end of its decrease in flight.
-func (p part) changes() time.Time {
-	if p.inFlight && p.prevUntil.Before(p.lapse) {
-		return p.prevUntil
-	}
-	return p.lapse
-}
-
-// sumAt returns the sum of every entry of cs valid at now, taking it again
-// over every entry when the kept one is not.
-func (cs *Clients) sumAt(now time.Time) *clientSum {
+// sumAt returns the sums of every entry of cs at now: the kept ones, less
+// the decreases in flight that stopped counting by now; ok false when they
+// cannot say (an entry had lapsed, a sum saturated, or now is before the
+// instant they were taken at: reports of one bucket from several streams
+// take their `now` before they take turns at the bucket), and scan reads
+// every entry. They are taken again over every entry at the first lapse.
+func (cs *Clients) sumAt(now time.Time) (o othersUse, ok bool) {
 	s := &cs.sum
-	if s.ok && !now.Before(s.at) && now.Before(s.until) {
-		return s
-	}
-	*s = clientSum{ok: true, at: now}
-	for i := range cs.states {
-		p := partOf(&cs.states[i], now)
-		if p.lapsed {
-			s.lapsed = true
-			continue
-		}
-		s.o.add(p)
-		if ch := p.changes(); s.until.IsZero() || ch.Before(s.until) {
-			s.until = ch
+	if !s.ok || !now.Before(s.lapseBound) {
+		*s = clientSum{ok: true, at: now, lapseBound: time.Unix(0, math.MaxInt64), flight: s.flight[:0]}
+		for i := range cs.states {
+			p := partOf(&cs.states[i], now)
+			if p.lapsed {
+				s.lapsed = true
+				continue
+			}
+			s.add(cs.ids[i], p)
 		}
 	}
-	if s.until.IsZero() {
-		s.until = time.Unix(0, math.MaxInt64) // no entry: nothing changes
+	if s.lapsed || now.Before(s.at) || s.o.saturated() {
+		return othersUse{}, false
 	}
-	return s
+	o = s.o
+	for _, f := range s.flight {
+		if !f.at.After(now) {
+			o.usedRate -= f.rate
+			o.usedBurst -= f.burst
+			o.freedRate -= f.rate
+		}
+	}
+	return o, true
 }
 
-// update replaces old (nil for a new entry) by new (nil for a deleted one)
-// in the kept sum, or drops the sum when that cannot be done exactly.
-func (cs *Clients) update(old, new *ClientState) {
+// add adds id's part p.
+func (s *clientSum) add(id string, p part) {
+	s.o.add(p)
+	if p.lapse.Before(s.lapseBound) {
+		s.lapseBound = p.lapse
+	}
+	if p.inFlight {
+		s.flight = append(s.flight, flightEnd{id: id, at: p.prevUntil, rate: p.freed, burst: p.freedBurst})
+	}
+}
+
+// update replaces id's old state (nil for a new entry) by new (nil for a
+// deleted one) in the kept sum, or drops the sum when that cannot be done
+// exactly.
+func (cs *Clients) update(id string, old, new *ClientState) {
 	s := &cs.sum
 	if !s.ok {
 		return
@@ -135,6 +159,14 @@ func (cs *Clients) update(old, new *ClientState) {
 			s.ok = false
 			return
 		}
+		if p.inFlight {
+			i := slices.IndexFunc(s.flight, func(f flightEnd) bool { return f.id == id })
+			if i < 0 {
+				s.ok = false
+				return
+			}
+			s.flight = slices.Delete(s.flight, i, i+1)
+		}
 	}
 	if new != nil {
 		p := partOf(new, s.at)
@@ -142,10 +174,7 @@ func (cs *Clients) update(old, new *ClientState) {
 			s.ok = false
 			return
 		}
-		s.o.add(p)
-		if ch := p.changes(); ch.Before(s.until) {
-			s.until = ch
-		}
+		s.add(id, p)
 		if s.o.saturated() {
 			s.ok = false
 		}

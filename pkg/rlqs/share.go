@@ -383,12 +383,8 @@ type othersUse struct {
 // which Clients keeps between divisions (clientSum), less self's part; over
 // every entry but self when that cannot be done exactly.
 func scan(now time.Time, clients *Clients, self int) othersUse {
-	s := clients.sumAt(now)
-	if s.lapsed {
-		return scanEvery(now, clients, self)
-	}
-	o := s.o
-	if self >= 0 && !o.sub(partOf(&clients.states[self], now)) {
+	o, ok := clients.sumAt(now)
+	if !ok || self >= 0 && !o.sub(partOf(&clients.states[self], now)) {
 		return scanEvery(now, clients, self)
 	}
 	return o
