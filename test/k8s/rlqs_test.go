@@ -84,6 +84,18 @@ func rlqsEnvoyConfig(t *testing.T, root string) []byte {
 	return cm
 }
 
+// roll restarts the edge pods, so that Envoy reads its ConfigMap again (only at start), and waits for the
+// rollout.
+func roll(t *testing.T) {
+	t.Helper()
+	kubectl(t, "rollout", "restart", "deployment/edge")
+	if out, err := kubectlErr("rollout", "status", "deployment/edge", "--timeout=180s"); err != nil {
+		state, _ := kubectlErr("get", "deployment/edge", "-o", "jsonpath={.metadata.generation} {.status}")
+		objs, _ := kubectlErr("get", "rs,pods", "-o", "wide")
+		t.Fatalf("kubectl rollout status: %v\n%s\ndeployment generation and status: %s\n%s", err, out, state, objs)
+	}
+}
+
 // windowCounts are one window's hot answers across both replicas.
 type windowCounts struct {
 	start             time.Time
@@ -135,17 +147,20 @@ func countWindow(as []answer, start time.Time) windowCounts {
 }
 
 // testRLQS switches the edge pods' Envoy to deploy/envoy-rlqs.yaml, drives one API key at 3× its limit and
-// another under its limit through the Service, and checks the fleet-wide bound and floor per window. It
-// leaves the pods on RLQS: TestEdge runs it last, and its cleanup deletes deploy/k8s.
-func testRLQS(t *testing.T, root, url string) {
+// another under its limit through the Service, and checks the fleet-wide bound and floor per window. Then it
+// puts deploy/k8s (dir) back and rolls the pods onto deploy/envoy.yaml for the subtests after it.
+func testRLQS(t *testing.T, root, dir, url string) {
 	f := filepath.Join(t.TempDir(), "envoy-config.json")
 	if err := os.WriteFile(f, rlqsEnvoyConfig(t, root), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rolled := time.Now()
 	kubectl(t, "apply", "-f", f)
-	kubectl(t, "rollout", "restart", "deployment/edge")
-	kubectl(t, "rollout", "status", "deployment/edge", "--timeout=180s")
+	roll(t)
+	defer func() {
+		kubectl(t, "apply", "-k", dir)
+		roll(t)
+	}()
 	t.Logf("edge pods on deploy/envoy-rlqs.yaml %v after the apply", time.Since(rolled).Round(100*time.Millisecond))
 
 	hot, cold, sparse := fmt.Sprint("rlqs-hot-", time.Now().UnixNano()), fmt.Sprint("rlqs-cold-", time.Now().UnixNano()),
