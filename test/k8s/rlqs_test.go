@@ -160,6 +160,9 @@ func testRLQS(t *testing.T, root, dir, url string) {
 	defer func() {
 		kubectl(t, "apply", "-k", dir)
 		roll(t)
+		// The old pods drain for their preStop sleeps after the rollout reports done; the next subtest's
+		// NodePort refused connections while they did (curl exit 7).
+		time.Sleep(25 * time.Second)
 	}()
 	t.Logf("edge pods on deploy/envoy-rlqs.yaml %v after the apply", time.Since(rolled).Round(100*time.Millisecond))
 
