@@ -234,7 +234,7 @@ func (p Policy) Divide(now time.Time, f Fleet, clients *Clients, self int, r Rep
 	fits := known && rate <= availRate && burst > 0 && burst <= max(availBurst, minBurst)
 	keep := fits && (p.near(o, rTot, cur, r, el, rate, spare) || refilling(prev, r, el))
 	if !keep {
-		rate = min(target, availRate)
+		rate = fallen(rTot, o, target, availRate, heldRate)
 		if rate > 0 && rate < oneADay {
 			// Not below one token a day while there is room: Strategy
 			// sends a share below it as DENY_ALL, and a token bucket
@@ -309,6 +309,24 @@ func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, clients *Client
 	// a limit fell (TestRLQS: cold denied).
 	lowers := func(y ClientState) bool { return p.lowers(rTot, o, cur, y) }
 	return earliest(at, nextAnswer(now, now.Add(time.Nanosecond), clients, self, p.interval(), p.grace(), lowers))
+}
+
+// fallen is the rate of a share that is not kept: its target within the
+// room the others leave (availRate). After a limit fell the fleet counts
+// more than r, its old shares and their decreases in flight among them;
+// those free room within Grace. A client then goes down only to what it
+// will have once they land, and never up, rather than to the nothing left
+// now: a DENY_ALL for up to Grace, which a bucket under its new limit must
+// not see (TestRLQS's cold was denied in such a second). The fleet counts
+// less than before, so it still comes down to the new limit within one
+// report interval; while the fleet counts no more than r this is
+// min(target, availRate).
+func fallen(rTot uint64, o othersUse, target, availRate, heldRate uint64) uint64 {
+	rate := min(target, availRate)
+	if rate < heldRate && o.freedRate > 0 && satAdd(o.usedRate, heldRate) > rTot {
+		rate = max(rate, min(heldRate, target, satAdd(availRate, o.freedRate)))
+	}
+	return rate
 }
 
 // near reports whether rate is close enough to the client's target that a

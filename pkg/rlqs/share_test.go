@@ -183,6 +183,22 @@ func TestDivide(t *testing.T) {
 			want: Share{Rate: 0, Burst: 0, Changed: true, Recheck: t0.Add(time.Second)},
 		},
 		{
+			// A limit fell: b's old 8/s still counts for its grace, and
+			// a holds 6/s, 14/s against r = 10/s. a's target is 5/s; the
+			// 2/s left now would be its share, but b's decrease frees
+			// 5/s within the grace: a goes down to its target at once,
+			// not to 2/s and then up (burst: the 4 b's old 16 leave).
+			name: "after a limit fell, down to what the decreases in flight leave",
+			clients: map[string]ClientState{
+				"a": {Demand: 5000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5 * time.Second)},
+				"b": {Demand: 5000 * u, Rate: 3000 * u, Burst: 6, PrevRate: 8000 * u, PrevBurst: 16,
+					PrevUntil: t0.Add(time.Second), Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
+			want: Share{Rate: 5000 * u, Burst: 4, Changed: true},
+			prev: [2]uint64{6000 * u, 12},
+		},
+		{
 			name: "a decrease past its grace does not",
 			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6,
 				PrevRate: 8000 * u, PrevBurst: 16, PrevUntil: t0, Expires: live}},
