@@ -110,6 +110,11 @@ type ClientState struct {
 	// client's demand; Divide then takes it to be the average of the
 	// measured clients' (Demand is 0).
 	Estimated bool
+	// Fleet is the fleet's rate (in the unit of PerSecond) when the share
+	// was granted; 0 when unknown. A share granted under a larger rate
+	// than the fleet's now is one from before the limit fell, which its
+	// client's next report lowers (see Policy.fallen).
+	Fleet uint64
 }
 
 // Counted is the rate and burst the client may be admitting under at now:
@@ -228,13 +233,14 @@ func (p Policy) Divide(now time.Time, f Fleet, clients *Clients, self int, r Rep
 	}
 	availBurst := f.Burst - min(o.usedBurst, f.Burst)
 	rate, burst := prev.Rate, prev.Burst
+	var relief time.Time // when a share fallen raised must be divided again
 	// A share may be kept while it fits beside the others: its burst
 	// within what they leave, or at the floor every client with a rate
 	// gets anyway (a new share would have it too).
 	fits := known && rate <= availRate && burst > 0 && burst <= max(availBurst, minBurst)
 	keep := fits && (p.near(o, rTot, cur, r, el, rate, spare) || refilling(prev, r, el))
 	if !keep {
-		rate = fallen(rTot, o, target, availRate, heldRate)
+		rate, relief = p.fallen(now, rTot, o, cur, clients, self, target, availRate, heldRate)
 		if rate > 0 && rate < oneADay {
 			// Not below one token a day while there is room: Strategy
 			// sends a share below it as DENY_ALL, and a token bucket
@@ -260,7 +266,7 @@ func (p Policy) Divide(now time.Time, f Fleet, clients *Clients, self int, r Rep
 		cur.PrevRate, cur.PrevBurst = max(rate, heldRate), max(burst, heldBurst)
 		cur.PrevUntil = now.Add(p.grace())
 	}
-	cur.Rate, cur.Burst = rate, burst
+	cur.Rate, cur.Burst, cur.Fleet = rate, burst, rTot
 	cur.Expires = now.Add(ttl + p.grace())
 	if r.Elapsed > 0 || !known {
 		// A re-check is no report: the next report's elapsed time is
@@ -276,6 +282,7 @@ func (p Policy) Divide(now time.Time, f Fleet, clients *Clients, self int, r Rep
 	if !keep && rate < want {
 		share.Recheck = p.recheck(now, rTot, o, clients, self, cur, want)
 	}
+	share.Recheck = earliest(share.Recheck, relief)
 	return share, cur, o.expired
 }
 
@@ -311,22 +318,65 @@ func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, clients *Client
 	return earliest(at, nextAnswer(now, now.Add(time.Nanosecond), clients, self, p.interval(), p.grace(), lowers))
 }
 
-// fallen is the rate of a share that is not kept: its target within the
-// room the others leave (availRate). After a limit fell the fleet counts
-// more than r, its old shares and their decreases in flight among them;
-// those free room within Grace. A client then goes down only to what it
-// will have once they land, and never up, rather than to the nothing left
-// now: a DENY_ALL for up to Grace, which a bucket under its new limit must
-// not see (TestRLQS's cold was denied in such a second). The fleet counts
-// less than before, so it still comes down to the new limit within one
-// report interval; while the fleet counts no more than r this is
-// min(target, availRate).
-func fallen(rTot uint64, o othersUse, target, availRate, heldRate uint64) uint64 {
+// fallen is the rate of a share that is not kept, and when a share it
+// raised above what fits now must be divided again (zero for none): its
+// target within the room the others leave (availRate), unless the limit
+// fell. Then the fleet counts more than r: shares granted under the old
+// limit, and decreases in flight. Each client still holding one (granted
+// under a larger rate than r now, ClientState.Fleet) comes down to at most
+// its target at its next report, due within one report interval and Grace
+// since its last; each decrease in flight has landed within Grace. A client
+// then goes down only to what it will have once they have: its target
+// within the room that leaves (settled), and never up. The nothing left
+// now was a DENY_ALL or a share far under its demand until a re-check,
+// which a bucket under its new limit must not see (TestRLQS's cold was
+// denied so, 1 run in 6). The share is divided again when the first of
+// those reports is overdue: a client that did not report (its stream is
+// gone) then counts in full. So the fleet counts no more than it did while
+// the change settles, within the old limit, and within the new one from
+// one report interval and Grace after the change: every grant since counted
+// the clients granted since in full. While the fleet counts no more than r
+// this is min(target, availRate).
+func (p Policy) fallen(now time.Time, rTot uint64, o othersUse, cur ClientState, clients *Clients, self int, target, availRate, heldRate uint64) (uint64, time.Time) {
 	rate := min(target, availRate)
-	if rate < heldRate && o.freedRate > 0 && satAdd(o.usedRate, heldRate) > rTot {
-		rate = max(rate, min(heldRate, target, satAdd(availRate, o.freedRate)))
+	if rate >= heldRate || satAdd(o.usedRate, heldRate) <= rTot {
+		return rate, time.Time{}
 	}
-	return rate
+	settled, due := p.settled(now, rTot, o, cur, clients, self)
+	if r := min(heldRate, target, rTot-min(settled, rTot)); r > rate {
+		return r, due
+	}
+	return rate, time.Time{}
+}
+
+// settled is what the unexpired clients but entry self will count once
+// those granted before the limit fell have reported and the decreases in
+// flight have landed (cur is the client being divided, o its sums), and
+// the first moment one of those reports is overdue (zero for none). A
+// client granted under a larger rate than rTot, whose next report is due
+// (within the report interval and Grace of its last), counts at most its
+// target; one with a decrease in flight, its new share; every other, what
+// it counts now. It reads every client; it runs only after a limit fell.
+func (p Policy) settled(now time.Time, rTot uint64, o othersUse, cur ClientState, clients *Clients, self int) (uint64, time.Time) {
+	var sum uint64
+	var due time.Time
+	for i := range clients.states {
+		y := clients.states[i]
+		if i == self || !y.Expires.After(now) {
+			continue
+		}
+		counted, _ := y.Counted(now)
+		by := y.Reported.Add(p.interval() + p.grace())
+		switch {
+		case y.Fleet > rTot && by.After(now):
+			counted = min(counted, targetBeside(rTot, o, cur, y))
+			due = earliest(due, by)
+		case y.PrevUntil.After(now):
+			counted = y.Rate
+		}
+		sum = satAdd(sum, counted)
+	}
+	return sum, due
 }
 
 // near reports whether rate is close enough to the client's target that a
@@ -336,7 +386,13 @@ func fallen(rTot uint64, o othersUse, target, availRate, heldRate uint64) uint64
 // over el measures a rate between (n−1)/el and (n+1)/el (Envoy counts
 // whole requests), which for a client of a few requests a report is tens
 // of percent either way; a share inside that range is as right as the
-// measure can tell.
+// measure can tell. A denied client is lowered only beyond twice the
+// counting noise of its report (2√n requests): its bucket is empty, so
+// each replacement loses the fraction of a token it held, and an Envoy
+// behind a random load balancer counts a Poisson number of requests (a
+// fleet of such Envoys, all denied, is full whatever the division; a share
+// lowered for noise was raised again at the next report, at a token lost
+// per change, test/k8s admitted 84 of 100).
 func (p Policy) near(o othersUse, rTot uint64, cur ClientState, r Report, el time.Duration, rate, spare uint64) bool {
 	h := mulDiv(rate, p.hysteresis(), milli)
 	t := func(d uint64) uint64 {
@@ -346,11 +402,12 @@ func (p Policy) near(o othersUse, rTot uint64, cur ClientState, r Report, el tim
 	}
 	lo, hi := t(cur.Demand), t(cur.Demand)
 	if el > 0 && !cur.Estimated {
-		n := satAdd(r.Allowed, r.Denied)
-		hi = t(perSecond(satAdd(n, 1), el))
-		if n > 0 {
-			lo = t(perSecond(n-1, el))
+		up := uint64(1)
+		if r.Denied > 0 {
+			up += 2 * isqrt(satAdd(r.Allowed, r.Denied))
 		}
+		hi = t(satAdd(cur.Demand, perSecond(up, el)))
+		lo = t(cur.Demand - min(cur.Demand, perSecond(1, el)))
 	}
 	return satAdd(rate, h) >= lo && rate <= satAdd(hi, h)
 }
@@ -432,6 +489,17 @@ func scanEvery(now time.Time, clients *Clients, self int) othersUse {
 // client being divided, counts y; y's own sums have cur in y's place).
 func (p Policy) lowers(rTot uint64, o othersUse, cur, y ClientState) bool {
 	if !y.Estimated {
+		y.Demand = satAdd(y.Demand, perSecond(1, p.interval()))
+	}
+	hi := targetBeside(rTot, o, cur, y)
+	return y.Rate > satAdd(hi, mulDiv(y.Rate, p.hysteresis(), milli))
+}
+
+// targetBeside is y's target with its demand as it is, where o are the sums
+// of the others of cur, the client being divided, and count y (y's own
+// sums have cur in y's place).
+func targetBeside(rTot uint64, o othersUse, cur, y ClientState) uint64 {
+	if !y.Estimated {
 		o.measured--
 		o.sumDemand -= min(o.sumDemand, y.Demand)
 	}
@@ -439,11 +507,7 @@ func (p Policy) lowers(rTot uint64, o othersUse, cur, y ClientState) bool {
 		o.measured++
 		o.sumDemand = satAdd(o.sumDemand, cur.Demand)
 	}
-	if !y.Estimated {
-		y.Demand = satAdd(y.Demand, perSecond(1, p.interval()))
-	}
-	hi := o.target(rTot, y)
-	return y.Rate > satAdd(hi, mulDiv(y.Rate, p.hysteresis(), milli))
+	return o.target(rTot, y)
 }
 
 // nextAnswer is the first moment from on when the next report of an
@@ -495,7 +559,17 @@ func (p Policy) measure(now time.Time, prev ClientState, known bool, r Report) (
 		if m := now.Sub(prev.Reported); known && !prev.Reported.IsZero() && m >= el && m < el+time.Second+p.grace() {
 			el = m
 		}
-		cur.Demand = perSecond(satAdd(r.Allowed, r.Denied), el)
+		n := satAdd(r.Allowed, r.Denied)
+		d := perSecond(n, el)
+		if known && !prev.Estimated && steady(n, mulDiv(prev.Demand, uint64(el), PerSecond*uint64(time.Second))) {
+			// Within the counting noise of the last measure: average the
+			// two, so that a Poisson count (an Envoy behind a random load
+			// balancer sees one) moves the share less from report to
+			// report; each replacement of an Envoy token bucket loses its
+			// fraction of a token.
+			d = d/2 + prev.Demand/2
+		}
+		cur.Demand = d
 		cur.Estimated = false
 	} else if !known {
 		cur.Demand, cur.Estimated = 0, true
@@ -561,4 +635,23 @@ func (p Policy) Kept(prev ClientState, share Share) Share {
 	share.Expires = prev.Expires.Add(-p.grace())
 	share.Kept = true
 	return share
+}
+
+// isqrt is ⌊√n⌋.
+func isqrt(n uint64) uint64 {
+	x := uint64(math.Sqrt(float64(n)))
+	for x*x > n {
+		x--
+	}
+	for (x+1)*(x+1) <= n {
+		x++
+	}
+	return x
+}
+
+// steady reports whether a count n is within twice the Poisson noise of m,
+// the count the last measure expected over the same time.
+func steady(n, m uint64) bool {
+	lo, hi := min(n, m), max(n, m)
+	return hi-lo <= 1+2*isqrt(hi)
 }

@@ -199,6 +199,35 @@ func TestDivide(t *testing.T) {
 			prev: [2]uint64{6000 * u, 12},
 		},
 		{
+			// The limit fell from 20/s to 10/s: b holds 8/s granted under
+			// 20/s, and its next report (due by t0+4s: 2 s ago, the
+			// interval and the grace) lowers it to its 5/s target. a goes
+			// down to the 5/s that leaves, not to the 2/s left now, and
+			// is divided again when b's report is due.
+			name: "after a limit fell, down to what the others' targets leave",
+			clients: map[string]ClientState{
+				"a": {Demand: 5000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5 * time.Second), Fleet: 20000 * u},
+				"b": {Demand: 5000 * u, Rate: 8000 * u, Burst: 16, Expires: live, Reported: t0.Add(-2 * time.Second), Fleet: 20000 * u},
+			},
+			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
+			want: Share{Rate: 5000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
+			prev: [2]uint64{6000 * u, 12},
+		},
+		{
+			// The same, but b's report is overdue (its stream may be
+			// gone, and its Envoy run 8/s until the TTL): it counts in
+			// full, and a gets the 2/s left, re-checked at the answer to
+			// b's next report, should it come (t0+3s, and the grace).
+			name: "after a limit fell, a client overdue counts in full",
+			clients: map[string]ClientState{
+				"a": {Demand: 5000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5 * time.Second), Fleet: 20000 * u},
+				"b": {Demand: 5000 * u, Rate: 8000 * u, Burst: 16, Expires: live, Reported: t0.Add(-7 * time.Second), Fleet: 20000 * u},
+			},
+			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
+			want: Share{Rate: 2000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
+			prev: [2]uint64{6000 * u, 12},
+		},
+		{
 			name: "a decrease past its grace does not",
 			clients: map[string]ClientState{"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6,
 				PrevRate: 8000 * u, PrevBurst: 16, PrevUntil: t0, Expires: live}},
@@ -248,14 +277,27 @@ func TestDivide(t *testing.T) {
 			want: Share{Rate: 2000 * u, Burst: 4, Changed: true},
 		},
 		{
+			// A denied client's report of 100 may have been 121 (twice the
+			// counting noise, √100, and one): its target is then 7.05/s,
+			// so 8/s is beyond the hysteresis of it.
 			name: "beyond hysteresis above the target: lowered",
+			clients: map[string]ClientState{
+				"a": {Demand: 20000 * u, Rate: 8000 * u, Burst: 16, Expires: live},
+				"b": {Demand: 10000 * u, Rate: 2000 * u, Burst: 4, Expires: live},
+			},
+			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
+			want: Share{Rate: 567529411, Burst: 13, Changed: true},
+			prev: [2]uint64{8000 * u, 16},
+		},
+		{
+			// The same report, holding 7/s: within the noise, kept.
+			name: "denied, within the counting noise of the target: kept",
 			clients: map[string]ClientState{
 				"a": {Demand: 20000 * u, Rate: 7000 * u, Burst: 14, Expires: live},
 				"b": {Demand: 10000 * u, Rate: 3000 * u, Burst: 6, Expires: live},
 			},
 			r:    Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
-			want: Share{Rate: 567529411, Burst: 13, Changed: true},
-			prev: [2]uint64{7000 * u, 14},
+			want: Share{Rate: 7000 * u, Burst: 14},
 		},
 		{
 			name: "own decrease keeps the old share counted",
@@ -288,9 +330,11 @@ func TestDivide(t *testing.T) {
 		{
 			// 100 requests in 5.8 s that Envoy calls 5 s: the ledger's own
 			// clock says 5.8 s, 17.24/s rather than 20/s.
+			// The last measure (40/s) is beyond the noise of this one, so
+			// the demand is this report's alone.
 			name: "elapsed from the ledger's clock",
 			clients: map[string]ClientState{
-				"a": {Demand: 20000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5800 * time.Millisecond)},
+				"a": {Demand: 40000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5800 * time.Millisecond)},
 			},
 			r:      Report{Client: "a", Allowed: 50, Denied: 50, Elapsed: 5 * time.Second},
 			want:   Share{Rate: 10000 * u, Burst: 20, Changed: true},
@@ -365,9 +409,16 @@ func TestDivideSlowShares(t *testing.T) {
 		// below what 2 in 5 s would give (73031).
 		{name: "denied only: kept though the target moved", f: hourly, clients: split(),
 			r: Report{Client: "a", Denied: 1, Elapsed: 5 * time.Second}, keep: true},
-		// d = 0.2/s beside 0.25/s, φ = D/32 + 1: 120000·(d+φ)/(D+2φ).
-		{name: "admitted: replaced", f: hourly, clients: split(),
-			r: Report{Client: "a", Allowed: 1, Elapsed: 5 * time.Second}, want: 53725, burst: 2},
+		// 1 in 5 s against 10 expected from the last measure (2/s), beyond
+		// the counting noise, so not averaged: d = 0.2/s beside 0.25/s,
+		// φ = D/32 + 1: 120000·(d+φ)/(D+2φ).
+		{name: "admitted: replaced", f: hourly, clients: func() map[string]ClientState {
+			c := split()
+			a := c["a"]
+			a.Demand = 2 * PerSecond
+			c["a"] = a
+			return c
+		}(), r: Report{Client: "a", Allowed: 1, Elapsed: 5 * time.Second}, want: 53725, burst: 2},
 		// 2 an hour: a's 80000 does not fit beside b's 40000.
 		{name: "denied only, but no longer fits: replaced", f: WindowFleet(2, time.Hour), clients: split(),
 			r: Report{Client: "a", Denied: 4, Elapsed: 5 * time.Second}, want: 8000, burst: 2},

@@ -83,8 +83,8 @@ end
 -- when the old share counts (0: none) and the share itself; nil for a value
 -- this script cannot read.
 local function counted(v)
-  local r, b, pr, pb, pu, ex = string.match(v, '^%d+,(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),%d+,[01]$')
-  if not r then
+  local r, b, pr, pb, pu, ex, fleet = string.match(v, '^%d+,(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),%d+,[01](.*)$')
+  if not r or fleet ~= '' and not string.match(fleet, '^,%d+$') then
     return nil
   end
   r, b, pu = num(r), num(b), num(pu)
@@ -217,8 +217,8 @@ if rate < held_rate or burst < held_burst then
   prev_rate, prev_burst, prev_until = math.max(rate, held_rate), math.max(burst, held_burst), prev_ms
 end
 -- The caller's state around the share fields: its demand, and expires,
--- reported and estimated.
-local demand, tail = string.match(new_state, '^(%d+),%d+,%d+,%d+,%d+,%d+,(%d+,%d+,[01])$')
+-- reported, estimated and the fleet's rate.
+local demand, tail = string.match(new_state, '^(%d+),%d+,%d+,%d+,%d+,%d+,(%d+,%d+,[01],%d+)$')
 if not demand then
   return redis.error_reply('commit.lua: bad state ' .. new_state)
 end

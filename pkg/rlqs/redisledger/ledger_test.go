@@ -52,6 +52,7 @@ func TestGuaranteeTwoReplicas(t *testing.T) {
 			res := ledgertest.Run(t, sc, []rlqs.Ledger{a, b})
 			ledgertest.CheckBound(t, sc, res)
 			ledgertest.CheckFull(t, sc, res)
+			ledgertest.CheckUnder(t, sc, res)
 		})
 	}
 }

@@ -11,11 +11,12 @@ import (
 )
 
 // A client's field in a bucket's hash is clientPrefix + its id; its value is
-// nine decimal numbers separated by commas:
+// ten decimal numbers separated by commas:
 //
-//	demand,rate,burst,prev_rate,prev_burst,prev_until_ms,expires_ms,reported_ms,estimated
+//	demand,rate,burst,prev_rate,prev_burst,prev_until_ms,expires_ms,reported_ms,estimated,fleet
 //
-// with times in Unix milliseconds (0 for none) and estimated 0 or 1.
+// with times in Unix milliseconds (0 for none) and estimated 0 or 1. A
+// value of the first nine (written before fleet was kept) reads as fleet 0.
 // Expires and PrevUntil are rounded up to the millisecond, so the ledger
 // counts a share no shorter than in memory; Reported is rounded down.
 const (
@@ -24,7 +25,7 @@ const (
 	// boundField holds the commit script's bound on the clients' counted
 	// sums (see commit.lua); the Ledger does not read it.
 	boundField  = "u"
-	stateFields = 9
+	stateFields = 10
 )
 
 // errState marks a client's value the ledger cannot read.
@@ -37,7 +38,7 @@ func appendState(dst []byte, c rlqs.ClientState) []byte {
 		est = 1
 	}
 	for i, v := range []uint64{c.Demand, c.Rate, c.Burst, c.PrevRate, c.PrevBurst,
-		msUp(c.PrevUntil), msUp(c.Expires), msDown(c.Reported), est} {
+		msUp(c.PrevUntil), msUp(c.Expires), msDown(c.Reported), est, c.Fleet} {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -53,6 +54,8 @@ func parseState(s string) (rlqs.ClientState, error) {
 		part := s
 		if j := strings.IndexByte(s, ','); j >= 0 && i < stateFields-1 {
 			part, s = s[:j], s[j+1:]
+		} else if i == stateFields-2 && j < 0 {
+			s = "0" // nine fields: no fleet kept
 		} else if i < stateFields-1 {
 			return rlqs.ClientState{}, fmt.Errorf("%w: %d fields, want %d", errState, i+1, stateFields)
 		} else if j >= 0 {
@@ -74,7 +77,7 @@ func parseState(s string) (rlqs.ClientState, error) {
 	}
 	return rlqs.ClientState{
 		Demand: v[0], Rate: v[1], Burst: v[2], PrevRate: v[3], PrevBurst: v[4],
-		PrevUntil: fromMs(v[5]), Expires: fromMs(v[6]), Reported: fromMs(v[7]), Estimated: v[8] == 1,
+		PrevUntil: fromMs(v[5]), Expires: fromMs(v[6]), Reported: fromMs(v[7]), Estimated: v[8] == 1, Fleet: v[9],
 	}, nil
 }
 

@@ -18,6 +18,7 @@ func TestStateRoundTrip(t *testing.T) {
 		{Demand: 20000, Rate: 6568, Burst: 13, Expires: at, Reported: at},
 		{Rate: 1, Burst: 2, PrevRate: 3, PrevBurst: 4, PrevUntil: at, Expires: at.Add(time.Hour), Estimated: true},
 		{Demand: math.MaxUint64, Rate: math.MaxUint64, Burst: math.MaxUint64, PrevRate: math.MaxUint64, PrevBurst: math.MaxUint64},
+		{Rate: 5, Burst: 2, Fleet: 144_000_000, Expires: at},
 	} {
 		s := string(appendState(nil, c))
 		got, err := parseState(s)
@@ -26,7 +27,7 @@ func TestStateRoundTrip(t *testing.T) {
 		}
 		if got.Demand != c.Demand || got.Rate != c.Rate || got.Burst != c.Burst || got.PrevRate != c.PrevRate ||
 			got.PrevBurst != c.PrevBurst || !got.PrevUntil.Equal(c.PrevUntil) || !got.Expires.Equal(c.Expires) ||
-			!got.Reported.Equal(c.Reported) || got.Estimated != c.Estimated {
+			!got.Reported.Equal(c.Reported) || got.Estimated != c.Estimated || got.Fleet != c.Fleet {
 			t.Fatalf("parseState(appendState(%+v)) = %+v", c, got)
 		}
 	}
@@ -49,7 +50,8 @@ func TestStateRounding(t *testing.T) {
 func TestParseStateRejects(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{
-		"", "1,2,3", "1,2,3,4,5,6,7,8,9,10", "1,2,3,4,5,6,7,8,2", "a,2,3,4,5,6,7,8,0", "1,2,3,4,5,6,7,8,", "-1,2,3,4,5,6,7,8,0",
+		"", "1,2,3", "1,2,3,4,5,6,7,8,0,10,11", "1,2,3,4,5,6,7,8,2", "a,2,3,4,5,6,7,8,0", "1,2,3,4,5,6,7,8,", "-1,2,3,4,5,6,7,8,0",
+		"1,2,3,4,5,6,7,8,0,", "1,2,3,4,5,6,7,8,0,x", "1,2,3,4,5,6,7,8,0,-1",
 		"1,2,3,4,5,6,99999999999999999,8,0", // beyond year 2262
 	} {
 		if c, err := parseState(s); !errors.Is(err, errState) {
@@ -81,6 +83,7 @@ func TestParseSnapshot(t *testing.T) {
 func FuzzParseState(f *testing.F) {
 	f.Add("20000,6568,13,0,0,0,1764158415123,1764158400123,0")
 	f.Add("0,0,0,0,0,0,0,0,1")
+	f.Add("20000,6568,13,0,0,0,1764158415123,1764158400123,0,144000000")
 	f.Add("18446744073709551615,1,2,3,4,5,6,7,0")
 	f.Add("1,2,3")
 	f.Fuzz(func(t *testing.T, s string) {
