@@ -218,7 +218,11 @@ containerd --config "$state/containerd/config.toml" >"$state/log/containerd.log"
   --allow-privileged --kubelet-preferred-address-types InternalIP --profiling=false \
   >"$state/log/kube-apiserver.log" 2>&1 &
 until curl -sfk https://127.0.0.1:6443/readyz -H "Authorization: Bearer \$(cut -d, -f1 "$state/pki/tokens.csv")" >/dev/null; do sleep 0.5; done
+# Without the cloud provider's service-lb-controller: there is no cloud here, and v1.31.0's panics (a nil
+# dereference in needsUpdate) when a LoadBalancer Service turns back into a ClusterIP one, after which no
+# Deployment rolls.
 "$b/kube-controller-manager" --kubeconfig "$state/pki/admin.kubeconfig" --leader-elect=false \
+  --controllers '*,-service-lb-controller' \
   --service-account-private-key-file "$state/pki/sa.key" --root-ca-file "$state/pki/ca.crt" \
   --use-service-account-credentials=false --bind-address 127.0.0.1 --profiling=false \
   >"$state/log/kube-controller-manager.log" 2>&1 &

@@ -378,9 +378,6 @@ func TestEdge(t *testing.T) {
 		kubectl(t, "apply", "-k", dir)
 	})
 
-	// Before the client addresses: kube-controller-manager v1.31.0's service controller panics when that
-	// subtest's restore turns the LoadBalancer Service back into a ClusterIP one (cloud-provider
-	// controller.go:562, a nil dereference in needsUpdate), and no Deployment rolls after it.
 	t.Run("RLQS: deploy/envoy-rlqs.yaml holds one limit across both replicas", func(t *testing.T) {
 		testRLQS(t, root, dir, url)
 	})
