@@ -18,7 +18,10 @@ type Observer interface {
 	// the request was known full), for the answered limits of a request
 	// that gets Unavailable, or for invalid requests.
 	Decision(d Decision)
-	// StoreCall is called once per store call with its latency and error.
+	// StoreCall is called once per store call with its latency and error,
+	// but for a call that failed after its caller went away (its context
+	// ended: Envoy reset the call or its deadline passed), which says
+	// nothing about the store.
 	StoreCall(d time.Duration, err error)
 	// InvalidRequest is called once per request refused as malformed
 	// (ErrInvalidRequest), before anything is counted.

@@ -473,13 +473,16 @@ func (s *Server) take(ctx context.Context, now time.Time, c *scratch) (bool, err
 		start = time.Now()
 	}
 	allowed, err := s.store.Take(ctx, now, c.reqs, c.res)
-	if s.obs != nil {
+	// A caller that went away (Envoy timed out or reset) says nothing
+	// about the store: not a store error in the metrics (a load generator
+	// cancelling its calls in flight had counted as such), nor a failing
+	// store in the log.
+	gone := err != nil && ctx.Err() != nil
+	if s.obs != nil && !gone {
 		s.obs.StoreCall(time.Since(start), err)
 	}
 	if err != nil {
-		// A caller that went away (Envoy timed out or reset) says nothing
-		// about the store.
-		if ctx.Err() == nil && s.failing.CompareAndSwap(false, true) {
+		if !gone && s.failing.CompareAndSwap(false, true) {
 			s.log.Warn("store failing; applying failure modes", zap.Error(err))
 		}
 		return allowed, err

@@ -541,6 +541,41 @@ func TestStoreCallIsBoundedByDeadline(t *testing.T) {
 	}
 }
 
+// TestStoreErrorsAreTheStores: a call whose caller went away while a hung
+// redis-server held it (Envoy reset it, or a load generator cancelled its
+// calls in flight) is not a store error; one the store's own bound ended is.
+func TestStoreErrorsAreTheStores(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	f := newFixture(t, redisstore.New(srv.BoundedClient(t), redisstore.Options{Timeout: 300 * time.Millisecond}), testRules,
+		func(o *Options) { o.Observer = rec })
+	f.call(t, "api", desc("api_key", "warm"))
+	srv.Pause(t)
+	call := func(ctx context.Context) {
+		t.Helper()
+		_, err := f.srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("api_key", "hung")}})
+		if err == nil {
+			t.Fatal("answered by a hung redis-server")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	call(ctx)
+	rec.mu.Lock()
+	gone := len(rec.storeErrors)
+	rec.mu.Unlock()
+	if gone != 0 {
+		t.Errorf("a call its caller cancelled counted %d store errors, want 0: %v", gone, rec.storeErrors)
+	}
+	call(context.Background())
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.storeErrors) != 1 {
+		t.Errorf("a call the store's bound ended counted %d store errors, want 1", len(rec.storeErrors))
+	}
+}
+
 // slowOK is a store timeout for exactness tests: under -race on a shared
 // machine they are about counts, not latency.
 var slowOK = redisstore.Options{Timeout: 5 * time.Second}
@@ -653,8 +688,9 @@ descriptors:
 
 // recorder is an Observer that keeps what it is told.
 type recorder struct {
-	mu        sync.Mutex
-	decisions []string // "domain/rule/value/outcome"
+	mu          sync.Mutex
+	decisions   []string // "domain/rule/value/outcome"
+	storeErrors []error
 }
 
 func (r *recorder) Decision(d Decision) {
@@ -662,9 +698,15 @@ func (r *recorder) Decision(d Decision) {
 	defer r.mu.Unlock()
 	r.decisions = append(r.decisions, d.Domain+"/"+d.Limit.Rule+"/"+d.Value+"/"+d.Outcome.String())
 }
-func (r *recorder) StoreCall(time.Duration, error) {}
-func (r *recorder) InvalidRequest()                {}
-func (r *recorder) Admission(Admission)            {}
+func (r *recorder) StoreCall(_ time.Duration, err error) {
+	if err != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.storeErrors = append(r.storeErrors, err)
+	}
+}
+func (r *recorder) InvalidRequest()     {}
+func (r *recorder) Admission(Admission) {}
 
 func TestObserverLabels(t *testing.T) {
 	t.Parallel()
