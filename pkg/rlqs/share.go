@@ -209,7 +209,7 @@ func (p Policy) Divide(now time.Time, f Fleet, clients *Clients, self int, r Rep
 	}
 	cur, el := p.measure(now, prev, known, r)
 	heldRate, heldBurst := prev.Counted(now)
-	target := o.target(rTot, cur)
+	target := p.target(o, rTot, cur)
 	want := target // what it would take were the room free
 
 	availRate := rTot - min(o.usedRate, rTot)
@@ -369,7 +369,7 @@ func (p Policy) settled(now time.Time, rTot uint64, o othersUse, cur ClientState
 		by := y.Reported.Add(p.interval() + p.grace())
 		switch {
 		case y.Fleet > rTot && by.After(now):
-			counted = min(counted, targetBeside(rTot, o, cur, y))
+			counted = min(counted, p.targetBeside(rTot, o, cur, y))
 			due = earliest(due, by)
 		case y.PrevUntil.After(now):
 			counted = y.Rate
@@ -398,7 +398,7 @@ func (p Policy) near(o othersUse, rTot uint64, cur ClientState, r Report, el tim
 	t := func(d uint64) uint64 {
 		c := cur
 		c.Demand = d
-		return withSpare(o.target(rTot, c), spare, d)
+		return withSpare(p.target(o, rTot, c), spare, d)
 	}
 	lo, hi := t(cur.Demand), t(cur.Demand)
 	if el > 0 && !cur.Estimated {
@@ -491,14 +491,14 @@ func (p Policy) lowers(rTot uint64, o othersUse, cur, y ClientState) bool {
 	if !y.Estimated {
 		y.Demand = satAdd(y.Demand, perSecond(1, p.interval()))
 	}
-	hi := targetBeside(rTot, o, cur, y)
+	hi := p.targetBeside(rTot, o, cur, y)
 	return y.Rate > satAdd(hi, mulDiv(y.Rate, p.hysteresis(), milli))
 }
 
 // targetBeside is y's target with its demand as it is, where o are the sums
 // of the others of cur, the client being divided, and count y (y's own
 // sums have cur in y's place).
-func targetBeside(rTot uint64, o othersUse, cur, y ClientState) uint64 {
+func (p Policy) targetBeside(rTot uint64, o othersUse, cur, y ClientState) uint64 {
 	if !y.Estimated {
 		o.measured--
 		o.sumDemand -= min(o.sumDemand, y.Demand)
@@ -507,7 +507,7 @@ func targetBeside(rTot uint64, o othersUse, cur, y ClientState) uint64 {
 		o.measured++
 		o.sumDemand = satAdd(o.sumDemand, cur.Demand)
 	}
-	return o.target(rTot, y)
+	return p.target(o, rTot, y)
 }
 
 // nextAnswer is the first moment from on when the next report of an
@@ -583,13 +583,21 @@ func perSecond(n uint64, el time.Duration) uint64 {
 }
 
 // target is the client cur's target rate beside o: r·(d_i + φ)/(D + n·φ)
-// with φ = max(D, r)/(floorDiv·n), where a client whose demand is
-// Estimated is taken to want the measured clients' average (all of r when
-// none is measured). A measured client's target is at most 2·d_i + φ:
-// headroom over its demand, so a bucket used below its limit leaves room
-// for newcomers. When D ≥ r the proportional target is the smaller
-// (r·(d_i+φ)/(D+nφ) ≤ d_i + φ), so a busy fleet's division is unchanged.
-func (o othersUse) target(rTot uint64, cur ClientState) uint64 {
+// with φ = max(D, r)/(floorDiv·n), or below the limit (D < r) d_i plus an
+// even part of the room no one asks for, (r − D)/n, when that is more (a
+// client whose last reports were idle still gets its part). A client whose
+// demand is Estimated is taken to want the measured clients' average (all
+// of r when none is measured). A measured client's target is at most
+// d_i + h_i + φ with headroom h_i = max(d_i, noise(d_i)): a bucket used
+// below its limit leaves room for newcomers, while a client may double its
+// rate at every report, and one of a few requests a report keeps room for
+// its counts' noise (an Envoy behind a random load balancer counts a
+// Poisson number: at 2·d_i + φ, one whose idle reports had averaged its
+// demand down was held under its own rate, and denied, in a bucket a third
+// used). When D ≥ r the proportional term is the smaller for every client
+// whose headroom is its demand (r·(d_i+φ)/(D+nφ) ≤ d_i + φ), so a busy
+// fleet's division is unchanged.
+func (p Policy) target(o othersUse, rTot uint64, cur ClientState) uint64 {
 	measured, sumDemand := o.measured, o.sumDemand
 	if !cur.Estimated {
 		measured++
@@ -607,10 +615,25 @@ func (o othersUse) target(rTot uint64, cur ClientState) uint64 {
 	total := satAdd(sumDemand, mulSat(guess, n-measured))
 	phi := max(total, rTot)/(floorDiv*n) + 1
 	t := min(mulDiv(rTot, satAdd(demand, phi), satAdd(total, mulSat(phi, n))), rTot)
+	if total < rTot {
+		t = max(t, satAdd(demand, (rTot-total)/n))
+	}
 	if !cur.Estimated {
-		t = min(t, satAdd(mulSat(cur.Demand, 2), phi))
+		head := max(cur.Demand, p.noise(cur.Demand))
+		t = min(t, satAdd(satAdd(cur.Demand, head), phi))
 	}
 	return t
+}
+
+// noise is the counting noise of a client of demand d over one report
+// interval, as a rate: 2√c + 1 requests over the interval, c = d × the
+// interval being the count it expects (twice a Poisson count's deviation,
+// and one for Envoy's whole counts).
+func (p Policy) noise(d uint64) uint64 {
+	iv := uint64(p.interval())
+	milliCount := mulDiv(d, iv, PerSecond*uint64(time.Second)/milli)  // c in thousandths
+	req := satAdd(mulSat(2, isqrt(mulSat(milliCount, milli))), milli) // 2√c + 1, in thousandths
+	return mulDiv(req, PerSecond*uint64(time.Second)/milli, iv)
 }
 
 func mulSat(a, b uint64) uint64 {

@@ -113,11 +113,13 @@ func TestDivide(t *testing.T) {
 		},
 		{
 			// 1/s beside b's 1/s: the proportional target is half of r,
-			// but a measured client takes at most 2·d + φ, φ = 10000u/32+1.
-			name:    "measured below the limit: twice its demand and the floor",
+			// but a measured client takes at most d + max(d, noise) + φ,
+			// φ = 10000u/32+1; its noise, 2√5 + 1 requests over 5 s
+			// (1.0944/s), is above its demand.
+			name:    "measured below the limit: its demand, its counting noise and the floor",
 			clients: map[string]ClientState{"b": {Demand: 1000 * u, Rate: 2000*u + 27000001, Burst: 5, Expires: live}},
 			r:       Report{Client: "a", Allowed: 5, Elapsed: 5 * time.Second},
-			want:    Share{Rate: 2000*u + 27000001, Burst: 4, Changed: true},
+			want:    Share{Rate: 1000*u + 1094400*u/1000 + 27000001, Burst: 4, Changed: true},
 		},
 		{
 			name:    "new beside a holder of everything: nothing yet",
@@ -453,7 +455,7 @@ func TestDivideSlowShares(t *testing.T) {
 				// Nor within the hysteresis of what one more request would
 				// have measured.
 				cur.Demand = perSecond(tc.r.Denied+1, tc.r.Elapsed)
-				if tgt := o.target(FleetRate(tc.f), cur); before.Rate <= tgt+tgt/20 {
+				if tgt := (Policy{}).target(o, FleetRate(tc.f), cur); before.Rate <= tgt+tgt/20 {
 					t.Errorf("target %d within the hysteresis of %d", tgt, before.Rate)
 				}
 				return

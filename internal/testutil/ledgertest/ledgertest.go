@@ -85,10 +85,12 @@ type Scenario struct {
 	// 90%.
 	Window time.Duration
 	Floor  float64
-	// Under, when not 0, is the time from which no request may be denied:
-	// the demand stays under the limit, and a bucket under its limit is
-	// never denied once its clients have reported.
+	// Under, when not 0, is the time from which no request may be denied
+	// (at most the fraction Denials of them, when not 0): the demand stays
+	// under the limit, and a bucket under its limit is never denied once
+	// its clients have reported.
 	Under     time.Duration
+	Denials   float64
 	Seed      uint64 // of the Poisson arrivals
 	Trace     bool   // log every report and its answer
 	NoRecheck bool   // the server ignores Share.Recheck
@@ -467,6 +469,15 @@ func randomScenarios(ttl time.Duration) []Scenario {
 		// each share was granted under (FallUnderLimit draws others).
 		FallUnderLimit(65234*time.Millisecond, 49441*time.Millisecond, 51264*time.Millisecond,
 			287*time.Millisecond, 273*time.Millisecond, 454*time.Millisecond),
+		// The sparse key: 30 a minute, each request sent to one Envoy at
+		// random. Under the limit, but each Envoy sees a Poisson 0.25 a
+		// second, and three requests close together empty its 2-token
+		// bucket. Over 12 seeds of 10 minutes, 10.7% were denied while an
+		// Envoy's share followed its counts to 2·d + φ; 4.3% since it keeps
+		// room for their noise and the room no one asks for is split
+		// evenly. This seed, among the worse, is held to 8%.
+		{Name: "random routing under the limit", Fleet: perMinute, Dur: 10 * time.Minute, TTL: ttl, Seed: 2,
+			Under: 2 * ReportEvery, Denials: 0.08, Clients: two(0.5, true)},
 		// The cold key: 30 a minute on keep-alive connections, each
 		// Envoy's requests evenly spaced: never denied once both have
 		// reported. (The same rate at random is denied now and then:
@@ -715,7 +726,16 @@ func CheckUnder(t testing.TB, sc Scenario, res Result) {
 		return
 	}
 	i := sort.Search(len(res.Denied), func(i int) bool { return res.Denied[i] >= int64(sc.Under) })
-	if late := res.Denied[i:]; len(late) > 0 {
+	late := res.Denied[i:]
+	if sc.Denials != 0 {
+		f := float64(len(late)) / float64(res.Requests)
+		t.Logf("%d of %d requests denied from %v on (%.3f)", len(late), res.Requests, sc.Under, f)
+		if f > sc.Denials {
+			t.Fatalf("%s: %.3f of the requests denied from %v on, under the limit, want at most %.3f", sc.Name, f, sc.Under, sc.Denials)
+		}
+		return
+	}
+	if len(late) > 0 {
 		t.Fatalf("%s: %d of %d requests denied from %v on, under the limit (first at %v)", sc.Name, len(late), res.Requests, sc.Under, time.Duration(late[0]))
 	}
 }

@@ -84,13 +84,14 @@ func tableCases() []tableCase {
 			{0, "k2", tenPerSecond, report("b", 1, 0, 0), share(0, 5*ps, 10, true)},
 		}},
 		{"a bucket used below its limit leaves room for a newcomer", []step{
-			// 1/s: at most 2·1/s + φ, φ = max(D, r)/16 + 1.
-			{0, "k", tenPerSecond, report("a", 5, 0, 5*sec), share(0, 2*ps+54000001, 5, true)},
+			// 1/s: at most 1/s + its counting noise (2√5 + 1 requests over
+			// 5 s, more than its demand) + φ, φ = max(D, r)/16 + 1.
+			{0, "k", tenPerSecond, report("a", 5, 0, 5*sec), share(0, ps+noise5+54000001, 5, true)},
 			// b, not measured: half of the rest. a, at its headroom over
 			// its demand, lowers nothing at its next report: b is
 			// re-checked when a's share would lapse (15 s + 1 s of grace).
 			{100 * time.Millisecond, "k", tenPerSecond, report("b", 1, 0, 0),
-				withRecheck(share(100*time.Millisecond, (10*ps-2*ps-54000001)/2, 7, true), 16*sec)},
+				withRecheck(share(100*time.Millisecond, (10*ps-ps-noise5-54000001)/2, 7, true), 16*sec)},
 		}},
 		{"a lower limit lowers the share at the next report", []step{
 			{0, "k", tenPerSecond, report("a", 1, 0, 0), share(0, 5*ps, 10, true)},
@@ -101,6 +102,11 @@ func tableCases() []tableCase {
 		}},
 	}
 }
+
+// noise5 is the counting noise of 5 requests over 5 s as a rate: 2√5 + 1
+// requests (√5 to three decimals, as Policy takes it), over 5 s, in the
+// unit of rlqs.PerSecond.
+const noise5 = 5472 * rlqs.PerSecond / 5000
 
 // Table runs the same cases of Assign on a ledger from newLedger (a new,
 // empty one per case), so every Ledger implementation answers alike.
