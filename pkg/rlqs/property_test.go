@@ -34,9 +34,9 @@ func TestGuaranteeMemory(t *testing.T) {
 
 // TestFallUnderLimit runs FallUnderLimit at random timings: the fall 20 to
 // 45 s after the replica's death (test/e2e's is 26 s), the stream back
-// within 5 s, answers within 300 ms. Before a share came down only to the
-// room the others' targets leave after a limit fell, 25 of 400 such runs
-// denied the bucket. A fall sooner after the death can: the dead stream's
+// within 5 s, answers within 300 ms; the bucket is never denied, as a share
+// comes down only to the room the others' targets leave after a limit
+// fell. A fall sooner after the death can deny it: the dead stream's
 // share counts until its TTL lapses (the ledger cannot tell that its Envoy
 // reopened as another client), and the room it holds is not free before.
 func TestFallUnderLimit(t *testing.T) {

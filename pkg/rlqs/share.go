@@ -328,9 +328,9 @@ func (p Policy) recheck(now time.Time, rTot uint64, o othersUse, clients *Client
 // since its last; each decrease in flight has landed within Grace. A client
 // then goes down only to what it will have once they have: its target
 // within the room that leaves (settled), and never up. The nothing left
-// now was a DENY_ALL or a share far under its demand until a re-check,
-// which a bucket under its new limit must not see (TestRLQS's cold was
-// denied so, 1 run in 6). The share is divided again when the first of
+// now would be a DENY_ALL or a share far under its demand until a
+// re-check, which a bucket under its new limit must not see (docs/rlqs.md,
+// step 5; TestFallUnderLimit). The share is divided again when the first of
 // those reports is overdue: a client that did not report (its stream is
 // gone) then counts in full. So the fleet counts no more than it did while
 // the change settles, within the old limit, and within the new one from
@@ -387,12 +387,12 @@ func (p Policy) settled(now time.Time, rTot uint64, o othersUse, cur ClientState
 // whole requests), which for a client of a few requests a report is tens
 // of percent either way; a share inside that range is as right as the
 // measure can tell. A denied client is lowered only beyond twice the
-// counting noise of its report (2√n requests): its bucket is empty, so
+// counting noise of its report (1 + 2√n requests): its bucket is empty, so
 // each replacement loses the fraction of a token it held, and an Envoy
-// behind a random load balancer counts a Poisson number of requests (a
-// fleet of such Envoys, all denied, is full whatever the division; a share
-// lowered for noise was raised again at the next report, at a token lost
-// per change, test/k8s admitted 84 of 100).
+// behind a random load balancer counts a Poisson number of requests. A
+// fleet of such Envoys, all denied, is full whatever the division, and a
+// share lowered for noise is raised again at the next report, at a token
+// lost per change (docs/rlqs.md, step 4).
 func (p Policy) near(o othersUse, rTot uint64, cur ClientState, r Report, el time.Duration, rate, spare uint64) bool {
 	h := mulDiv(rate, p.hysteresis(), milli)
 	t := func(d uint64) uint64 {
@@ -592,9 +592,9 @@ func perSecond(n uint64, el time.Duration) uint64 {
 // below its limit leaves room for newcomers, while a client may double its
 // rate at every report, and one of a few requests a report keeps room for
 // its counts' noise (an Envoy behind a random load balancer counts a
-// Poisson number: at 2·d_i + φ, one whose idle reports had averaged its
-// demand down was held under its own rate, and denied, in a bucket a third
-// used). When D ≥ r the proportional term is the smaller for every client
+// Poisson number, and at 2·d_i + φ one whose idle reports averaged its
+// demand down would be held under its own rate; docs/rlqs.md, step 3).
+// When D ≥ r the proportional term is the smaller for every client
 // whose headroom is its demand (r·(d_i+φ)/(D+nφ) ≤ d_i + φ), so a busy
 // fleet's division is unchanged.
 func (p Policy) target(o othersUse, rTot uint64, cur ClientState) uint64 {

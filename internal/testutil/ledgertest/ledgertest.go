@@ -457,25 +457,25 @@ func randomScenarios(ttl time.Duration) []Scenario {
 		// Envoy's arrivals are Poisson and its count per report moves by
 		// about its square root. Both Envoys are always denied, so the
 		// fleet is full whatever the division, but each replacement of
-		// an Envoy's empty bucket loses the fraction of a token it held;
-		// chasing the noise with new shares cost 10–20% of the limit.
-		// 85% over every minute (sliding), as test/k8s asks of its fixed
-		// minutes: the Poisson counts leave some minutes under 90%.
+		// an Envoy's empty bucket loses the fraction of a token it held,
+		// so the shares must not chase the noise. 85% over every minute
+		// (sliding), as test/k8s asks of its fixed minutes: the Poisson
+		// counts leave some minutes under 90%.
 		{Name: "random routing at 3x", Fleet: perMinute, Dur: 6 * time.Minute, TTL: ttl, Seed: 1,
 			Full: 2 * ReportEvery, Window: time.Minute, Floor: 0.85, Clients: two(5, true)},
 		// test/e2e's cold key through a replica's death and a limit that
-		// falls: 1 a second in all, under 100 and then 30 per 20 s. The
-		// timings are one that denied it before the fleet kept the rate
-		// each share was granted under (FallUnderLimit draws others).
+		// falls: 1 a second in all, under 100 and then 30 per 20 s, at
+		// timings where the first Envoy to report after the fall would
+		// get only what the other's old share leaves (TestFallUnderLimit
+		// draws others).
 		FallUnderLimit(65234*time.Millisecond, 49441*time.Millisecond, 51264*time.Millisecond,
 			287*time.Millisecond, 273*time.Millisecond, 454*time.Millisecond),
 		// The sparse key: 30 a minute, each request sent to one Envoy at
 		// random. Under the limit, but each Envoy sees a Poisson 0.25 a
 		// second, and three requests close together empty its 2-token
-		// bucket. Over 12 seeds of 10 minutes, 10.7% were denied while an
-		// Envoy's share followed its counts to 2·d + φ; 4.3% since it keeps
-		// room for their noise and the room no one asks for is split
-		// evenly. This seed, among the worse, is held to 8%.
+		// bucket, so some are denied (docs/rlqs.md, step 3, has the
+		// figures over many seeds). This seed, among the worse, is held
+		// to 8%.
 		{Name: "random routing under the limit", Fleet: perMinute, Dur: 10 * time.Minute, TTL: ttl, Seed: 2,
 			Under: 2 * ReportEvery, Denials: 0.08, Clients: two(0.5, true)},
 		// The cold key: 30 a minute on keep-alive connections, each
