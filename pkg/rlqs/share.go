@@ -352,11 +352,16 @@ func (p Policy) fallen(now time.Time, rTot uint64, o othersUse, cur ClientState,
 // settled is what the unexpired clients but entry self will count once
 // those granted before the limit fell have reported and the decreases in
 // flight have landed (cur is the client being divided, o its sums), and
-// the first moment one of those reports is overdue (zero for none). A
-// client granted under a larger rate than rTot, whose next report is due
-// (within the report interval and Grace of its last), counts at most its
-// target; one with a decrease in flight, its new share; every other, what
-// it counts now. It reads every client; it runs only after a limit fell.
+// the first answer to one of those reports (zero for none). A client
+// granted under a larger rate than rTot counts at most its target: its
+// next report, projected on its phase from its last recorded one (a kept
+// report is not recorded, see Request.Quiet), lowers it. One with a
+// decrease in flight counts its new share; every other, what it counts
+// now. A client that stopped reporting is so counted at its target until
+// its entry lapses: its Envoy, if alive, reopens a stream and reports as a
+// new client (counted in full), or, cut off from every sidecar, runs its
+// assignment until the TTL and then its expired_assignment_behavior. It
+// reads every client; it runs only after a limit fell.
 func (p Policy) settled(now time.Time, rTot uint64, o othersUse, cur ClientState, clients *Clients, self int) (uint64, time.Time) {
 	var sum uint64
 	var due time.Time
@@ -366,17 +371,33 @@ func (p Policy) settled(now time.Time, rTot uint64, o othersUse, cur ClientState
 			continue
 		}
 		counted, _ := y.Counted(now)
-		by := y.Reported.Add(p.interval() + p.grace())
 		switch {
-		case y.Fleet > rTot && by.After(now):
+		case y.Fleet > rTot:
 			counted = min(counted, p.targetBeside(rTot, o, cur, y))
-			due = earliest(due, by)
+			due = earliest(due, answerAfter(now.Add(time.Nanosecond), y.Reported, p.interval(), p.grace()))
 		case y.PrevUntil.After(now):
 			counted = y.Rate
 		}
 		sum = satAdd(sum, counted)
 	}
 	return sum, due
+}
+
+// answerAfter is the first answer, at or after from, to a report of a
+// client that last reported at reported and reports every interval: the
+// first reported + m·interval + grace (m ≥ 1) at or after from.
+func answerAfter(from, reported time.Time, interval, grace time.Duration) time.Time {
+	f := from.UnixNano()
+	return from.Add(time.Duration(answerAt(f, reported.UnixNano(), int64(interval), int64(grace)) - f))
+}
+
+// answerAt is answerAfter on Unix nanoseconds.
+func answerAt(from, reported, interval, grace int64) int64 {
+	t := reported + interval + grace
+	if t < from && interval > 0 {
+		t += ((from - t + interval - 1) / interval) * interval
+	}
+	return t
 }
 
 // near reports whether rate is close enough to the client's target that a
@@ -529,10 +550,7 @@ func nextAnswer(now, from time.Time, clients *Clients, self int, interval, grace
 		if rate, _ := c.Counted(now); rate == 0 {
 			continue // its report frees nothing
 		}
-		t := c.Reported.UnixNano() + iv + int64(grace)
-		if t < f && iv > 0 {
-			t += ((f - t + iv - 1) / iv) * iv
-		}
+		t := answerAt(f, c.Reported.UnixNano(), iv, int64(grace))
 		if (best == 0 || t < best) && frees(*c) {
 			best = t
 		}

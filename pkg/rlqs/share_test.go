@@ -216,17 +216,17 @@ func TestDivide(t *testing.T) {
 			prev: [2]uint64{6000 * u, 12},
 		},
 		{
-			// The same, but b's report is overdue (its stream may be
-			// gone, and its Envoy run 8/s until the TTL): it counts in
-			// full, and a gets the 2/s left, re-checked at the answer to
-			// b's next report, should it come (t0+3s, and the grace).
-			name: "after a limit fell, a client overdue counts in full",
+			// The same, b's last recorded report 7 s old (the one after
+			// it kept, unrecorded): its next report is projected on its
+			// phase (t0+3s), so a goes down to the same 5/s, divided
+			// again at that report's answer (t0+4s).
+			name: "after a limit fell, a client's next report projected on its phase",
 			clients: map[string]ClientState{
 				"a": {Demand: 5000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5 * time.Second), Fleet: 20000 * u},
 				"b": {Demand: 5000 * u, Rate: 8000 * u, Burst: 16, Expires: live, Reported: t0.Add(-7 * time.Second), Fleet: 20000 * u},
 			},
 			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
-			want: Share{Rate: 2000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
+			want: Share{Rate: 5000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
 			prev: [2]uint64{6000 * u, 12},
 		},
 		{

@@ -89,11 +89,15 @@ type Scenario struct {
 	// (at most the fraction Denials of them, when not 0): the demand stays
 	// under the limit, and a bucket under its limit is never denied once
 	// its clients have reported.
-	Under     time.Duration
-	Denials   float64
-	Seed      uint64 // of the Poisson arrivals
-	Trace     bool   // log every report and its answer
-	NoRecheck bool   // the server ignores Share.Recheck
+	Under   time.Duration
+	Denials float64
+	Seed    uint64 // of the Poisson arrivals
+	// Quiet makes the server's periodic requests Quiet, as pkg/rlqs's
+	// stream does for a bucket holding a token bucket: a share the ledger
+	// keeps is not written, and nothing is sent (Envoy's assignment holds).
+	Quiet     bool
+	Trace     bool // log every report and its answer
+	NoRecheck bool // the server ignores Share.Recheck
 }
 
 func constant(rate float64) func(time.Duration) float64 {
@@ -230,8 +234,14 @@ func (m *sim) step(e *event) {
 	before := c.b.Stats().Injected
 	switch e.kind {
 	case evDeliver:
-		if m.down(c, e.at) || e.stream != c.stream {
-			break // lost with its stream
+		if m.down(c, e.at) {
+			// Lost with its stream: the next report opens a new one, as
+			// Envoy reopens a broken stream at its next report.
+			c.wasDown = true
+			break
+		}
+		if e.stream != c.stream {
+			break // sent on a stream since replaced
 		}
 		c.b.Apply(e.at, e.action)
 		m.checkRates(e.at)
@@ -311,16 +321,27 @@ func (m *sim) assign(i int, now time.Time, u envoyrlqs.Usage) {
 	if r.Elapsed == 0 && r.Allowed+r.Denied > 0 && m.s.ZeroElapsedAs > 0 {
 		r.Elapsed = m.s.ZeroElapsedAs
 	}
-	share, err := rlqs.AssignOne(context.Background(), c.ledger, now, "bucket", m.s.Fleet(now.Sub(Start)), r, m.s.TTL)
+	req := rlqs.Request{Key: "bucket", Fleet: m.s.Fleet(now.Sub(Start)), Report: r, TTL: m.s.TTL}
+	if m.s.Quiet && u.Elapsed > 0 && c.held.GetTokenBucket() != nil {
+		req.Quiet, req.Hold = true, u.Elapsed+time.Second
+	}
+	res := c.ledger.Assign(context.Background(), now, []rlqs.Request{req})
+	share, err := res[0].Share, res[0].Err
 	if err != nil {
 		m.t.Fatalf("Assign at %v: %v", now.Sub(Start), err)
 	}
-	st := rlqs.Strategy(share, c.held)
-	c.held = st
-	if m.s.Trace {
-		m.t.Logf("%v %s %+v -> %+v %v", now.Sub(Start), r.Client, u, share, st)
+	if share.Kept {
+		if m.s.Trace {
+			m.t.Logf("%v %s %+v -> kept", now.Sub(Start), r.Client, u)
+		}
+	} else {
+		st := rlqs.Strategy(share, c.held)
+		c.held = st
+		if m.s.Trace {
+			m.t.Logf("%v %s %+v -> %+v %v", now.Sub(Start), r.Client, u, share, st)
+		}
+		m.push(&event{at: now.Add(c.spec.Delay), kind: evDeliver, client: i, action: envoyrlqs.Assign(st, m.s.TTL), stream: c.stream})
 	}
-	m.push(&event{at: now.Add(c.spec.Delay), kind: evDeliver, client: i, action: envoyrlqs.Assign(st, m.s.TTL), stream: c.stream})
 	if !share.Recheck.IsZero() && !m.s.NoRecheck && (c.recheckAt.IsZero() || share.Recheck.Before(c.recheckAt)) {
 		c.recheckAt = share.Recheck
 		m.push(&event{at: share.Recheck, kind: evRecheck, client: i, stream: c.stream})
@@ -492,12 +513,15 @@ func randomScenarios(ttl time.Duration) []Scenario {
 // second each, evenly spaced, under a window rule of 100 per 20 s that
 // falls to 30 per 20 s at fall; Envoy a's stream breaks from kill to back
 // (its replica died; it reopens to the other), each answer arrives after
-// dA and dB, and b's first request is at jB. No request may be denied
-// once both have reported: the bucket is under both limits.
+// dA and dB, and b's first request is at jB. The server keeps reports
+// that change nothing unwritten (Quiet), as pkg/rlqs's stream does, so a
+// client's last recorded report may be an interval older than its last.
+// No request may be denied once both have reported: the bucket is under
+// both limits.
 func FallUnderLimit(fall, kill, back, dA, dB, jB time.Duration) Scenario {
 	return Scenario{
 		Name: fmt.Sprintf("under a limit that falls at %v (down %v to %v, answers after %v and %v, b from %v)", fall, kill, back, dA, dB, jB),
-		Dur:  fall + 30*time.Second, TTL: 15 * time.Second,
+		Dur:  fall + 30*time.Second, TTL: 15 * time.Second, Quiet: true,
 		Under: 2 * ReportEvery, Changes: []time.Duration{fall},
 		Fleet: func(at time.Duration) rlqs.Fleet {
 			if at < fall {
