@@ -82,6 +82,15 @@ func TestDivide(t *testing.T) {
 	)
 	fleet := Fleet{Tokens: 100, Period: 10 * time.Second, Burst: 20} // 10/s = 10000 thousandths
 	live := t0.Add(time.Hour)
+	// fellBeside is a, reporting now, and b, its last recorded report at
+	// t0+reported, each at 5/s of demand and granted under 20/s before the
+	// limit fell to 10/s: a holds 6/s, b 8/s.
+	fellBeside := func(reported time.Duration) map[string]ClientState {
+		return map[string]ClientState{
+			"a": {Demand: 5000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5 * time.Second), Fleet: 20000 * u},
+			"b": {Demand: 5000 * u, Rate: 8000 * u, Burst: 16, Expires: live, Reported: t0.Add(reported), Fleet: 20000 * u},
+		}
+	}
 	for _, tc := range []struct {
 		name    string
 		clients map[string]ClientState
@@ -202,32 +211,25 @@ func TestDivide(t *testing.T) {
 		},
 		{
 			// The limit fell from 20/s to 10/s: b holds 8/s granted under
-			// 20/s, and its next report (due by t0+4s: 2 s ago, the
-			// interval and the grace) lowers it to its 5/s target. a goes
-			// down to the 5/s that leaves, not to the 2/s left now, and
-			// is divided again when b's report is due.
-			name: "after a limit fell, down to what the others' targets leave",
-			clients: map[string]ClientState{
-				"a": {Demand: 5000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5 * time.Second), Fleet: 20000 * u},
-				"b": {Demand: 5000 * u, Rate: 8000 * u, Burst: 16, Expires: live, Reported: t0.Add(-2 * time.Second), Fleet: 20000 * u},
-			},
-			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
-			want: Share{Rate: 5000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
-			prev: [2]uint64{6000 * u, 12},
+			// 20/s, and its next report (at t0+3s) lowers it to its 5/s
+			// target. a goes down to the 5/s that leaves, not to the 2/s
+			// left now, and is divided again at that report's answer
+			// (t0+4s, with the grace).
+			name:    "after a limit fell, down to what the others' targets leave",
+			clients: fellBeside(-2 * time.Second),
+			r:       Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
+			want:    Share{Rate: 5000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
+			prev:    [2]uint64{6000 * u, 12},
 		},
 		{
 			// The same, b's last recorded report 7 s old (the one after
 			// it kept, unrecorded): its next report is projected on its
-			// phase (t0+3s), so a goes down to the same 5/s, divided
-			// again at that report's answer (t0+4s).
-			name: "after a limit fell, a client's next report projected on its phase",
-			clients: map[string]ClientState{
-				"a": {Demand: 5000 * u, Rate: 6000 * u, Burst: 12, Expires: live, Reported: t0.Add(-5 * time.Second), Fleet: 20000 * u},
-				"b": {Demand: 5000 * u, Rate: 8000 * u, Burst: 16, Expires: live, Reported: t0.Add(-7 * time.Second), Fleet: 20000 * u},
-			},
-			r:    Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
-			want: Share{Rate: 5000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
-			prev: [2]uint64{6000 * u, 12},
+			// phase, at the same t0+3s.
+			name:    "after a limit fell, a client's next report projected on its phase",
+			clients: fellBeside(-7 * time.Second),
+			r:       Report{Client: "a", Allowed: 25, Elapsed: 5 * time.Second},
+			want:    Share{Rate: 5000 * u, Burst: 4, Changed: true, Recheck: t0.Add(4 * time.Second)},
+			prev:    [2]uint64{6000 * u, 12},
 		},
 		{
 			name: "a decrease past its grace does not",

@@ -126,9 +126,32 @@ func manyClientsTwoReplicas(t *testing.T, o Options) {
 // scans the clients at most once per scanGap: a scan grants what the
 // others' counted shares leave; between scans the raise gets what the
 // bound leaves, and a Recheck at the next scan. Another replica's writes
-// are made by hand, so the Ledger's copy misses them.
+// are made by hand, so the Ledger's copy misses them. The same with the
+// other replica's values in nine fields, as written before the fleet's
+// rate was kept: a rolling upgrade finds buckets written by the older
+// replicas, which the Ledger and the commit script both read.
 func TestCappedRaise(t *testing.T) {
 	t.Parallel()
+	for _, enc := range []struct {
+		name  string
+		value func(rlqs.ClientState) string
+	}{
+		{"ten fields", func(st rlqs.ClientState) string { return string(appendState(nil, st)) }},
+		{"nine fields", func(st rlqs.ClientState) string {
+			ten := string(appendState(nil, st))
+			return ten[:strings.LastIndexByte(ten, ',')]
+		}},
+	} {
+		t.Run(enc.name, func(t *testing.T) {
+			t.Parallel()
+			cappedRaise(t, enc.value)
+		})
+	}
+}
+
+// cappedRaise is TestCappedRaise with the other replica's values encoded
+// by value.
+func cappedRaise(t *testing.T, value func(rlqs.ClientState) string) {
 	srv := redistest.Start(t)
 	c := srv.BoundedClient(t)
 	l := New(srv.BoundedClient(t), Options{Tries: 1})
@@ -139,7 +162,7 @@ func TestCappedRaise(t *testing.T) {
 	// bound it leaves.
 	other := func(version, client string, st rlqs.ClientState, bound string) {
 		t.Helper()
-		if err := c.HSet(ctx, "rlqs:k", "v", version, clientPrefix+client, string(appendState(nil, st)), boundField, bound).Err(); err != nil {
+		if err := c.HSet(ctx, "rlqs:k", "v", version, clientPrefix+client, value(st), boundField, bound).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,7 +179,14 @@ func TestCappedRaise(t *testing.T) {
 	x := rlqs.ClientState{Demand: 1 * u, Rate: 5 * u, Burst: 5, PrevRate: 10 * u, PrevBurst: 10,
 		PrevUntil: t0.Add(time.Second), Expires: t0.Add(time.Minute), Reported: t0}
 	other("a", "x", x, bound(10, 10, 0))
-	assign := assignY(t, l, t0, f)
+	assign := func(at time.Duration) rlqs.Share {
+		t.Helper()
+		s, err := rlqs.AssignOne(ctx, l, t0.Add(at), "k", f, rlqs.Report{Client: "y", Allowed: 100, Elapsed: time.Second}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 	// l reads the bucket: x's decrease is in flight, y gets nothing yet.
 	if s := assign(0); s.Rate != 0 || !s.Recheck.Equal(x.PrevUntil) {
 		t.Fatalf("y beside x's decrease in flight: %+v", s)
@@ -182,61 +212,12 @@ func TestCappedRaise(t *testing.T) {
 	if s := assign(3*time.Second + scanGap); s.Rate != 4*u || l.Recomputed() != 3 {
 		t.Fatalf("y at the next scan: %+v, %d capped; want 4000", s, l.Recomputed())
 	}
-}
-
-// A client's value of nine fields, as written before the fleet's rate was
-// kept, is read by the Ledger and by the commit script alike: a rolling
-// upgrade finds buckets written by the older replicas. TestCappedRaise's
-// first steps, with nine fields.
-func TestNineFieldState(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	c := srv.BoundedClient(t)
-	l := New(srv.BoundedClient(t), Options{Tries: 1})
-	ctx := context.Background()
-	const u = rlqs.PerSecond
-	f := rlqs.Fleet{Tokens: 10, Period: time.Second, Burst: 10}
-	t0 := time.UnixMilli(1_764_190_800_000)
-	other := func(version, client string, st rlqs.ClientState, bound uint64) {
-		t.Helper()
-		ten := string(appendState(nil, st))
-		nine := ten[:strings.LastIndexByte(ten, ',')]
-		b := fmt.Sprintf("%d,%d,%d", bound*u, bound, t0.UnixMilli())
-		if err := c.HSet(ctx, "rlqs:k", "v", version, clientPrefix+client, nine, boundField, b).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	assign := assignY(t, l, t0, f)
-	// Read by the Ledger: x's decrease from 10/s to 5/s is in flight.
-	other("a", "x", rlqs.ClientState{Demand: 1 * u, Rate: 5 * u, Burst: 5, PrevRate: 10 * u, PrevBurst: 10,
-		PrevUntil: t0.Add(time.Second), Expires: t0.Add(time.Minute), Reported: t0}, 10)
-	if s := assign(0); s.Rate != 0 {
-		t.Fatalf("y beside x's decrease in flight: %+v", s)
-	}
-	// Read by the script: another replica adds z with 3/s, which l's copy
-	// misses; y asks for x's room, and the script's scan leaves it 2/s.
-	other("b", "z", rlqs.ClientState{Demand: 3 * u, Rate: 3 * u, Burst: 3, Expires: t0.Add(time.Minute), Reported: t0}, 13)
-	if s := assign(3 * time.Second); s.Rate != 2*u || l.Recomputed() != 1 {
-		t.Fatalf("y capped by a scan of nine-field clients: %+v, %d capped; want 2/s", s, l.Recomputed())
-	}
+	// The Ledger writes ten fields, the fleet's rate last.
 	v, err := c.HGet(ctx, "rlqs:k", clientPrefix+"y").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := parseState(v); err != nil || st.Fleet != 10*u {
+	if st, err := parseState(v); err != nil || st.Fleet != rlqs.FleetRate(f) || strings.Count(v, ",") != stateFields-1 {
 		t.Fatalf("y's state %q = %+v, %v: want ten fields with the fleet's rate", v, st, err)
-	}
-}
-
-// assignY returns a function that divides bucket "k" of f for client y, a
-// report of 100 requests over 1 s, at t0 plus its argument.
-func assignY(t *testing.T, l *Ledger, t0 time.Time, f rlqs.Fleet) func(time.Duration) rlqs.Share {
-	return func(at time.Duration) rlqs.Share {
-		t.Helper()
-		s, err := rlqs.AssignOne(context.Background(), l, t0.Add(at), "k", f, rlqs.Report{Client: "y", Allowed: 100, Elapsed: time.Second}, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
 	}
 }
